@@ -1,0 +1,1 @@
+"""absl binaries, one per experiment: ``python -m experiments.NAME --help``."""

@@ -1,0 +1,86 @@
+"""Pieces shared by the experiment binaries: flags, data, output directories."""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+
+from absl import app  # noqa: F401  (defines absl's own flags before we record them)
+from absl import flags
+from absl import logging  # noqa: F401
+import numpy as np
+
+import svmattn  # noqa: F401  (float64 on)
+from svmattn import data as data_lib
+from svmattn import results
+
+FLAGS = flags.FLAGS
+_ABSL_FLAGS = frozenset(FLAGS)  # absl's own flags, left out of summaries
+
+
+def define_common_flags(runs: int = 100, seed: int = 0):
+  flags.DEFINE_integer("runs", runs, "Number of random data sets (ignored with --data).")
+  flags.DEFINE_integer("seed", seed, "Seed; data set r is drawn from fold_in(PRNGKey(seed), r).")
+  flags.DEFINE_enum("precision", "float64", ["float64", "float32"], "Floating-point precision.")
+  flags.DEFINE_string("out", None, "Results directory (created; files in it are replaced atomically).")
+  flags.DEFINE_string("data", None, "Run on the data sets of this .npz (X (B,n,T,d), Y (B,n), Z (B,n,d), "
+                      "v (B,d)) instead of generated ones.")
+  flags.DEFINE_bool("progress", True, "Show progress bars / log lines on stderr.")
+  flags.mark_flag_as_required("out")
+
+
+def dtype():
+  return np.float32 if FLAGS.precision == "float32" else np.float64
+
+
+def load_or_generate(spec: data_lib.DataSpec, head=None):
+  """(data, runs): the --data file or ``FLAGS.runs`` generated data sets, in --precision."""
+  from svmattn import heads
+  head = head or heads.LINEAR
+  if FLAGS.data:
+    data = data_lib.load_npz(FLAGS.data, dtype())
+    runs = np.arange(data.X.shape[0])
+  else:
+    if FLAGS.runs < 1:
+      raise ValueError(f"--runs must be >= 1, got {FLAGS.runs}")
+    runs = np.arange(FLAGS.runs)
+    data = data_lib.generate(spec, FLAGS.seed, runs, head, dtype=dtype())
+  return data, runs
+
+
+def flag_values() -> dict:
+  """The values of the flags svmattn's binaries define (for summary.json)."""
+  return {name: FLAGS[name].value for name in FLAGS if name not in _ABSL_FLAGS}
+
+
+def environment() -> dict:
+  import jax
+  import cvxpy
+  import optax
+  return {"python": platform.python_version(), "jax": jax.__version__, "optax": optax.__version__,
+          "cvxpy": cvxpy.__version__, "numpy": np.__version__, "platform": platform.platform(),
+          "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count()}
+
+
+class Timer:
+  """Wall time of named stages: ``with timer("train"): ...``; ``timer.seconds``."""
+
+  def __init__(self):
+    self.seconds = {}
+    self.start = time.perf_counter()
+
+  def __call__(self, name):
+    timer = self
+
+    class _Stage:
+      def __enter__(self):
+        self.t0 = time.perf_counter()
+
+      def __exit__(self, *exc):
+        timer.seconds[name] = timer.seconds.get(name, 0.0) + time.perf_counter() - self.t0
+
+    return _Stage()
+
+  def total(self):
+    return time.perf_counter() - self.start

@@ -1,0 +1,213 @@
+"""Data sets: the paper's random generator, and user data sets in .npz files.
+
+One data set is a :class:`Dataset` with fields
+  X (n, T, d) tokens, Y (n,) labels in {-1, +1}, Z (n, d) queries,
+  v head parameters (``(d,)`` for the linear head; the head decides).
+A batch of data sets has the same fields with a leading axis B.
+
+Randomness: data set ``r`` of seed ``s`` is drawn from
+``jax.random.fold_in(jax.random.PRNGKey(s), r)``, so it is the same data set
+whatever the batch it is drawn in.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import zipfile
+from typing import Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from svmattn import heads as heads_lib
+
+
+class Dataset(NamedTuple):
+  """One data set (or a batch of them, with a leading axis B on every field)."""
+  X: jax.Array  # (n, T, d)
+  Y: jax.Array  # (n,)
+  Z: jax.Array  # (n, d)
+  v: jax.Array  # head parameters, e.g. (d,)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSpec:
+  """Sizes and kind of the generated data sets.
+
+  attention: "cross" (a separate query z_i) or "self" (z_i = x_{i, query_pos}).
+  labels: "random" (uniform +-1) or "positive" (all +1).
+  """
+  n: int = 6
+  T: int = 8
+  d: int = 10
+  attention: str = "cross"
+  query_pos: int = 0
+  labels: str = "random"
+
+  def validate(self) -> "DataSpec":
+    for name in ("n", "T", "d"):
+      value = getattr(self, name)
+      if not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"DataSpec.{name} must be a positive integer, got {value!r}")
+    if self.T < 2:
+      raise ValueError(f"DataSpec.T must be >= 2 (token selection needs two tokens), got {self.T}")
+    if self.attention not in ("cross", "self"):
+      raise ValueError(f"DataSpec.attention must be 'cross' or 'self', got {self.attention!r}")
+    if self.attention == "self" and not 0 <= self.query_pos < self.T:
+      raise ValueError(f"DataSpec.query_pos must be in [0, T={self.T}), got {self.query_pos}")
+    if self.labels not in ("random", "positive"):
+      raise ValueError(f"DataSpec.labels must be 'random' or 'positive', got {self.labels!r}")
+    return self
+
+
+def run_key(seed: int, run: int | jax.Array) -> jax.Array:
+  """The PRNG key of run ``run`` of seed ``seed`` (data and initialization)."""
+  return jax.random.fold_in(jax.random.PRNGKey(seed), run)
+
+
+def split_run_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(data key, init key) of a run key."""
+  k_data, k_init = jax.random.split(key)
+  return k_data, k_init
+
+
+def normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float64) -> jax.Array:
+  """Standard normal samples, drawn flat and reshaped (XLA on CPU compiles a
+  multi-dimensional jax.random.normal ~10x slower than a flat one)."""
+  return jax.random.normal(key, (int(np.prod(shape)),), dtype).reshape(shape)
+
+
+def _unit_rows(a: jax.Array) -> jax.Array:
+  return a / jnp.linalg.norm(a, axis=-1, keepdims=True)
+
+
+def unit_gaussian(key: jax.Array, spec: DataSpec, head: heads_lib.Head,
+                  dtype=jnp.float64) -> Dataset:
+  """The paper's E2 generator for one data set: unit-normalized Gaussian tokens,
+  queries and head vector; labels +-1."""
+  kx, kz, ky, kv = jax.random.split(key, 4)
+  X = _unit_rows(normal(kx, (spec.n, spec.T, spec.d), dtype))
+  if spec.attention == "self":
+    Z = X[:, spec.query_pos]
+  else:
+    Z = _unit_rows(normal(kz, (spec.n, spec.d), dtype))
+  if spec.labels == "positive":
+    Y = jnp.ones((spec.n,), dtype)
+  else:
+    Y = jnp.where(jax.random.bernoulli(ky, 0.5, (spec.n,)), 1.0, -1.0).astype(dtype)
+  v = head.init(kv, spec.d, dtype)
+  return Dataset(X, Y, Z, v)
+
+
+Sampler = Callable[[jax.Array, DataSpec, heads_lib.Head], Dataset]
+
+
+def generate(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
+             head: heads_lib.Head = heads_lib.LINEAR, sampler: Sampler = unit_gaussian,
+             dtype=jnp.float64) -> Dataset:
+  """A batch of data sets: entry b is run ``runs[b]`` of ``seed`` (leading axis B)."""
+  spec.validate()
+  runs = jnp.asarray(np.asarray(runs, dtype=np.uint32))
+  return _generate_fn(spec, head, sampler, jnp.dtype(dtype))(jnp.asarray(seed, jnp.uint32), runs)
+
+
+@functools.lru_cache(maxsize=32)
+def _generate_fn(spec, head, sampler, dtype):
+  """One jitted generator per (spec, head, sampler, dtype); seed and runs are traced.
+
+  lax.map (not vmap) compiles the body for ONE data set, so data set r comes out
+  bit for bit the same whatever the number of runs drawn with it.
+  """
+
+  def gen(seed, runs):
+    return jax.lax.map(lambda r: sampler(split_run_key(run_key(seed, r))[0], spec, head, dtype), runs)
+
+  return jax.jit(gen)
+
+
+# ----------------------------------------------------------------------------
+# Validation and files
+# ----------------------------------------------------------------------------
+
+class DataError(ValueError):
+  """A data set or data file that cannot be used, with the reason."""
+
+
+def validate(data: Dataset, batched: bool = True, where: str = "data") -> Dataset:
+  """Check shapes, finiteness and labels; returns the data as NumPy float arrays.
+
+  batched: True for X (B,n,T,d), Y (B,n), Z (B,n,d), v (B, ...).
+  """
+  arrays = {}
+  for name in Dataset._fields:
+    a = getattr(data, name)
+    if a is None:
+      raise DataError(f"{where}: array '{name}' is missing")
+    a = np.asarray(a)
+    if a.dtype.kind not in "fiu":
+      raise DataError(f"{where}: array '{name}' must be numeric, got dtype {a.dtype}")
+    arrays[name] = a
+  X, Y, Z, v = (arrays[k] for k in Dataset._fields)
+  lead = 1 if batched else 0
+  expect = "(B, n, T, d)" if batched else "(n, T, d)"
+  if X.ndim != 3 + lead:
+    raise DataError(f"{where}: X must have shape {expect}, got {X.shape}")
+  B = X.shape[0] if batched else None
+  n, T, d = X.shape[lead:]
+  if T < 2:
+    raise DataError(f"{where}: X must have at least T=2 tokens per sequence, got T={T}")
+  if min(n, d) < 1:
+    raise DataError(f"{where}: X has an empty axis: {X.shape}")
+  pre = (B,) if batched else ()
+  if Y.shape != pre + (n,):
+    raise DataError(f"{where}: Y must have shape {pre + (n,)} to match X {X.shape}, got {Y.shape}")
+  if Z.shape != pre + (n, d):
+    raise DataError(f"{where}: Z must have shape {pre + (n, d)} to match X {X.shape}, got {Z.shape}")
+  if v.shape[:lead] != pre or v.ndim < lead + 1 or v.shape[lead] != d:
+    raise DataError(f"{where}: v must have shape {pre + (d,)} (or {pre + (d, d)} for a matrix head), "
+                    f"got {v.shape}")
+  for name, a in arrays.items():
+    if not np.all(np.isfinite(a)):
+      bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+      raise DataError(f"{where}: array '{name}' has {bad} non-finite values (NaN or inf)")
+  if not np.all(np.isin(Y, (-1.0, 1.0))):
+    raise DataError(f"{where}: labels Y must be -1 or +1, got values {np.unique(Y)[:6].tolist()}")
+  return Dataset(*(a.astype(np.float64) if a.dtype.kind != "f" else a for a in (X, Y, Z, v)))
+
+
+def save_npz(path: str | os.PathLike, data: Dataset) -> None:
+  """Write a batch of data sets as .npz with arrays X, Y, Z, v (atomically)."""
+  from svmattn import results
+  data = validate(data, batched=True, where=str(path))
+  results.write_npz(path, data._asdict())
+
+
+def load_npz(path: str | os.PathLike, dtype=np.float64) -> Dataset:
+  """Read a batch of data sets from .npz (arrays X (B,n,T,d), Y (B,n), Z (B,n,d), v (B,d)).
+
+  Raises DataError naming the file and the problem (missing file, not an npz,
+  missing array, bad shape, non-finite values, labels not in {-1, +1}).
+  """
+  path = os.fspath(path)
+  if not os.path.exists(path):
+    raise DataError(f"{path}: no such data file")
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      missing = [k for k in Dataset._fields if k not in f.files]
+      if missing:
+        raise DataError(f"{path}: missing array(s) {missing}; a data file needs X (B,n,T,d), "
+                        f"Y (B,n), Z (B,n,d) and v (B,d); found {sorted(f.files)}")
+      arrays = {k: f[k] for k in Dataset._fields}
+  except DataError:
+    raise
+  except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+    raise DataError(f"{path}: not a readable .npz data file ({type(e).__name__}: {e})") from e
+  data = validate(Dataset(**arrays), batched=True, where=path)
+  return Dataset(*(np.asarray(a, dtype) for a in data))
+
+
+def take(data: Dataset, index) -> Dataset:
+  """Select data sets along the leading axis (NumPy or JAX arrays)."""
+  return Dataset(*(a[index] for a in data))

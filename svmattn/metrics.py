@@ -1,0 +1,75 @@
+"""Metrics (host side, NumPy): correlations, token optimality, convergence types, ranks.
+
+Token scores gamma (n,T) come from ``svmattn.heads.token_scores`` (device side);
+here everything is NumPy. Batched functions say so and take a leading axis B.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from svmattn import svm as svm_lib
+
+CONVERGENCE_TYPES = ("global", "local", "not-local")
+
+
+def corr(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+  """<A,B> / (||A||_F ||B||_F) over the last two axes (broadcasting the rest).
+
+  NaN where either matrix is zero or NaN (e.g. an SVM that was not solved)."""
+  A = np.asarray(A, np.float64)
+  B = np.asarray(B, np.float64)
+  num = np.sum(A * B, axis=(-2, -1))
+  den = np.sqrt(np.sum(A * A, axis=(-2, -1)) * np.sum(B * B, axis=(-2, -1)))
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+
+
+def optimal_tokens(gamma: np.ndarray) -> np.ndarray:
+  """opt_i = argmax_t gamma_it: (..., n, T) -> (..., n)."""
+  return np.argmax(gamma, axis=-1)
+
+
+def selected_tokens(s: np.ndarray) -> np.ndarray:
+  """alpha_hat_i = argmax_t s_it: (..., n, T) -> (..., n)."""
+  return np.argmax(s, axis=-1)
+
+
+def is_locally_optimal(gamma: np.ndarray, alpha: np.ndarray, result: svm_lib.SVMResult) -> bool:
+  """alpha is locally optimal: Att-SVM(alpha) is feasible and, for every sequence i,
+  gamma_{i,alpha_i} > gamma_it for every support token t of Att-SVM(alpha).
+
+  gamma (n,T) token scores; alpha (n,); result the Frobenius Att-SVM(alpha)."""
+  if not result.ok:
+    return False
+  n = gamma.shape[0]
+  top = gamma[np.arange(n), alpha][:, None]
+  return bool(np.all((gamma < top) | ~result.support))
+
+
+def convergence_type(gamma: np.ndarray, alpha_hat: np.ndarray, result: svm_lib.SVMResult) -> str:
+  """"global" when alpha_hat = opt, "local" when alpha_hat is locally optimal but not
+  opt, "not-local" otherwise (an infeasible SVM included). result: Att-SVM(alpha_hat), fro."""
+  if np.array_equal(alpha_hat, optimal_tokens(gamma)):
+    return "global"
+  return "local" if is_locally_optimal(gamma, alpha_hat, result) else "not-local"
+
+
+def type_fractions(types) -> dict[str, float]:
+  """Share of each convergence type in a list of types."""
+  types = list(types)
+  total = max(len(types), 1)
+  return {t: sum(x == t for x in types) / total for t in CONVERGENCE_TYPES}
+
+
+def numerical_rank(W: np.ndarray, rtol: float = 1e-4) -> np.ndarray:
+  """Number of singular values above rtol * the largest, over the last two axes.
+
+  State rtol with any reported rank: SCS/Clarabel solutions are accurate to ~1e-6
+  relative, so rtol should sit well above that (default 1e-4)."""
+  s = np.linalg.svd(np.asarray(W, np.float64), compute_uv=False)
+  return np.sum(s > rtol * s[..., :1], axis=-1)
+
+
+def mean_std(x: np.ndarray, axis=0) -> tuple[np.ndarray, np.ndarray]:
+  """nanmean and nanstd along ``axis``."""
+  return np.nanmean(x, axis=axis), np.nanstd(x, axis=axis)

@@ -1,0 +1,121 @@
+"""Attention models: parameterizations of the key-query matrix, attention, loss.
+
+Every function here takes ONE data set (X (n,T,d), Y (n,), Z (n,d), head
+parameters v); callers vmap over data sets.
+
+  W-parameterization:    params {"W": (d,d)}
+  (K,Q)-parameterization: params {"K": (d,m), "Q": (d,m)}, W = K Q^T
+
+  s_i = softmax(X_i W z_i),  r_i = X_i^T s_i,  f_i = h(r_i),
+  L = (1/n) sum_i l(Y_i f_i) + ridge * sum_p ||p||_F^2.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from svmattn import heads as heads_lib
+from svmattn import losses as losses_lib
+
+Params = dict[str, jax.Array]
+
+# The (K,Q) ridge of the authors' experiments: float64 machine epsilon.
+KQ_RIDGE = 2.220446049250313e-16
+
+INIT_SCHEMES = ("uniform", "zero")
+
+
+class Parameterization(NamedTuple):
+  """How the parameters make W, how they are initialized, which SVM norm they
+  are biased toward (SCIENCE.md sections 3-4), and their default ridge."""
+  name: str
+  init: Callable[..., Params]      # init(key, d, m, dtype, scheme) -> params
+  to_W: Callable[[Params], jax.Array]
+  svm_norm: str                    # "fro" or "nuc"
+  ridge: float
+
+
+def _check_scheme(scheme):
+  if scheme not in INIT_SCHEMES:
+    raise ValueError(f"unknown init scheme {scheme!r}; known: {INIT_SCHEMES}")
+
+
+def _init_w(key, d, m, dtype, scheme="uniform"):
+  """uniform: W ~ U(-1/sqrt(d), 1/sqrt(d)) entrywise (a default dense layer); zero: W = 0."""
+  _check_scheme(scheme)
+  if scheme == "zero":
+    return {"W": jnp.zeros((d, d), dtype)}
+  b = 1.0 / jnp.sqrt(d)
+  return {"W": jax.random.uniform(key, (d, d), dtype, -b, b)}
+
+
+def _init_kq(key, d, m, dtype, scheme="uniform"):
+  """uniform: K, Q ~ U(-1/sqrt(d), 1/sqrt(d)); zero: Q = 0, K = 0.1 N(0,1) (E1)."""
+  _check_scheme(scheme)
+  kk, kq = jax.random.split(key)
+  if scheme == "zero":
+    return {"K": 0.1 * jax.random.normal(kk, (d, m), dtype), "Q": jnp.zeros((d, m), dtype)}
+  b = 1.0 / jnp.sqrt(d)
+  return {"K": jax.random.uniform(kk, (d, m), dtype, -b, b),
+          "Q": jax.random.uniform(kq, (d, m), dtype, -b, b)}
+
+
+W_PARAM = Parameterization("W", _init_w, lambda p: p["W"], "fro", 0.0)
+KQ_PARAM = Parameterization("KQ", _init_kq, lambda p: p["K"] @ p["Q"].T, "nuc", KQ_RIDGE)
+
+PARAMETERIZATIONS = {"W": W_PARAM, "KQ": KQ_PARAM}
+
+
+def get_parameterization(name: str) -> Parameterization:
+  if name not in PARAMETERIZATIONS:
+    raise ValueError(f"unknown parameterization {name!r}; known: {sorted(PARAMETERIZATIONS)}")
+  return PARAMETERIZATIONS[name]
+
+
+def attention_logits(W: jax.Array, X: jax.Array, Z: jax.Array) -> jax.Array:
+  """x_it^T W z_i for one data set: (n,T)."""
+  return jnp.einsum("ntd,nd->nt", X, Z @ W.T)
+
+
+def attention(W: jax.Array, X: jax.Array, Z: jax.Array) -> jax.Array:
+  """Softmax attention s_i = softmax(X_i W z_i): (n,T)."""
+  return jax.nn.softmax(attention_logits(W, X, Z), axis=-1)
+
+
+def pooled_token(s: jax.Array, X: jax.Array) -> jax.Array:
+  """r_i = X_i^T s_i, computed as x_{i,ref} + sum_t s_it (x_it - x_{i,ref}), ref = argmax_t s_it.
+
+  Equal to X^T s in exact arithmetic, but accurate when the softmax saturates:
+  X^T s - x_ref would be pure rounding (1e-16) once the other probabilities fall
+  below machine epsilon, and its gradient would then point along x_ref z^T
+  instead of the max-margin direction. The differences x_it - x_ref are exact.
+  """
+  ref = jax.lax.stop_gradient(jnp.argmax(s, axis=-1))
+  x_ref = jnp.take_along_axis(X, ref[:, None, None], axis=1)        # (n, 1, d)
+  return x_ref[:, 0] + jnp.einsum("nt,ntd->nd", s, X - x_ref)
+
+
+def predict(head: heads_lib.Head, W, X, Z, v) -> tuple[jax.Array, jax.Array]:
+  """(f (n,), s (n,T)): predictions and attention of one data set."""
+  s = attention(W, X, Z)
+  r = pooled_token(s, X)
+  f = jax.vmap(head.apply, (None, 0))(v, r)
+  return f, s
+
+
+def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callable = "logistic",
+              ridge: float | None = None) -> Callable[[Params, Any], jax.Array]:
+  """The training objective of one data set: loss(params, data) -> scalar."""
+  ell = losses_lib.get_loss(loss) if isinstance(loss, str) else loss
+  lam = param.ridge if ridge is None else ridge
+
+  def objective(params, data):
+    f, _ = predict(head, param.to_W(params), data.X, data.Z, data.v)
+    value = jnp.mean(ell(data.Y * f))
+    if lam:
+      value = value + lam * sum(jnp.sum(p * p) for p in jax.tree_util.tree_leaves(params))
+    return value
+
+  return objective

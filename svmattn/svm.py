@@ -1,0 +1,243 @@
+"""Attention SVMs (host side: NumPy, SciPy, cvxpy; never traces JAX).
+
+Att-SVM(alpha) for one data set, X (n,T,d), Z (n,d), alpha (n,):
+
+    minimize ||W||   subject to   (x_{i,alpha_i} - x_it)^T W z_i >= 1,  all i, t != alpha_i,
+
+with ||.|| the Frobenius norm ("fro") or the nuclear norm ("nuc").  Writing
+w = vec(W) (row-major), the constraints are one matrix inequality A w >= 1 whose
+rows are vec((x_{i,alpha_i} - x_it) z_i^T) (``margin_matrix``).
+
+Solvers
+  fro, "nnls"   (default) Lawson & Hanson's reduction of the least-distance
+                program to nonnegative least squares: exact up to rounding, and
+                it returns the dual multipliers (w = A^T lambda, lambda >= 0).
+  fro / nuc, "SCS" (default for nuc, eps 1e-9) or "CLARABEL" (interior point,
+                slower here; the independent check)   cvxpy; one DPP problem per
+                (number of constraints, d) shape, re-solved with new data.
+                The solution is rescaled so that its smallest margin is exactly 1.
+
+The outcome is an ``SVMResult`` with a status "optimal", "infeasible" or "failed":
+a solver failure is recorded, never raised.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable, Sequence
+
+import numpy as np
+import scipy.optimize
+
+STATUSES = ("optimal", "infeasible", "failed")
+NORMS = ("fro", "nuc")
+DEFAULT_SOLVER = {"fro": "nnls", "nuc": "SCS"}
+# Tolerance on (margin - 1) under which a constraint counts as active (support).
+SUPPORT_TOL = {"nnls": 1e-8, "CLARABEL": 1e-5, "SCS": 1e-5}
+
+
+@dataclasses.dataclass
+class SVMResult:
+  """Solution of one attention SVM.
+
+  W:        (d, d) solution, None unless status == "optimal"
+  status:   "optimal" | "infeasible" | "failed"
+  support:  (n, T) bool, the active constraints (support tokens); all False unless optimal
+  margins:  (n, T) (x_{i,alpha_i} - x_it)^T W z_i, NaN at t = alpha_i (None unless optimal)
+  dual:     (n, T) constraint multipliers (0 at t = alpha_i), None if the solver gave none
+  objective: ||W|| in the problem's norm (NaN unless optimal)
+  """
+  status: str
+  W: np.ndarray | None
+  support: np.ndarray
+  margins: np.ndarray | None
+  dual: np.ndarray | None
+  objective: float
+  norm: str
+  solver: str
+  message: str = ""
+
+  @property
+  def ok(self) -> bool:
+    return self.status == "optimal"
+
+
+# ----------------------------------------------------------------------------
+# Constraint matrices
+# ----------------------------------------------------------------------------
+
+def _check_inputs(X, Z, alpha):
+  X = np.asarray(X, dtype=np.float64)
+  Z = np.asarray(Z, dtype=np.float64)
+  alpha = np.asarray(alpha)
+  if X.ndim != 3:
+    raise ValueError(f"att_svm: X must have shape (n, T, d), got {X.shape}")
+  n, T, d = X.shape
+  if Z.shape != (n, d):
+    raise ValueError(f"att_svm: Z must have shape (n, d) = {(n, d)}, got {Z.shape}")
+  if alpha.shape != (n,):
+    raise ValueError(f"att_svm: alpha must have shape (n,) = {(n,)}, got {alpha.shape}")
+  if alpha.dtype.kind not in "iu" and not np.all(alpha == np.round(alpha)):
+    raise ValueError(f"att_svm: alpha must hold integer token indices, got {alpha}")
+  alpha = alpha.astype(np.int64)
+  if np.any(alpha < 0) or np.any(alpha >= T):
+    raise ValueError(f"att_svm: alpha entries must be in [0, T={T}), got {alpha.tolist()}")
+  if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Z))):
+    raise ValueError("att_svm: X and Z must be finite (found NaN or inf)")
+  return X, Z, alpha
+
+
+def margin_matrix(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray,
+                  mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+  """Rows vec((x_{i,alpha_i} - x_it) z_i^T) of the constraints A w >= 1.
+
+  mask: optional (n, T) bool of the tokens t that get a constraint (default: all
+  t != alpha_i; alpha_i itself is always excluded).
+  Returns (A (N, d*d), keep (n, T) bool) with rows in the order of keep's True entries.
+  """
+  n, T, d = X.shape
+  diff = X[np.arange(n), alpha][:, None, :] - X              # (n, T, d)
+  keep = np.ones((n, T), bool) if mask is None else np.asarray(mask, bool).copy()
+  keep[np.arange(n), alpha] = False
+  rows = np.einsum("ntd,ne->ntde", diff, Z)[keep]            # (N, d, d)
+  return rows.reshape(rows.shape[0], d * d), keep
+
+
+# ----------------------------------------------------------------------------
+# Solvers of  min ||W|| s.t. A vec(W) >= 1
+# ----------------------------------------------------------------------------
+
+def _solve_nnls(A: np.ndarray, d: int):
+  """Frobenius SVM by NNLS. Returns (status, w, dual, message)."""
+  N, D = A.shape
+  if N == 0:
+    return "optimal", np.zeros(D), np.zeros(0), "no constraints"
+  E = np.vstack([A.T, np.ones((1, N))])
+  f = np.zeros(D + 1)
+  f[-1] = 1.0
+  try:
+    u, _ = scipy.optimize.nnls(E, f, maxiter=50 * (N + D + 1))
+  except Exception as e:  # noqa: BLE001 - a solver failure is an outcome
+    return "failed", None, None, f"nnls: {type(e).__name__}: {e}"
+  r = E @ u - f
+  if not np.all(np.isfinite(r)):
+    return "failed", None, None, "nnls returned non-finite values"
+  if np.linalg.norm(r) <= 1e-10 or -r[-1] <= 1e-12:
+    return "infeasible", None, None, f"nnls residual {np.linalg.norm(r):.2e}: constraints cannot all hold"
+  scale = -r[-1]
+  return "optimal", r[:-1] / scale, u / scale, ""  # w = -r[:-1] / r[-1] = A^T lambda
+
+
+@functools.lru_cache(maxsize=64)
+def _cvxpy_problem(N: int, d: int, norm: str):
+  """One DPP problem per shape: the parameter is the constraint matrix A."""
+  import cvxpy as cp
+  A = cp.Parameter((N, d * d), name="A")
+  W = cp.Variable((d, d), name="W")
+  objective = cp.normNuc(W) if norm == "nuc" else cp.sum_squares(W)
+  constraint = A @ cp.vec(W, order="C") >= 1
+  return cp.Problem(cp.Minimize(objective), [constraint]), A, W, constraint
+
+
+def _solve_cvxpy(A: np.ndarray, d: int, norm: str, solver: str):
+  import cvxpy as cp
+  N = A.shape[0]
+  if N == 0:
+    return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
+  prob, A_par, W, constraint = _cvxpy_problem(N, d, norm)
+  A_par.value = A
+  kwargs = {"eps": 1e-9, "max_iters": 200_000} if solver == "SCS" else {}
+  try:
+    prob.solve(solver=solver, **kwargs)
+  except Exception as e:  # noqa: BLE001 - a solver failure is an outcome
+    return "failed", None, None, f"{solver}: {type(e).__name__}: {e}"
+  status = prob.status
+  if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+    return "infeasible", None, None, f"{solver}: {status}"
+  if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or W.value is None:
+    return "failed", None, None, f"{solver}: {status}"
+  w = np.asarray(W.value).reshape(-1)
+  lowest = float(np.min(A @ w))
+  if not lowest > 0.5:  # an accurate solve has margins 1 - 1e-6 or better
+    return "failed", None, None, f"{solver}: {status}, smallest margin {lowest:.3g}"
+  dual = np.asarray(constraint.dual_value).reshape(-1) if constraint.dual_value is not None else None
+  return "optimal", w / lowest, dual, "" if status == cp.OPTIMAL else status
+
+
+def solve_margin_program(A: np.ndarray, d: int, norm: str = "fro", solver: str | None = None):
+  """min ||W|| s.t. A vec(W) >= 1. Returns (status, W (d,d) or None, dual (N,) or None, message)."""
+  if norm not in NORMS:
+    raise ValueError(f"unknown SVM norm {norm!r}; use one of {NORMS}")
+  solver = solver or DEFAULT_SOLVER[norm]
+  if solver == "nnls":
+    if norm != "fro":
+      raise ValueError("the nnls solver solves the Frobenius SVM only; use CLARABEL or SCS for 'nuc'")
+    status, w, dual, msg = _solve_nnls(A, d)
+  else:
+    status, w, dual, msg = _solve_cvxpy(A, d, norm, solver.upper())
+  if status == "optimal":
+    margins = A @ w
+    if A.shape[0] and np.min(margins) < 1 - 1e-6:
+      return "failed", None, None, f"{solver}: constraints violated by {1 - np.min(margins):.2e}"
+  return status, (None if w is None else w.reshape(d, d)), dual, msg
+
+
+def _result(status, W, dual, msg, A, keep, norm, solver, support_tol):
+  n, T = keep.shape
+  support = np.zeros((n, T), bool)
+  if status != "optimal":
+    return SVMResult(status, None, support, None, None, float("nan"), norm, solver, msg)
+  margins = np.full((n, T), np.nan)
+  margins[keep] = A @ W.reshape(-1)
+  support[keep] = margins[keep] - 1 <= support_tol
+  full_dual = None
+  if dual is not None:
+    full_dual = np.zeros((n, T))
+    full_dual[keep] = dual
+  objective = float(np.linalg.norm(W, "nuc" if norm == "nuc" else "fro"))
+  return SVMResult(status, W, support, margins, full_dual, objective, norm, solver, msg)
+
+
+def att_svm(X, Z, alpha, norm: str = "fro", solver: str | None = None,
+            mask: np.ndarray | None = None, support_tol: float | None = None) -> SVMResult:
+  """Att-SVM(alpha) of one data set: X (n,T,d), Z (n,d), alpha (n,) token indices.
+
+  norm: "fro" (Frobenius, W-parameterization) or "nuc" (nuclear, (K,Q)).
+  solver: "nnls" (fro only, default for fro), "SCS" (default for nuc) or "CLARABEL".
+  mask: optional (n,T) bool, the tokens that get a constraint (causal masks).
+  support_tol: a constraint is active when margin - 1 <= support_tol
+    (default 1e-8 for nnls, 1e-5 for SCS and CLARABEL).
+  Returns an SVMResult (.W, .status, .support, .margins, .dual, .objective).
+  """
+  X, Z, alpha = _check_inputs(X, Z, alpha)
+  if norm not in NORMS:
+    raise ValueError(f"unknown SVM norm {norm!r}; use one of {NORMS}")
+  solver = solver or DEFAULT_SOLVER[norm]
+  A, keep = margin_matrix(X, Z, alpha, mask)
+  status, W, dual, msg = solve_margin_program(A, X.shape[-1], norm, solver)
+  tol = SUPPORT_TOL.get(solver.upper() if solver != "nnls" else solver, 1e-5) if support_tol is None else support_tol
+  return _result(status, W, dual, msg, A, keep, norm, solver, tol)
+
+
+def att_svm_batch(X, Z, alpha, norm: str = "fro", solver: str | None = None,
+                  progress: Callable[[int], None] | None = None) -> list[SVMResult]:
+  """``att_svm`` for each of B data sets: X (B,n,T,d), Z (B,n,d), alpha (B,n)."""
+  out = []
+  for b in range(len(X)):
+    out.append(att_svm(X[b], Z[b], alpha[b], norm, solver))
+    if progress is not None:
+      progress(1)
+  return out
+
+
+def stack(results: Sequence[SVMResult], d: int) -> dict[str, np.ndarray]:
+  """Arrays of a list of results: W (B,d,d) (NaN where not optimal), status (B,) str,
+  support (B,n,T), objective (B,)."""
+  W = np.full((len(results), d, d), np.nan)
+  for b, r in enumerate(results):
+    if r.ok:
+      W[b] = r.W
+  return {"W": W,
+          "status": np.array([r.status for r in results]),
+          "support": np.stack([r.support for r in results]) if results else np.zeros((0,), bool),
+          "objective": np.array([r.objective for r in results])}

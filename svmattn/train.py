@@ -1,0 +1,221 @@
+"""The training loop: lax.scan over steps, vmap over data sets, jit once per shape.
+
+    state = init_state(config, data, keys)          # vmapped over B data sets
+    trajectory = train(config, data, keys)           # snapshots every k steps
+
+A data-set batch has a leading axis B on every field (see ``svmattn.data``).
+Steps advance in jitted chunks of ``chunk_steps`` (a Python loop over chunks,
+for progress reports and, later, checkpoints); inside a chunk, ``lax.scan``
+runs ``snapshot_every`` optimizer steps between two snapshots.
+
+A snapshot records, per data set: W (or K Q^T), the mean over sequences of the
+largest attention probability (1/n) sum_i max_t s_it, and the loss.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from svmattn import data as data_lib
+from svmattn import heads as heads_lib
+from svmattn import model as model_lib
+from svmattn import optim as optim_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """Everything that defines a training run besides the data and the keys."""
+  param: str = "W"                  # "W" or "KQ"
+  m: int | None = None              # (K,Q) width; None = d
+  head: str = "linear"
+  loss: str = "logistic"
+  optimizer: str = "normalized_gd"  # or "gd", or any optax optimizer name
+  lr: float = 0.1
+  steps: int = 2000
+  snapshot_every: int = 10
+  chunk_steps: int = 500
+  init: str = "uniform"             # see model.INIT_SCHEMES
+  ridge: float | None = None        # None: the parameterization's default
+
+  def validate(self) -> "TrainConfig":
+    model_lib.get_parameterization(self.param)
+    heads_lib.get_head(self.head)
+    from svmattn import losses
+    losses.get_loss(self.loss)
+    optim_lib.get_optimizer(self.optimizer, self.lr)
+    if self.init not in model_lib.INIT_SCHEMES:
+      raise ValueError(f"TrainConfig.init must be one of {model_lib.INIT_SCHEMES}, got {self.init!r}")
+    for name in ("steps", "snapshot_every", "chunk_steps"):
+      value = getattr(self, name)
+      if not isinstance(value, (int, np.integer)) or value < (0 if name == "steps" else 1):
+        raise ValueError(f"TrainConfig.{name} must be a {'non-negative' if name == 'steps' else 'positive'} "
+                         f"integer, got {value!r}")
+    if self.m is not None and self.m < 1:
+      raise ValueError(f"TrainConfig.m must be positive, got {self.m}")
+    if not np.isfinite(self.lr) or self.lr <= 0:
+      raise ValueError(f"TrainConfig.lr must be a positive number, got {self.lr}")
+    return self
+
+
+class State(NamedTuple):
+  params: Any
+  opt_state: Any
+
+
+class Trajectory(NamedTuple):
+  """Host (NumPy) result of ``train`` for a batch of B data sets."""
+  steps: np.ndarray       # (S,) step of each snapshot
+  W: np.ndarray           # (B, S, d, d) W or K Q^T at each snapshot
+  max_prob: np.ndarray    # (B, S) (1/n) sum_i max_t s_it
+  loss: np.ndarray        # (B, S)
+  attention: np.ndarray   # (B, n, T) final softmax
+  params: Any             # final parameters, leaves (B, ...)
+  compile_seconds: float
+  run_seconds: float
+
+  @property
+  def W_final(self) -> np.ndarray:
+    return self.W[:, -1]
+
+  @property
+  def selected(self) -> np.ndarray:
+    """alpha_hat (B, n): the token of largest final attention."""
+    return np.argmax(self.attention, axis=-1)
+
+  @property
+  def finite(self) -> np.ndarray:
+    """(B,) False for runs that diverged to NaN/inf."""
+    return np.all(np.isfinite(self.W_final.reshape(len(self.W_final), -1)), axis=1) & np.isfinite(self.loss[:, -1])
+
+
+class Trainer(NamedTuple):
+  config: TrainConfig
+  param: model_lib.Parameterization
+  head: heads_lib.Head
+  objective: Callable
+  optimizer: optax.GradientTransformation
+
+  def observe(self, params, data):
+    """(W, mean max softmax, loss, attention) of one data set."""
+    W = self.param.to_W(params)
+    _, s = model_lib.predict(self.head, W, data.X, data.Z, data.v)
+    return W, jnp.mean(jnp.max(s, axis=-1)), self.objective(params, data), s
+
+  def init_one(self, key, data):
+    d = data.X.shape[-1]
+    m = self.config.m or d
+    params = self.param.init(key, d, m, data.X.dtype, self.config.init)
+    return State(params, self.optimizer.init(params))
+
+  def step_one(self, state: State, data) -> State:
+    grads = jax.grad(self.objective)(state.params, data)
+    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+    return State(optax.apply_updates(state.params, updates), opt_state)
+
+  def advance_one(self, state: State, data, every: int, snapshots: int):
+    """``snapshots`` times: ``every`` steps, then a snapshot. One data set."""
+
+    def inner(st, _):
+      return self.step_one(st, data), None
+
+    def outer(st, _):
+      st, _ = jax.lax.scan(inner, st, None, length=every)
+      W, p, l, _ = self.observe(st.params, data)
+      return st, (W, p, l)
+
+    return jax.lax.scan(outer, state, None, length=snapshots)
+
+
+def make_trainer(config: TrainConfig) -> Trainer:
+  config.validate()
+  param = model_lib.get_parameterization(config.param)
+  head = heads_lib.get_head(config.head)
+  objective = model_lib.make_loss(param, head, config.loss, config.ridge)
+  return Trainer(config, param, head, objective, optim_lib.get_optimizer(config.optimizer, config.lr))
+
+
+def init_keys(seed: int, runs) -> jax.Array:
+  """Initialization keys (B,) of the given runs: the second half of each run key."""
+  runs = jnp.asarray(np.asarray(runs, dtype=np.uint32))
+  return jax.vmap(lambda r: data_lib.split_run_key(data_lib.run_key(seed, r))[1])(runs)
+
+
+# jitted, vmapped functions cached per trainer (the shapes are the jit cache key)
+_JIT_CACHE: dict = {}
+
+
+def _compiled(trainer: Trainer, kind: str, *static):
+  key = (trainer.config, kind) + static
+  if key not in _JIT_CACHE:
+    if kind == "init":
+      fn = jax.vmap(trainer.init_one)
+    elif kind == "observe":
+      fn = jax.vmap(trainer.observe)
+    else:
+      every, snapshots = static
+      fn = jax.vmap(lambda st, dt: trainer.advance_one(st, dt, every, snapshots))
+    _JIT_CACHE[key] = jax.jit(fn)
+  return _JIT_CACHE[key]
+
+
+def schedule(steps: int, every: int, chunk_steps: int) -> list[tuple[int, int]]:
+  """The (every, snapshots) calls that advance ``steps`` steps, snapshot each ``every``."""
+  per_chunk = max(1, chunk_steps // every)
+  plan, done = [], 0
+  while done < steps:
+    full = (steps - done) // every
+    if full >= 1:
+      k = min(per_chunk, full)
+      plan.append((every, k))
+      done += k * every
+    else:
+      plan.append((steps - done, 1))
+      done = steps
+  return plan
+
+
+def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
+          progress: Callable[[int], None] | None = None) -> Trajectory:
+  """Train one model per data set (vmapped over the leading axis B).
+
+  data: batch of B data sets (jax or numpy arrays, float64 or float32: kept as given).
+  keys: (B,) initialization keys (``init_keys(seed, runs)``).
+  progress: called with the number of steps just done after each chunk.
+  """
+  trainer = make_trainer(config)
+  data = data_lib.Dataset(*(jnp.asarray(a) for a in data))
+  B = data.X.shape[0]
+  if keys.shape[0] != B:
+    raise ValueError(f"train: {keys.shape[0]} keys for {B} data sets")
+  plan = schedule(config.steps, config.snapshot_every, config.chunk_steps)
+
+  t0 = time.perf_counter()
+  init = _compiled(trainer, "init").lower(keys, data).compile()
+  state = init(keys, data)
+  observe = _compiled(trainer, "observe").lower(state.params, data).compile()
+  calls = {}
+  for call in set(plan):
+    calls[call] = _compiled(trainer, "advance", *call).lower(state, data).compile()
+  compile_seconds = time.perf_counter() - t0
+
+  t0 = time.perf_counter()
+  W0, p0, l0, _ = observe(state.params, data)
+  Ws, ps, ls, steps = [W0[:, None]], [p0[:, None]], [l0[:, None]], [0]
+  for every, snaps in plan:
+    state, (W, p, l) = calls[(every, snaps)](state, data)
+    Ws.append(W), ps.append(p), ls.append(l)
+    steps.extend(steps[-1] + every * np.arange(1, snaps + 1))
+    if progress is not None:
+      progress(every * snaps)
+  _, _, _, s = observe(state.params, data)
+  out = jax.device_get((Ws, ps, ls, s, state.params))
+  run_seconds = time.perf_counter() - t0
+  Ws, ps, ls, s, params = out
+  return Trajectory(np.asarray(steps), np.concatenate(Ws, 1), np.concatenate(ps, 1),
+                    np.concatenate(ls, 1), np.asarray(s), params, compile_seconds, run_seconds)
