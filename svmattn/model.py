@@ -105,14 +105,31 @@ def predict(head: heads_lib.Head, W, X, Z, v) -> tuple[jax.Array, jax.Array]:
   return f, s
 
 
+def predict_single_query(head: heads_lib.Head, W, data) -> tuple[jax.Array, jax.Array]:
+  """One query per sequence (cross- or self-attention): f (n,), s (n,T); labels Y (n,)."""
+  return predict(head, W, data.X, data.Z, data.v)
+
+
+# A model maps (head, W, one data set) to (predictions f, attention s) with f of
+# the shape of data.Y and s (..., T); new architectures are new entries.
+MODELS: dict[str, Callable] = {"single_query": predict_single_query}
+
+
+def get_model(name: str) -> Callable:
+  if name not in MODELS:
+    raise ValueError(f"unknown model {name!r}; known models: {sorted(MODELS)}")
+  return MODELS[name]
+
+
 def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callable = "logistic",
-              ridge: float | None = None) -> Callable[[Params, Any], jax.Array]:
+              ridge: float | None = None, model: str = "single_query") -> Callable[[Params, Any], jax.Array]:
   """The training objective of one data set: loss(params, data) -> scalar."""
   ell = losses_lib.get_loss(loss) if isinstance(loss, str) else loss
   lam = param.ridge if ridge is None else ridge
+  forward = get_model(model)
 
   def objective(params, data):
-    f, _ = predict(head, param.to_W(params), data.X, data.Z, data.v)
+    f, _ = forward(head, param.to_W(params), data)
     value = jnp.mean(ell(data.Y * f))
     if lam:
       value = value + lam * sum(jnp.sum(p * p) for p in jax.tree_util.tree_leaves(params))

@@ -42,10 +42,12 @@ class TrainConfig:
   chunk_steps: int = 500
   init: str = "uniform"             # see model.INIT_SCHEMES
   ridge: float | None = None        # None: the parameterization's default
+  model: str = "single_query"       # see model.MODELS
 
   def validate(self) -> "TrainConfig":
     model_lib.get_parameterization(self.param)
     heads_lib.get_head(self.head)
+    model_lib.get_model(self.model)
     from svmattn import losses
     losses.get_loss(self.loss)
     optim_lib.get_optimizer(self.optimizer, self.lr)
@@ -74,7 +76,7 @@ class Trajectory(NamedTuple):
   W: np.ndarray           # (B, S, d, d) W or K Q^T at each snapshot
   max_prob: np.ndarray    # (B, S) (1/n) sum_i max_t s_it
   loss: np.ndarray        # (B, S)
-  attention: np.ndarray   # (B, n, T) final softmax
+  attention: np.ndarray   # (B, n, T) final softmax ((B, n, T, T) for seq2seq models)
   params: Any             # final parameters, leaves (B, ...)
   compile_seconds: float
   run_seconds: float
@@ -85,7 +87,7 @@ class Trajectory(NamedTuple):
 
   @property
   def selected(self) -> np.ndarray:
-    """alpha_hat (B, n): the token of largest final attention."""
+    """alpha_hat (B, n) (or (B, n, T) for seq2seq): the token of largest final attention."""
     return np.argmax(self.attention, axis=-1)
 
   @property
@@ -104,7 +106,7 @@ class Trainer(NamedTuple):
   def observe(self, params, data):
     """(W, mean max softmax, loss, attention) of one data set."""
     W = self.param.to_W(params)
-    _, s = model_lib.predict(self.head, W, data.X, data.Z, data.v)
+    _, s = model_lib.get_model(self.config.model)(self.head, W, data)
     return W, jnp.mean(jnp.max(s, axis=-1)), self.objective(params, data), s
 
   def init_one(self, key, data):
@@ -136,7 +138,7 @@ def make_trainer(config: TrainConfig) -> Trainer:
   config.validate()
   param = model_lib.get_parameterization(config.param)
   head = heads_lib.get_head(config.head)
-  objective = model_lib.make_loss(param, head, config.loss, config.ridge)
+  objective = model_lib.make_loss(param, head, config.loss, config.ridge, config.model)
   return Trainer(config, param, head, objective, optim_lib.get_optimizer(config.optimizer, config.lr))
 
 
