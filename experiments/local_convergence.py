@@ -129,6 +129,8 @@ def main(argv):
     arrays[f"convergence_type_{p}"] = np.array(types)
     summary["convergence_types"][p] = metrics.type_fractions(types)
 
+  summary["checks"] = checks(summary["final_corr"])
+
   with timer("write"):
     results.write_npz(f"{FLAGS.out}/results.npz", arrays)
     draw(arrays, FLAGS.params, FLAGS.out)
@@ -136,6 +138,22 @@ def main(argv):
   summary["environment"] = common.environment()
   results.write_json(f"{FLAGS.out}/summary.json", summary)
   report(summary)
+
+
+def checks(final_corr):
+  """The paper's expectations (SCIENCE.md E2: 0.996, 0.997; cross pairs about 0.86 / 0.85)."""
+  mean = {k: v["mean"] for k, v in final_corr.items()}
+  out = []
+  for key, paper in (("W_vs_fro", 0.996), ("KQ_vs_nuc", 0.997)):
+    if mean.get(key) is not None:
+      out.append({"name": f"mean final corr {key}", "value": mean[key],
+                  "expected": f">= 0.99 (authors: {paper})", "ok": mean[key] >= 0.99})
+  for cross, own, paper in (("W_vs_nuc", "W_vs_fro", 0.86), ("KQ_vs_fro", "KQ_vs_nuc", 0.85)):
+    if mean.get(cross) is not None and mean.get(own) is not None:
+      out.append({"name": f"mean final corr {cross} (cross pair)", "value": mean[cross],
+                  "expected": f"clearly below {own} (authors: about {paper})",
+                  "ok": mean[cross] < mean[own] - 0.05})
+  return out
 
 
 def draw(arrays, params, out):

@@ -1,0 +1,213 @@
+r"""Reproduce every experiment of the paper and assemble a report.
+
+    python -m experiments.reproduce --out=results            # the paper's run counts
+    python -m experiments.reproduce --out=results --quick    # small counts, < 10 min on 2 cores
+    python -m experiments.reproduce --out=results --only=E2,E5
+
+Each experiment runs as its own process (`python -m experiments.NAME --out=OUT/NAME ...`),
+so one failing experiment is recorded in the report instead of stopping the others.
+Writes OUT/report.md and OUT/report.html (every figure, the key numbers against the
+paper's expectations, wall time per experiment, software versions) and OUT/reproduce.json.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import glob
+import html
+import json
+import os
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+from experiments import common
+from svmattn import results
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out", "results", "Output directory: one subdirectory per experiment plus the report.")
+flags.DEFINE_bool("quick", False, "Small run counts (minutes instead of the paper's counts).")
+flags.DEFINE_list("only", [], "Run only these experiments (ids like E2 or names like local_convergence).")
+flags.DEFINE_integer("seed", 0, "Seed passed to every experiment.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  id: str
+  module: str
+  title: str
+  quick: tuple[str, ...] = ()
+  paper: tuple[str, ...] = ()
+
+
+EXPERIMENTS = (
+    Experiment("E1", "paths_2d", "2-D picture of global convergence"),
+    Experiment("E2", "local_convergence", "Local convergence of normalized GD (W and (K,Q))",
+               quick=("--runs=30",)),
+    Experiment("E3", "svm_rank", "Rank of Frobenius vs nuclear SVM solutions"),
+    Experiment("E4", "overparam", "Over-parameterization: global / local / not-local convergence"),
+    Experiment("E5", "multi_token", "Multi-token selection with a ReLU head (Gen-SVM)"),
+    Experiment("E6", "lambda_head", "Lambda head: tokens selected vs lambda"),
+    Experiment("E7", "reg_path", "Regularization paths RP-W and RP-KQ"),
+    Experiment("E8", "seq_causal", "Sequence-to-sequence and causal attention"),
+    Experiment("E9", "feasibility", "Feasibility of Att-SVM vs d"),
+)
+
+
+def selected():
+  if not FLAGS.only:
+    return list(EXPERIMENTS)
+  wanted = {w.strip() for w in FLAGS.only}
+  known = {e.id for e in EXPERIMENTS} | {e.module for e in EXPERIMENTS}
+  unknown = wanted - known
+  if unknown:
+    raise app.UsageError(f"--only: unknown experiment(s) {sorted(unknown)}; known: "
+                         f"{', '.join(e.id + '=' + e.module for e in EXPERIMENTS)}")
+  return [e for e in EXPERIMENTS if e.id in wanted or e.module in wanted]
+
+
+def run_one(exp: Experiment, out: str) -> dict:
+  target = os.path.join(out, exp.module)
+  extra = exp.quick if FLAGS.quick else exp.paper
+  cmd = [sys.executable, "-m", f"experiments.{exp.module}", f"--out={target}", f"--seed={FLAGS.seed}",
+         "--noprogress", *extra]
+  print(f"[{exp.id}] {exp.title}: {' '.join(cmd[1:])}", flush=True)
+  t0 = time.perf_counter()
+  proc = subprocess.run(cmd, capture_output=True, text=True)
+  wall = time.perf_counter() - t0
+  record = {"id": exp.id, "module": exp.module, "title": exp.title, "command": " ".join(cmd[1:]),
+            "wall_s": wall, "returncode": proc.returncode, "dir": exp.module}
+  os.makedirs(target, exist_ok=True)
+  with results.atomic_path(os.path.join(target, "log.txt")) as tmp:
+    with open(tmp, "w") as f:
+      f.write(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+  if proc.returncode != 0:
+    record["error"] = proc.stderr.strip()[-2000:]
+    print(f"[{exp.id}] FAILED after {wall:.1f}s (see {target}/log.txt)", flush=True)
+    return record
+  try:
+    with open(os.path.join(target, "summary.json")) as f:
+      summary = json.load(f)
+  except (OSError, ValueError) as e:
+    record["returncode"], record["error"] = -1, f"no readable summary.json: {e}"
+    return record
+  record["checks"] = summary.get("checks", [])
+  record["timings_s"] = summary.get("timings_s", {})
+  record["figures"] = sorted(os.path.relpath(p, out) for p in glob.glob(os.path.join(target, "*.png")))
+  record["stdout"] = proc.stdout.strip()[-3000:]
+  ok = sum(bool(c.get("ok")) for c in record["checks"])
+  print(f"[{exp.id}] done in {wall:.1f}s: {ok}/{len(record['checks'])} checks as expected", flush=True)
+  return record
+
+
+def _fmt(value):
+  if isinstance(value, float):
+    return f"{value:.4g}"
+  if isinstance(value, list):
+    return ", ".join(_fmt(v) for v in value)
+  return str(value)
+
+
+def write_markdown(path, records, meta):
+  lines = ["# svmattn: reproduction of \"Transformers as Support Vector Machines\"", "",
+           f"Mode: {'quick' if meta['quick'] else 'paper run counts'}; seed {meta['seed']}; "
+           f"total wall time {meta['total_s']:.1f} s.", "",
+           "## Key numbers against the paper's expectations", "",
+           "| exp. | check | value | expected | as expected |", "|---|---|---|---|---|"]
+  for r in records:
+    if "error" in r:
+      lines.append(f"| {r['id']} | experiment failed | - | - | no |")
+    for c in r.get("checks", []):
+      lines.append(f"| {r['id']} | {c['name']} | {_fmt(c['value'])} | {c['expected']} | "
+                   f"{'yes' if c.get('ok') else '**no**'} |")
+  lines += ["", "## Wall time per experiment", "", "| exp. | title | wall (s) | status |", "|---|---|---|---|"]
+  for r in records:
+    lines.append(f"| {r['id']} | {r['title']} | {r['wall_s']:.1f} | "
+                 f"{'ok' if r['returncode'] == 0 else 'failed'} |")
+  for r in records:
+    lines += ["", f"## {r['id']}: {r['title']}", "", f"`python -m {r['command']}`", ""]
+    if "error" in r:
+      lines += ["Failed:", "", "```", r["error"], "```"]
+      continue
+    if r.get("stdout"):
+      lines += ["```", r["stdout"], "```", ""]
+    for fig in r.get("figures", []):
+      lines += [f"![{fig}]({fig})", ""]
+  lines += ["", "## Software", "", "```", json.dumps(meta["environment"], indent=2), "```", ""]
+  with results.atomic_path(path) as tmp:
+    with open(tmp, "w") as f:
+      f.write("\n".join(lines))
+
+
+def write_html(path, records, meta, out):
+  esc = html.escape
+  parts = ["<!doctype html><html><head><meta charset='utf-8'><title>svmattn report</title>",
+           "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
+           "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
+           ".no{color:#b00;font-weight:bold}.yes{color:#070}img{max-width:100%;margin:.5em 0}"
+           "pre{background:#f6f6f6;padding:.5em;overflow-x:auto}</style></head><body>",
+           "<h1>svmattn: reproduction of &ldquo;Transformers as Support Vector Machines&rdquo;</h1>",
+           f"<p>Mode: {'quick' if meta['quick'] else 'paper run counts'}; seed {meta['seed']}; "
+           f"total wall time {meta['total_s']:.1f} s.</p>",
+           "<h2>Key numbers against the paper's expectations</h2><table>"
+           "<tr><th>exp.</th><th>check</th><th>value</th><th>expected</th><th>as expected</th></tr>"]
+  for r in records:
+    if "error" in r:
+      parts.append(f"<tr><td>{r['id']}</td><td>experiment failed</td><td>-</td><td>-</td>"
+                   "<td class='no'>no</td></tr>")
+    for c in r.get("checks", []):
+      ok = bool(c.get("ok"))
+      parts.append(f"<tr><td>{r['id']}</td><td>{esc(c['name'])}</td><td>{esc(_fmt(c['value']))}</td>"
+                   f"<td>{esc(str(c['expected']))}</td><td class='{'yes' if ok else 'no'}'>"
+                   f"{'yes' if ok else 'no'}</td></tr>")
+  parts.append("</table><h2>Wall time per experiment</h2><table><tr><th>exp.</th><th>title</th>"
+               "<th>wall (s)</th><th>status</th></tr>")
+  for r in records:
+    parts.append(f"<tr><td>{r['id']}</td><td>{esc(r['title'])}</td><td>{r['wall_s']:.1f}</td>"
+                 f"<td>{'ok' if r['returncode'] == 0 else 'failed'}</td></tr>")
+  parts.append("</table>")
+  for r in records:
+    parts.append(f"<h2>{r['id']}: {esc(r['title'])}</h2><p><code>python -m {esc(r['command'])}</code></p>")
+    if "error" in r:
+      parts.append(f"<p class='no'>Failed:</p><pre>{esc(r['error'])}</pre>")
+      continue
+    if r.get("stdout"):
+      parts.append(f"<pre>{esc(r['stdout'])}</pre>")
+    for fig in r.get("figures", []):
+      with open(os.path.join(out, fig), "rb") as f:
+        data = base64.b64encode(f.read()).decode()
+      parts.append(f"<figure><img alt='{esc(fig)}' src='data:image/png;base64,{data}'>"
+                   f"<figcaption>{esc(fig)}</figcaption></figure>")
+  parts.append(f"<h2>Software</h2><pre>{esc(json.dumps(meta['environment'], indent=2))}</pre></body></html>")
+  with results.atomic_path(path) as tmp:
+    with open(tmp, "w") as f:
+      f.write("\n".join(parts))
+
+
+def main(argv):
+  del argv
+  experiments = selected()
+  out = FLAGS.out
+  os.makedirs(out, exist_ok=True)
+  t0 = time.perf_counter()
+  records = [run_one(e, out) for e in experiments]
+  meta = {"quick": FLAGS.quick, "seed": FLAGS.seed, "total_s": time.perf_counter() - t0,
+          "environment": common.environment()}
+  results.write_json(os.path.join(out, "reproduce.json"), {"meta": meta, "experiments": records})
+  write_markdown(os.path.join(out, "report.md"), records, meta)
+  write_html(os.path.join(out, "report.html"), records, meta, out)
+  failed = [r["id"] for r in records if r["returncode"] != 0]
+  unexpected = [f"{r['id']}:{c['name']}" for r in records for c in r.get("checks", []) if not c.get("ok")]
+  print(f"\nreport: {out}/report.md and {out}/report.html ({meta['total_s']:.0f} s)")
+  if failed:
+    print(f"failed experiments: {', '.join(failed)}")
+  if unexpected:
+    print(f"checks not as expected: {', '.join(unexpected)}")
+  return 1 if failed else 0
+
+
+if __name__ == "__main__":
+  app.run(main)
