@@ -27,7 +27,30 @@ def define_common_flags(runs: int = 100, seed: int = 0):
   flags.DEFINE_string("data", None, "Run on the data sets of this .npz (X (B,n,T,d), Y (B,n), Z (B,n,d), "
                       "v (B,d)) instead of generated ones.")
   flags.DEFINE_bool("progress", True, "Show progress bars / log lines on stderr.")
+  flags.DEFINE_bool("compilation_cache", True, "Keep compiled XLA programs on disk so that repeated runs "
+                    "skip compilation (see --compilation_cache_dir).")
+  flags.DEFINE_string("compilation_cache_dir", DEFAULT_CACHE_DIR, "Directory of the persistent compilation cache.")
   flags.mark_flag_as_required("out")
+  # Runs when the flags are parsed, before main and before anything is compiled.
+  flags.register_multi_flags_validator(["compilation_cache", "compilation_cache_dir"], _enable_cache)
+
+
+DEFAULT_CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "svmattn", "jax")
+
+
+def _enable_cache(values) -> bool:
+  if values["compilation_cache"]:
+    enable_compilation_cache(values["compilation_cache_dir"])
+  return True
+
+
+def enable_compilation_cache(path: str = DEFAULT_CACHE_DIR) -> None:
+  """Persistent XLA compilation cache in ``path`` (every program, however fast it compiled)."""
+  import jax
+  os.makedirs(path, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", path)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 def dtype():
