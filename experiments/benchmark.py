@@ -1,14 +1,24 @@
-r"""Benchmarks: wall time of the E2 default experiment against the authors' code.
+r"""Benchmarks: every figure is a ratio against a baseline measured in the same run.
 
-    python -m experiments.benchmark --out=results/benchmark
+    python -m experiments.benchmark --out=results/benchmark                 # everything
+    python -m experiments.benchmark --out=DIR --suites=gd,svm --batch_sizes=1,100,10000
 
-E2 end to end: runs ``python -m experiments.local_convergence`` on its defaults
-(100 data sets, n=6, T=8, d=10, 2000 normalized steps, W and (K,Q), all SVM
-solves) --repeats times in fresh processes, and reports the wall time of the whole
-process (imports, compilation, training, SVM solves, writing) and of each stage,
-with compilation separate. The ratio is against the authors' PyTorch notebooks,
-286 s on a 2-core machine of this kind (SCIENCE.md section 8; their code is not
-vendored here, so that figure is a quoted reference, not re-measured).
+Suites (--suites):
+  gd     normalized-GD data-set-steps per second at E2 sizes (n=6, T=8, d=10, W) for each batch
+         size, against a naive baseline in the same run (a Python loop over data sets and steps
+         calling a jitted single-data-set step, as a notebook would); compile time separately;
+         cost growth with n, T and d (gd_scaling.png).
+  floor  the physical floor of the GD step: flops and bytes per data-set-step from XLA's cost
+         analysis of the compiled step, this machine's float64 matmul rate and memory bandwidth
+         measured in the same run, and achieved / floor.
+  svm    Att-SVM solves per second, Frobenius (NNLS; and the on-device dual solver) and nuclear
+         (SCS through one reused DPP problem), against a naive baseline in the same run
+         (constraints appended one by one in a Python loop, a fresh cvxpy problem per data set,
+         the same solver); scaling with the number of constraints n(T-1) and variables d^2.
+  e2     the E2 default experiment end to end in fresh processes, against the authors' code
+         (286 s on a 2-core machine of this kind: a quoted reference, SCIENCE.md section 8).
+  quick  `reproduce --quick` end to end.
+Writes DIR/benchmark.json and figures; prints a table.
 """
 from __future__ import annotations
 
@@ -21,56 +31,280 @@ import time
 
 from absl import app
 from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from experiments import common
+from svmattn import data as data_lib
+from svmattn import plots
 from svmattn import results
+from svmattn import svm as svm_lib
+from svmattn import svm_dual
+from svmattn import train as train_lib
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("out", None, "Directory for benchmark.json.")
-flags.DEFINE_integer("repeats", 3, "Fresh-process repetitions of the E2 default run.")
-flags.DEFINE_list("e2_flags", [], "Extra flags for the E2 run (e.g. --runs=20), for quick checks.")
+flags.DEFINE_string("out", None, "Directory for benchmark.json and figures.")
+flags.DEFINE_list("suites", ["gd", "floor", "svm", "e2"], "Suites to run: gd, floor, svm, e2, quick.")
+flags.DEFINE_list("batch_sizes", ["1", "10", "100", "1000", "10000", "100000"], "GD batch sizes.")
+flags.DEFINE_integer("gd_steps", 200, "Steps per timed GD call.")
+flags.DEFINE_integer("naive_sets", 4, "Data sets in the naive GD baseline (times per data set are constant).")
+flags.DEFINE_integer("svm_sets", 50, "Data sets per SVM measurement.")
+flags.DEFINE_integer("repeats", 3, "Repetitions (the best is kept for kernels, the median for end to end).")
+flags.DEFINE_list("e2_flags", [], "Extra flags for the E2 end-to-end run (e.g. --runs=20).")
 
 AUTHORS_E2_SECONDS = 286.0
+E2 = dict(n=6, T=8, d=10)
 
 
-def run_e2(extra):
-  with tempfile.TemporaryDirectory() as tmp:
-    cmd = [sys.executable, "-m", "experiments.local_convergence", f"--out={tmp}", "--noprogress", *extra]
+def best_time(fn, repeats):
+  times = []
+  for _ in range(repeats):
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-      raise RuntimeError(f"E2 run failed:\n{proc.stderr[-3000:]}")
-    with open(os.path.join(tmp, "summary.json")) as f:
-      summary = json.load(f)
-  return wall, summary
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - t0)
+  return min(times)
+
+
+def gd_kernel(B, n, T, d, steps, param="W"):
+  """(compile_s, run_s, compiled step fn for the floor) for B data sets x steps."""
+  config = train_lib.TrainConfig(param=param, steps=steps, snapshot_every=steps, chunk_steps=steps)
+  trainer = train_lib.make_trainer(config)
+  runs = np.arange(B)
+  batch = data_lib.generate(data_lib.DataSpec(n, T, d), 0, runs)
+  keys = train_lib.init_keys(0, runs)
+  state = jax.jit(jax.vmap(trainer.init_one))(keys, batch)
+  fn = jax.jit(jax.vmap(lambda st, dt: trainer.advance_one(st, dt, steps, 1)))
+  t0 = time.perf_counter()
+  compiled = fn.lower(state, batch).compile()
+  compile_s = time.perf_counter() - t0
+  run_s = best_time(lambda: compiled(state, batch), FLAGS.repeats)
+  return compile_s, run_s, trainer, state, batch
+
+
+def naive_gd(n, T, d, steps, sets):
+  """Python loop over data sets and steps, one jitted single-data-set step per call."""
+  config = train_lib.TrainConfig(param="W", steps=steps)
+  trainer = train_lib.make_trainer(config)
+  runs = np.arange(sets)
+  batch = data_lib.generate(data_lib.DataSpec(n, T, d), 0, runs)
+  keys = train_lib.init_keys(0, runs)
+  step = jax.jit(trainer.step_one)
+  init = jax.jit(trainer.init_one)
+  one = data_lib.take(batch, 0)
+  jax.block_until_ready(step(init(keys[0], one), one))  # compile outside the timing
+
+  def run():
+    out = []
+    for b in range(sets):
+      dset = data_lib.take(batch, b)
+      st = init(keys[b], dset)
+      for _ in range(steps):
+        st = step(st, dset)
+      out.append(st.params)
+    return out
+
+  return best_time(run, FLAGS.repeats)
+
+
+def suite_gd(report):
+  n, T, d = E2["n"], E2["T"], E2["d"]
+  steps = FLAGS.gd_steps
+  naive_steps = min(steps, 100)
+  naive_s = naive_gd(n, T, d, naive_steps, FLAGS.naive_sets)
+  naive_rate = FLAGS.naive_sets * naive_steps / naive_s
+  rows = []
+  for B in [int(b) for b in FLAGS.batch_sizes]:
+    compile_s, run_s, *_ = gd_kernel(B, n, T, d, steps)
+    rate = B * steps / run_s
+    rows.append({"batch": B, "steps": steps, "compile_s": compile_s, "run_s": run_s,
+                 "dataset_steps_per_s": rate, "vs_naive": rate / naive_rate})
+    print(f"gd  B={B:>7}  {rate:12.4g} data-set-steps/s  {rate / naive_rate:8.1f}x naive  "
+          f"(compile {compile_s:.2f}s, run {run_s:.3f}s)", flush=True)
+  scaling = {}
+  for name, values in (("n", [2, 6, 12, 24]), ("T", [4, 8, 16, 32]), ("d", [5, 10, 20, 40])):
+    sizes = []
+    for value in values:
+      shape = dict(E2, **{name: value})
+      B = 1000
+      _, run_s, *_ = gd_kernel(B, shape["n"], shape["T"], shape["d"], 50)
+      sizes.append({"value": value, "us_per_dataset_step": 1e6 * run_s / (B * 50)})
+    scaling[name] = sizes
+  fig, axes = plots.figure(3, width=3.6)
+  for ax, (name, sizes) in zip(axes, scaling.items()):
+    ax.loglog([s["value"] for s in sizes], [s["us_per_dataset_step"] for s in sizes], "o-")
+    ax.set(xlabel=name, ylabel="us per data-set-step", title=f"GD cost vs {name} (B=1000)")
+  if FLAGS.out:
+    plots.save(fig, os.path.join(FLAGS.out, "gd_scaling.png"))
+  report["gd"] = {"naive": {"dataset_steps_per_s": naive_rate, "sets": FLAGS.naive_sets, "steps": naive_steps},
+                  "batched": rows, "best_vs_naive": max(r["vs_naive"] for r in rows),
+                  "best_dataset_steps_per_s": max(r["dataset_steps_per_s"] for r in rows),
+                  "scaling": scaling}
+
+
+def machine_peaks():
+  """float64 matmul flop rate and memory bandwidth of this machine, measured now."""
+  a = jnp.ones((1024, 1024), jnp.float64)
+  mm = jax.jit(lambda x: x @ x)
+  jax.block_until_ready(mm(a))
+  flops = 2 * 1024 ** 3 / best_time(lambda: mm(a), 5)
+  big = jnp.ones((32 * 1024 * 1024,), jnp.float64)  # 256 MiB
+  copy = jax.jit(lambda x: x * 1.0000001)
+  jax.block_until_ready(copy(big))
+  bandwidth = 2 * big.nbytes / best_time(lambda: copy(big), 5)
+  return flops, bandwidth
+
+
+def suite_floor(report):
+  B = 10000
+  _, run_s, trainer, state, batch = gd_kernel(B, E2["n"], E2["T"], E2["d"], FLAGS.gd_steps)
+  step = jax.jit(jax.vmap(trainer.step_one)).lower(state, batch).compile()
+  cost = step.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops_per = float(cost.get("flops", float("nan"))) / B
+  bytes_per = float(cost.get("bytes accessed", float("nan"))) / B
+  peak_flops, bandwidth = machine_peaks()
+  achieved = run_s / (B * FLAGS.gd_steps)
+  floor = max(flops_per / peak_flops, bytes_per / bandwidth)
+  report["floor"] = {"batch": B, "flops_per_dataset_step": flops_per, "bytes_per_dataset_step": bytes_per,
+                     "machine_float64_matmul_flops": peak_flops, "machine_bandwidth_bytes_per_s": bandwidth,
+                     "floor_s_per_dataset_step": floor, "achieved_s_per_dataset_step": achieved,
+                     "achieved_over_floor": achieved / floor,
+                     "bound": "compute" if flops_per / peak_flops > bytes_per / bandwidth else "memory"}
+  print(f"floor: {flops_per:.0f} flops and {bytes_per:.0f} bytes per data-set-step; machine "
+        f"{peak_flops / 1e9:.1f} GFLOP/s float64, {bandwidth / 1e9:.1f} GB/s -> floor {1e9 * floor:.0f} ns, "
+        f"achieved {1e9 * achieved:.0f} ns ({achieved / floor:.1f}x the floor)", flush=True)
+
+
+def naive_svm(X, Z, alpha, norm):
+  """Constraints built one by one in Python, a fresh cvxpy problem per data set."""
+  import cvxpy as cp
+  n, T, d = X.shape
+  W = cp.Variable((d, d))
+  constraints = []
+  for i in range(n):
+    for t in range(T):
+      if t != alpha[i]:
+        constraints.append((X[i, alpha[i]] - X[i, t]) @ W @ Z[i] >= 1)
+  objective = cp.normNuc(W) if norm == "nuc" else cp.sum_squares(W)
+  prob = cp.Problem(cp.Minimize(objective), constraints)
+  prob.solve(solver="SCS", eps=1e-9, max_iters=200_000)
+  return W.value
+
+
+def time_svm(fn, sets):
+  t0 = time.perf_counter()
+  for b in range(sets):
+    fn(b)
+  return sets / (time.perf_counter() - t0)
+
+
+def svm_data(sets, n, T, d):
+  batch = data_lib.generate(data_lib.DataSpec(n, T, d), 0, np.arange(sets))
+  X, Z = np.asarray(batch.X), np.asarray(batch.Z)
+  alpha = np.random.RandomState(0).randint(0, T, (sets, n))
+  return X, Z, alpha
+
+
+def suite_svm(report):
+  sets = FLAGS.svm_sets
+  X, Z, alpha = svm_data(sets, **E2)
+  rows = {}
+  naive_sets = max(5, sets // 5)
+  for norm in ("fro", "nuc"):
+    svm_lib.att_svm(X[0], Z[0], alpha[0], norm)  # build the DPP problem outside the timing
+    ours = time_svm(lambda b: svm_lib.att_svm(X[b], Z[b], alpha[b], norm), sets)
+    naive = time_svm(lambda b: naive_svm(X[b], Z[b], alpha[b], norm), naive_sets)
+    rows[norm] = {"ours_solves_per_s": ours, "naive_solves_per_s": naive, "vs_naive": ours / naive,
+                  "solver": svm_lib.DEFAULT_SOLVER[norm]}
+    print(f"svm {norm}: {ours:10.1f} solves/s ({svm_lib.DEFAULT_SOLVER[norm]}), naive {naive:8.2f} solves/s "
+          f"-> {ours / naive:.1f}x", flush=True)
+  Xb, Zb, ab = svm_data(2000, **E2)
+  svm_dual.att_svm_fro_batch(Xb[:10], Zb[:10], ab[:10])
+  dual_B = svm_dual.att_svm_fro_batch(Xb, Zb, ab)  # compile for this shape
+  t0 = time.perf_counter()
+  dual_B = svm_dual.att_svm_fro_batch(Xb, Zb, ab)
+  dual_rate = len(Xb) / (time.perf_counter() - t0)
+  rows["fro_device_dual"] = {"solves_per_s": dual_rate, "batch": len(Xb),
+                             "fallbacks": int(dual_B["fallback"].sum()),
+                             "max_kkt_residual": float(np.max(dual_B["kkt_residual"])),
+                             "vs_naive": dual_rate / rows["fro"]["naive_solves_per_s"]}
+  print(f"svm fro on-device dual (B={len(Xb)}): {dual_rate:10.1f} solves/s, "
+        f"{int(dual_B['fallback'].sum())} fallbacks, max KKT residual {np.max(dual_B['kkt_residual']):.1e}",
+        flush=True)
+  scaling = []
+  for n, T, d in ((6, 4, 10), (6, 8, 10), (6, 16, 10), (6, 32, 10), (6, 8, 5), (6, 8, 20), (6, 8, 30)):
+    Xs, Zs, als = svm_data(10, n, T, d)
+    entry = {"n": n, "T": T, "d": d, "constraints": n * (T - 1), "variables": d * d}
+    for norm in ("fro", "nuc"):
+      svm_lib.att_svm(Xs[0], Zs[0], als[0], norm)
+      entry[f"{norm}_ms"] = 1e3 / time_svm(lambda b: svm_lib.att_svm(Xs[b], Zs[b], als[b], norm), 10)
+    scaling.append(entry)
+  rows["scaling"] = scaling
+  fig, axes = plots.figure(2, width=4.2)
+  for ax, key, label in ((axes[0], "constraints", "constraints n(T-1) (d=10)"), (axes[1], "variables", "variables d^2 (T=8)")):
+    pick = [e for e in scaling if (e["d"] == 10 if key == "constraints" else e["T"] == 8)]
+    for norm, style in (("fro", "o-"), ("nuc", "s--")):
+      ax.loglog([e[key] for e in pick], [e[f"{norm}_ms"] for e in pick], style, label=norm)
+    ax.set(xlabel=label, ylabel="ms per solve")
+    ax.legend()
+  if FLAGS.out:
+    plots.save(fig, os.path.join(FLAGS.out, "svm_scaling.png"))
+  report["svm"] = rows
+
+
+def run_process(args):
+  t0 = time.perf_counter()
+  proc = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True)
+  if proc.returncode != 0:
+    raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+  return time.perf_counter() - t0
+
+
+def suite_e2(report):
+  rows = []
+  for i in range(FLAGS.repeats):
+    with tempfile.TemporaryDirectory() as tmp:
+      wall = run_process(["experiments.local_convergence", f"--out={tmp}", "--noprogress",
+                          "--nocompilation_cache", *FLAGS.e2_flags])
+      with open(os.path.join(tmp, "summary.json")) as f:
+        summary = json.load(f)
+    t = summary["timings_s"]
+    compile_s = sum(t["compile"].values())
+    rows.append({"process_wall_s": wall, "in_process_total_s": t["total"], "compile_s": compile_s,
+                 "svm_s": t["svm"], "train_s_excl_compile": sum(v for k, v in t.items() if k.startswith("train_")) - compile_s,
+                 "corr_W_fro": summary["final_corr"]["W_vs_fro"]["mean"],
+                 "corr_KQ_nuc": summary["final_corr"]["KQ_vs_nuc"]["mean"]})
+    print(f"e2 run {i}: process {wall:.2f}s (in-process {t['total']:.2f}s, compile {compile_s:.2f}s, "
+          f"svm {t['svm']:.2f}s)", flush=True)
+  median = float(np.median([r["process_wall_s"] for r in rows]))
+  report["e2"] = {"runs": rows, "e2_flags": FLAGS.e2_flags, "median_process_wall_s": median,
+                  "authors_reference_s": AUTHORS_E2_SECONDS, "speedup_vs_authors": AUTHORS_E2_SECONDS / median}
+  print(f"e2 default end to end: median {median:.2f} s over {len(rows)} fresh processes, no compilation "
+        f"cache -> {AUTHORS_E2_SECONDS / median:.1f}x faster than the authors' {AUTHORS_E2_SECONDS:.0f} s", flush=True)
+
+
+def suite_quick(report):
+  with tempfile.TemporaryDirectory() as tmp:
+    wall = run_process(["experiments.reproduce", f"--out={tmp}", "--quick"])
+  report["quick"] = {"reproduce_quick_wall_s": wall}
+  print(f"reproduce --quick: {wall:.1f} s", flush=True)
+
+
+SUITES = {"gd": suite_gd, "floor": suite_floor, "svm": suite_svm, "e2": suite_e2, "quick": suite_quick}
 
 
 def main(argv):
   del argv
-  rows = []
-  for i in range(FLAGS.repeats):
-    wall, summary = run_e2(FLAGS.e2_flags)
-    t = summary["timings_s"]
-    compile_s = sum(t["compile"].values())
-    rows.append({"process_wall_s": wall, "in_process_total_s": t["total"], "compile_s": compile_s,
-                 "train_s_excl_compile": sum(t[k] for k in t if k.startswith("train_")) - compile_s,
-                 "svm_s": t["svm"], "data_s": t["data"], "write_s": t["write"],
-                 "corr_W_fro": summary["final_corr"].get("W_vs_fro", {}).get("mean"),
-                 "corr_KQ_nuc": summary["final_corr"].get("KQ_vs_nuc", {}).get("mean")})
-    print(f"run {i}: process {wall:.2f}s (in-process {t['total']:.2f}s, compile {compile_s:.2f}s, "
-          f"svm {t['svm']:.2f}s)", flush=True)
-  best = min(rows, key=lambda r: r["process_wall_s"])
-  median = sorted(r["process_wall_s"] for r in rows)[len(rows) // 2]
-  out = {"benchmark": "E2 end to end", "e2_flags": FLAGS.e2_flags, "runs": rows,
-         "median_process_wall_s": median, "authors_reference_s": AUTHORS_E2_SECONDS,
-         "speedup_vs_authors_median": AUTHORS_E2_SECONDS / median,
-         "environment": common.environment()}
-  print(f"\nE2 default end to end: median {median:.2f} s over {len(rows)} fresh processes "
-        f"(compile {best['compile_s']:.2f} s, SVM {best['svm_s']:.2f} s) -> "
-        f"{AUTHORS_E2_SECONDS / median:.1f}x faster than the authors' 286 s")
+  unknown = set(FLAGS.suites) - set(SUITES)
+  if unknown:
+    raise app.UsageError(f"--suites: unknown {sorted(unknown)}; known: {sorted(SUITES)}")
+  report = {"device": str(jax.devices()[0]), "environment": common.environment()}
+  for name in FLAGS.suites:
+    SUITES[name](report)
   if FLAGS.out:
-    results.write_json(os.path.join(FLAGS.out, "benchmark.json"), out)
+    results.write_json(os.path.join(FLAGS.out, "benchmark.json"), report)
+    print(f"wrote {FLAGS.out}/benchmark.json")
 
 
 if __name__ == "__main__":

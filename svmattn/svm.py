@@ -164,6 +164,19 @@ def _solve_cvxpy(A: np.ndarray, d: int, norm: str, solver: str):
   return "optimal", w / lowest, dual, "" if status == cp.OPTIMAL else status
 
 
+def _solve_scs_direct(A: np.ndarray, d: int):
+  from svmattn import svm_nuclear
+  if A.shape[0] == 0:
+    return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
+  status, w, dual, msg = svm_nuclear.solve(A, d)
+  if status != "optimal":
+    return status, w, dual, msg
+  lowest = float(np.min(A @ w))
+  if not lowest > 0.5:
+    return "failed", None, None, f"scs_direct: smallest margin {lowest:.3g}"
+  return status, w / lowest, dual, msg
+
+
 def solve_margin_program(A: np.ndarray, d: int, norm: str = "fro", solver: str | None = None):
   """min ||W|| s.t. A vec(W) >= 1. Returns (status, W (d,d) or None, dual (N,) or None, message)."""
   if norm not in NORMS:
@@ -173,6 +186,10 @@ def solve_margin_program(A: np.ndarray, d: int, norm: str = "fro", solver: str |
     if norm != "fro":
       raise ValueError("the nnls solver solves the Frobenius SVM only; use CLARABEL or SCS for 'nuc'")
     status, w, dual, msg = _solve_nnls(A, d)
+  elif solver == "scs_direct":
+    if norm != "nuc":
+      raise ValueError("the scs_direct solver solves the nuclear SVM only; use nnls for 'fro'")
+    status, w, dual, msg = _solve_scs_direct(A, d)
   else:
     status, w, dual, msg = _solve_cvxpy(A, d, norm, solver.upper())
   if status == "optimal":

@@ -1,0 +1,49 @@
+"""The direct SCS nuclear-norm Att-SVM against cvxpy (Clarabel), and its reduction."""
+import numpy as np
+import pytest
+
+import svmattn  # noqa: F401
+from svmattn import data, svm, svm_nuclear
+
+
+@pytest.fixture(scope="module")
+def cases():
+  D = data.generate(data.DataSpec(n=3, T=4, d=5), 2, np.arange(6))
+  alpha = np.random.RandomState(3).randint(0, 4, (6, 3))
+  return np.asarray(D.X), np.asarray(D.Z), alpha
+
+
+def test_matches_clarabel(cases):
+  X, Z, alpha = cases
+  for b in range(len(X)):
+    ours = svm.att_svm(X[b], Z[b], alpha[b], "nuc", "scs_direct")
+    ref = svm.att_svm(X[b], Z[b], alpha[b], "nuc", "CLARABEL")
+    assert ours.ok and ref.ok
+    assert np.nanmin(ours.margins) >= 1 - 1e-9
+    assert abs(ours.objective / ref.objective - 1) <= 1e-6
+    # strong duality of the nuclear SVM: objective = sum of the multipliers
+    assert abs(ours.dual.sum() / ours.objective - 1) <= 1e-6
+    # dual feasibility: || sum_j dual_j A_j ||_2 <= 1
+    A, keep = svm.margin_matrix(X[b], Z[b], alpha[b])
+    M = (ours.dual[keep] @ A).reshape(5, 5)
+    assert np.linalg.norm(M, 2) <= 1 + 1e-6
+
+
+def test_reduction_keeps_the_constraints(cases):
+  X, Z, alpha = cases
+  A, _ = svm.margin_matrix(X[0], Z[0], alpha[0])
+  QL, QR, Ar = svm_nuclear.reduce(A, 5)
+  assert QL.shape == (5, 5) and QR.shape == (5, 3)      # W z_i matters for the n=3 queries only
+  np.testing.assert_allclose(QR.T @ QR, np.eye(3), atol=1e-12)
+  Wr = np.random.RandomState(0).randn(5, 3)
+  np.testing.assert_allclose(Ar @ Wr.reshape(-1), A @ (QL @ Wr @ QR.T).reshape(-1), atol=1e-12)
+
+
+def test_infeasible_and_wrong_norm(cases):
+  X, Z, _ = cases
+  x = X[0].copy()
+  x[0, 1] = x[0, 0]
+  res = svm.att_svm(x, Z[0], np.zeros(3, int), "nuc", "scs_direct")
+  assert res.status == "infeasible" and res.W is None
+  with pytest.raises(ValueError, match="nuclear"):
+    svm.att_svm(X[0], Z[0], np.zeros(3, int), "fro", "scs_direct")
