@@ -136,3 +136,56 @@ def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callabl
     return value
 
   return objective
+
+
+# ----------------------------------------------------------------------------
+# Sequence-to-sequence and causal attention (SCIENCE.md section 7)
+# ----------------------------------------------------------------------------
+# One data set: X (n,T,d) tokens, Z (n,K,d) queries (K = T and Z = X: every
+# position k is a query z_ik = x_ik), Y (n,K) one label per query, v the head.
+
+def causal_mask(K: int, T: int) -> jax.Array:
+  """(K,T) bool: query position k may attend to token t exactly when t <= k."""
+  return jnp.arange(T)[None, :] <= jnp.arange(K)[:, None]
+
+
+def seq2seq_logits(W: jax.Array, X: jax.Array, Z: jax.Array, causal: bool = False) -> jax.Array:
+  """x_it^T W z_ik for one data set: X (n,T,d), Z (n,K,d) -> (n,K,T).
+
+  causal: logits of future tokens (t > k) are -inf, so their softmax weight is
+  exactly 0 and no gradient reaches them. Position k = 0 attends to itself only.
+  """
+  logits = jnp.einsum("ntd,nkd->nkt", X, Z @ W.T)
+  if causal:
+    logits = jnp.where(causal_mask(Z.shape[1], X.shape[1]), logits, -jnp.inf)
+  return logits
+
+
+def seq2seq_attention(W: jax.Array, X: jax.Array, Z: jax.Array, causal: bool = False) -> jax.Array:
+  """s_ik = softmax_t(x_it^T W z_ik) (masked to t <= k when causal): (n,K,T)."""
+  return jax.nn.softmax(seq2seq_logits(W, X, Z, causal), axis=-1)
+
+
+def _predict_seq(head: heads_lib.Head, W, data, causal: bool) -> tuple[jax.Array, jax.Array]:
+  s = seq2seq_attention(W, data.X, data.Z, causal)                        # (n,K,T)
+  r = jax.vmap(pooled_token, in_axes=(1, None), out_axes=1)(s, data.X)    # (n,K,d) r_ik = X_i^T s_ik
+  f = jax.vmap(jax.vmap(head.apply, (None, 0)), (None, 0))(data.v, r)     # (n,K) f_ik = h(r_ik)
+  return f, s
+
+
+def predict_seq2seq(head: heads_lib.Head, W, data) -> tuple[jax.Array, jax.Array]:
+  """Sequence-to-sequence attention: every position is a query (data.Z (n,T,d) = X).
+
+  f_ik = h(X_i^T softmax(X_i W z_ik)): f (n,T) (labels Y (n,T)), s (n,T,T)."""
+  return _predict_seq(head, W, data, causal=False)
+
+
+def predict_causal(head: heads_lib.Head, W, data) -> tuple[jax.Array, jax.Array]:
+  """Causal attention: as ``predict_seq2seq`` with position k attending to t <= k only.
+
+  f (n,T), s (n,T,T) with s_ikt = 0 exactly for t > k."""
+  return _predict_seq(head, W, data, causal=True)
+
+
+MODELS["seq2seq"] = predict_seq2seq
+MODELS["causal"] = predict_causal
