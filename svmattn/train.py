@@ -10,6 +10,15 @@ runs ``snapshot_every`` optimizer steps between two snapshots.
 
 A snapshot records, per data set: W (or K Q^T), the mean over sequences of the
 largest attention probability (1/n) sum_i max_t s_it, and the loss.
+
+Blocks: the batch is cut into blocks of ``block_size`` data sets (the last one
+padded with copies of the last data set); ``vmap`` runs within a block and
+``lax.map`` over blocks. XLA's float results depend on the shape of the
+vectorized computation, never on the values or positions of the other data sets
+in it, so with a fixed block size a data set's trajectory is bit for bit the same
+whatever the batch size, the number of devices or the pipeline batch it ran in:
+this is what makes replay and multi-device runs exact. Blocks also keep the
+working set in cache for large batches.
 """
 from __future__ import annotations
 
@@ -43,6 +52,7 @@ class TrainConfig:
   init: str = "uniform"             # see model.INIT_SCHEMES
   ridge: float | None = None        # None: the parameterization's default
   model: str = "single_query"       # see model.MODELS
+  block_size: int = 64              # data sets per vectorized block (see module docstring)
 
   def validate(self) -> "TrainConfig":
     model_lib.get_parameterization(self.param)
@@ -53,7 +63,7 @@ class TrainConfig:
     optim_lib.get_optimizer(self.optimizer, self.lr)
     if self.init not in model_lib.INIT_SCHEMES:
       raise ValueError(f"TrainConfig.init must be one of {model_lib.INIT_SCHEMES}, got {self.init!r}")
-    for name in ("steps", "snapshot_every", "chunk_steps"):
+    for name in ("steps", "snapshot_every", "chunk_steps", "block_size"):
       value = getattr(self, name)
       if not isinstance(value, (int, np.integer)) or value < (0 if name == "steps" else 1):
         raise ValueError(f"TrainConfig.{name} must be a {'non-negative' if name == 'steps' else 'positive'} "
@@ -148,22 +158,45 @@ def init_keys(seed: int, runs) -> jax.Array:
   return jax.vmap(lambda r: data_lib.split_run_key(data_lib.run_key(seed, r))[1])(runs)
 
 
-# jitted, vmapped functions cached per trainer (the shapes are the jit cache key)
+# jitted, blocked functions cached per trainer (the shapes are the jit cache key)
 _JIT_CACHE: dict = {}
+
+
+def _blocked(fn, block: int):
+  """fn vmapped over a block, lax.map over blocks: leading axis B (a multiple of block)."""
+  batched = jax.vmap(fn)
+
+  def run(*args):
+    B = jax.tree_util.tree_leaves(args)[0].shape[0]
+    split = lambda x: x.reshape((B // block, block) + x.shape[1:])
+    out = jax.lax.map(lambda a: batched(*a), jax.tree_util.tree_map(split, args))
+    return jax.tree_util.tree_map(lambda x: x.reshape((B,) + x.shape[2:]), out)
+
+  return run
 
 
 def _compiled(trainer: Trainer, kind: str, *static):
   key = (trainer.config, kind) + static
   if key not in _JIT_CACHE:
     if kind == "init":
-      fn = jax.vmap(trainer.init_one)
+      fn = trainer.init_one
     elif kind == "observe":
-      fn = jax.vmap(trainer.observe)
+      fn = trainer.observe
     else:
       every, snapshots = static
-      fn = jax.vmap(lambda st, dt: trainer.advance_one(st, dt, every, snapshots))
-    _JIT_CACHE[key] = jax.jit(fn)
+      fn = lambda st, dt: trainer.advance_one(st, dt, every, snapshots)  # noqa: E731
+    _JIT_CACHE[key] = jax.jit(_blocked(fn, trainer.config.block_size))
   return _JIT_CACHE[key]
+
+
+def pad_to_blocks(tree, block: int):
+  """Pad the leading axis to a multiple of block with copies of the last entry."""
+  B = jax.tree_util.tree_leaves(tree)[0].shape[0]
+  extra = -B % block
+  if not extra:
+    return tree
+  return jax.tree_util.tree_map(
+      lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)]), tree)
 
 
 def schedule(steps: int, every: int, chunk_steps: int) -> list[tuple[int, int]]:
@@ -195,6 +228,9 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   B = data.X.shape[0]
   if keys.shape[0] != B:
     raise ValueError(f"train: {keys.shape[0]} keys for {B} data sets")
+  if B == 0:
+    raise ValueError("train: no data sets (B = 0)")
+  data, keys = pad_to_blocks((data, keys), config.block_size)
   plan = schedule(config.steps, config.snapshot_every, config.chunk_steps)
 
   t0 = time.perf_counter()
@@ -218,6 +254,6 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   _, _, _, s = observe(state.params, data)
   out = jax.device_get((Ws, ps, ls, s, state.params))
   run_seconds = time.perf_counter() - t0
-  Ws, ps, ls, s, params = out
+  Ws, ps, ls, s, params = jax.tree_util.tree_map(lambda x: x[:B], out)
   return Trajectory(np.asarray(steps), np.concatenate(Ws, 1), np.concatenate(ps, 1),
                     np.concatenate(ls, 1), np.asarray(s), params, compile_seconds, run_seconds)
