@@ -62,19 +62,25 @@ def load_or_generate(spec: data_lib.DataSpec, head=None):
   from svmattn import heads
   head = head or heads.LINEAR
   if FLAGS.data:
-    data = data_lib.load_npz(FLAGS.data, dtype())
+    try:
+      data = data_lib.load_npz(FLAGS.data, dtype())
+    except data_lib.DataError as e:
+      sys.exit(f"error: --data: {e}")  # one clear line, exit status 1, nothing written
     runs = np.arange(data.X.shape[0])
   else:
     if FLAGS.runs < 1:
-      raise ValueError(f"--runs must be >= 1, got {FLAGS.runs}")
+      sys.exit(f"error: --runs must be >= 1, got {FLAGS.runs}")
     runs = np.arange(FLAGS.runs)
-    data = data_lib.generate(spec, FLAGS.seed, runs, head, dtype=dtype())
+    # drawn in float64 and rounded, so that float32 runs see the same data sets
+    data = data_lib.generate(spec, FLAGS.seed, runs, head)
+    data = data_lib.Dataset(*(np.asarray(a).astype(dtype()) for a in data))
   return data, runs
 
 
 def flag_values() -> dict:
   """The values of the flags svmattn's binaries define (for summary.json)."""
-  return {name: FLAGS[name].value for name in FLAGS if name not in _ABSL_FLAGS}
+  return {name: FLAGS[name].value for name in FLAGS
+          if name not in _ABSL_FLAGS and not FLAGS.find_module_defining_flag(name, "").startswith("absl")}
 
 
 def environment() -> dict:

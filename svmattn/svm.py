@@ -44,7 +44,9 @@ class SVMResult:
   status:   "optimal" | "infeasible" | "failed"
   support:  (n, T) bool, the active constraints (support tokens); all False unless optimal
   margins:  (n, T) (x_{i,alpha_i} - x_it)^T W z_i, NaN at t = alpha_i (None unless optimal)
-  dual:     (n, T) constraint multipliers (0 at t = alpha_i), None if the solver gave none
+  dual:     (n, T) constraint multipliers (0 at t = alpha_i), None if the solver gave none;
+            fro: W = sum_it dual_it (x_{i,alpha_i} - x_it) z_i^T (the multipliers of 1/2 ||W||^2);
+            nuc: the multipliers of ||W||_*, summing to the objective
   objective: ||W|| in the problem's norm (NaN unless optimal)
   """
   status: str
@@ -161,6 +163,8 @@ def _solve_cvxpy(A: np.ndarray, d: int, norm: str, solver: str):
   if not lowest > 0.5:  # an accurate solve has margins 1 - 1e-6 or better
     return "failed", None, None, f"{solver}: {status}, smallest margin {lowest:.3g}"
   dual = np.asarray(constraint.dual_value).reshape(-1) if constraint.dual_value is not None else None
+  if dual is not None and norm == "fro":
+    dual = dual / 2  # cvxpy minimizes ||W||^2, not ||W||^2 / 2: report lambda with W = A^T lambda
   return "optimal", w / lowest, dual, "" if status == cp.OPTIMAL else status
 
 

@@ -1,0 +1,208 @@
+"""svmattn.data: the generator, DataSpec validation, .npz files and their errors."""
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import RUNS, SEED, SPEC, host
+from svmattn import data as data_lib
+from svmattn import heads
+
+
+# ----------------------------------------------------------------------------
+# Generator
+# ----------------------------------------------------------------------------
+
+def test_generate_shapes_dtype_and_unit_norms(batch):
+  B, (n, T, d) = len(RUNS), (SPEC.n, SPEC.T, SPEC.d)
+  assert batch.X.shape == (B, n, T, d)
+  assert batch.Y.shape == (B, n)
+  assert batch.Z.shape == (B, n, d)
+  assert batch.v.shape == (B, d)
+  for a in batch:
+    assert a.dtype == np.float64
+  X, Y, Z, v = host(batch)
+  np.testing.assert_allclose(np.linalg.norm(X, axis=-1), 1.0, rtol=0, atol=1e-14)
+  np.testing.assert_allclose(np.linalg.norm(Z, axis=-1), 1.0, rtol=0, atol=1e-14)
+  np.testing.assert_allclose(np.linalg.norm(v, axis=-1), 1.0, rtol=0, atol=1e-14)
+  assert set(np.unique(Y)) <= {-1.0, 1.0}
+  # different runs are different data sets
+  assert not np.array_equal(X[0], X[1])
+
+
+def test_generate_float32(batch32):
+  for a in batch32:
+    assert a.dtype == np.float32
+  np.testing.assert_allclose(np.linalg.norm(np.asarray(batch32.X, np.float64), axis=-1), 1.0, atol=1e-6)
+  assert set(np.unique(np.asarray(batch32.Y))) <= {-1.0, 1.0}
+
+
+def test_data_set_is_bit_identical_whatever_the_batch(batch):
+  """Data set r of seed s does not depend on the batch it is drawn in (size or order)."""
+  runs = [5, 2, 0]
+  other = data_lib.generate(SPEC, SEED, runs)
+  for j, r in enumerate(runs):
+    if r < len(RUNS):
+      for a, b in zip(other, batch):
+        assert np.array_equal(np.asarray(a[j]), np.asarray(b[r]))
+  # and it depends on the seed
+  assert not np.array_equal(np.asarray(data_lib.generate(SPEC, SEED + 1, runs).X[2]), np.asarray(batch.X[0]))
+
+
+def test_generate_self_attention_positive_labels():
+  spec = data_lib.DataSpec(n=2, T=3, d=4, attention="self", query_pos=1, labels="positive")
+  ds = host(data_lib.generate(spec, 7, [0, 1]))
+  np.testing.assert_array_equal(ds.Z, ds.X[:, :, 1])
+  np.testing.assert_array_equal(ds.Y, 1.0)
+
+
+def test_run_key_is_fold_in():
+  np.testing.assert_array_equal(np.asarray(data_lib.run_key(3, 5)),
+                                np.asarray(jax.random.fold_in(jax.random.PRNGKey(3), 5)))
+
+
+def test_take(batch):
+  sub = data_lib.take(host(batch), [2, 0])
+  np.testing.assert_array_equal(sub.X[1], np.asarray(batch.X[0]))
+  assert sub.Y.shape == (2, SPEC.n)
+
+
+# ----------------------------------------------------------------------------
+# DataSpec.validate
+# ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"n": 0}, r"DataSpec\.n must be a positive integer"),
+    ({"d": -2}, r"DataSpec\.d must be a positive integer"),
+    ({"T": 2.5}, r"DataSpec\.T must be a positive integer"),
+    ({"T": 1}, r"DataSpec\.T must be >= 2"),
+    ({"attention": "causal"}, r"DataSpec\.attention must be 'cross' or 'self'"),
+    ({"attention": "self", "query_pos": 4}, r"DataSpec\.query_pos must be in \[0, T=4\)"),
+    ({"attention": "self", "query_pos": -1}, r"DataSpec\.query_pos"),
+    ({"labels": "binary"}, r"DataSpec\.labels must be 'random' or 'positive'"),
+])
+def test_dataspec_validate_errors(kwargs, match):
+  spec = data_lib.DataSpec(**{**dict(n=3, T=4, d=6), **kwargs})
+  with pytest.raises(ValueError, match=match):
+    spec.validate()
+
+
+def test_dataspec_validate_ok_and_generate_checks():
+  assert SPEC.validate() is SPEC
+  with pytest.raises(ValueError, match="DataSpec.T"):
+    data_lib.generate(data_lib.DataSpec(n=2, T=1, d=3), 0, [0])
+
+
+# ----------------------------------------------------------------------------
+# Files
+# ----------------------------------------------------------------------------
+
+def test_save_load_round_trip(batch, tmp_path):
+  path = tmp_path / "sets.npz"
+  data_lib.save_npz(path, batch)
+  assert sorted(os.listdir(tmp_path)) == ["sets.npz"]  # no temporary files left
+  loaded = data_lib.load_npz(path)
+  for a, b in zip(loaded, batch):
+    assert a.dtype == np.float64
+    assert np.array_equal(a, np.asarray(b))
+  loaded32 = data_lib.load_npz(path, np.float32)
+  assert all(a.dtype == np.float32 for a in loaded32)
+
+
+def _write_arrays(path, **arrays):
+  with open(path, "wb") as f:
+    np.savez(f, **arrays)
+  return str(path)
+
+
+def _arrays(batch):
+  return dict(host(batch)._asdict())
+
+
+def test_load_missing_file(tmp_path):
+  path = tmp_path / "nope.npz"
+  with pytest.raises(data_lib.DataError, match="no such data file") as e:
+    data_lib.load_npz(path)
+  assert str(path) in str(e.value)
+
+
+def test_load_not_an_npz(tmp_path):
+  path = tmp_path / "text.npz"
+  path.write_text("X,Y,Z\n1,2,3\n")
+  with pytest.raises(data_lib.DataError, match="not a readable .npz data file"):
+    data_lib.load_npz(path)
+
+
+def test_load_corrupt_bytes(batch, tmp_path):
+  path = tmp_path / "cut.npz"
+  data_lib.save_npz(path, batch)
+  raw = path.read_bytes()
+  path.write_bytes(raw[: len(raw) // 2])  # truncated: no zip directory
+  with pytest.raises(data_lib.DataError, match="not a readable .npz data file"):
+    data_lib.load_npz(path)
+  path.write_bytes(bytes(range(256)) * 4)
+  with pytest.raises(data_lib.DataError, match="not a readable .npz data file"):
+    data_lib.load_npz(path)
+
+
+def test_load_pickled_object_array(tmp_path):
+  arrays = {"X": np.empty((1,), object), "Y": np.ones((1, 2)), "Z": np.ones((1, 2, 2)), "v": np.ones((1, 2))}
+  path = _write_arrays(tmp_path / "pickle.npz", **arrays)
+  with pytest.raises(data_lib.DataError, match="not a readable .npz data file"):
+    data_lib.load_npz(path)
+
+
+def test_load_missing_array(batch, tmp_path):
+  arrays = _arrays(batch)
+  del arrays["v"]
+  path = _write_arrays(tmp_path / "nov.npz", **arrays)
+  with pytest.raises(data_lib.DataError, match=r"missing array\(s\) \['v'\]") as e:
+    data_lib.load_npz(path)
+  assert path in str(e.value)
+
+
+@pytest.mark.parametrize("field, change, match", [
+    ("X", lambda a: a[0], r"X must have shape \(B, n, T, d\)"),
+    ("X", lambda a: a[:, :, :1], r"at least T=2 tokens"),
+    ("Y", lambda a: a[:, :-1], r"Y must have shape \(4, 3\)"),
+    ("Z", lambda a: a[..., :-1], r"Z must have shape \(4, 3, 6\)"),
+    ("v", lambda a: a[:, :-1], r"v must have shape \(4, 6\)"),
+    ("X", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 5, np.nan, a), r"'X' has 1 non-finite"),
+    ("Z", lambda a: np.where(np.arange(a.size).reshape(a.shape) < 2, np.inf, a), r"'Z' has 2 non-finite"),
+    ("Y", lambda a: np.where(a > 0, 1.0, 0.0), r"labels Y must be -1 or \+1"),
+    ("Y", lambda a: 2 * a, r"labels Y must be -1 or \+1"),
+])
+def test_load_bad_contents(batch, tmp_path, field, change, match):
+  arrays = _arrays(batch)
+  arrays[field] = change(arrays[field])
+  path = _write_arrays(tmp_path / "bad.npz", **arrays)
+  with pytest.raises(data_lib.DataError, match=match) as e:
+    data_lib.load_npz(path)
+  assert path in str(e.value)
+  assert isinstance(e.value, ValueError)
+
+
+def test_load_integer_labels_accepted(batch, tmp_path):
+  arrays = _arrays(batch)
+  arrays["Y"] = arrays["Y"].astype(np.int64)
+  loaded = data_lib.load_npz(_write_arrays(tmp_path / "int.npz", **arrays))
+  assert loaded.Y.dtype == np.float64
+  np.testing.assert_array_equal(loaded.Y, np.asarray(batch.Y))
+
+
+def test_save_invalid_data_raises_and_writes_nothing(batch, tmp_path):
+  bad = host(batch)._replace(Y=np.zeros_like(np.asarray(batch.Y)))
+  with pytest.raises(data_lib.DataError, match="labels Y"):
+    data_lib.save_npz(tmp_path / "bad.npz", bad)
+  assert os.listdir(tmp_path) == []
+
+
+def test_validate_unbatched(batch):
+  one = data_lib.take(host(batch), 0)
+  out = data_lib.validate(one, batched=False)
+  assert out.X.shape == (SPEC.n, SPEC.T, SPEC.d)
+  with pytest.raises(data_lib.DataError, match=r"X must have shape \(n, T, d\)"):
+    data_lib.validate(host(batch), batched=False)
+  with pytest.raises(data_lib.DataError, match="'v' is missing"):
+    data_lib.validate(one._replace(v=None), batched=False)

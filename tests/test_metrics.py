@@ -1,0 +1,168 @@
+"""svmattn.metrics: correlation, token selection, convergence types, numerical rank."""
+import numpy as np
+import pytest
+
+from svmattn import metrics
+from svmattn import svm
+
+
+# ----------------------------------------------------------------------------
+# corr
+# ----------------------------------------------------------------------------
+
+def test_corr_properties():
+  rng = np.random.default_rng(0)
+  A, B = rng.normal(size=(2, 5, 5))
+  np.testing.assert_allclose(metrics.corr(A, A), 1.0, rtol=1e-15)
+  np.testing.assert_allclose(metrics.corr(A, -A), -1.0, rtol=1e-15)
+  np.testing.assert_allclose(metrics.corr(A, B), metrics.corr(B, A), rtol=1e-15)
+  np.testing.assert_allclose(metrics.corr(3.0 * A, 0.01 * B), metrics.corr(A, B), rtol=1e-13)
+  np.testing.assert_allclose(metrics.corr(A, B), np.sum(A * B) / np.linalg.norm(A) / np.linalg.norm(B), rtol=1e-14)
+  # orthogonal matrices: 0
+  E1, E2 = np.zeros((2, 3, 3))
+  E1[0, 1], E2[1, 0] = 1.0, 2.0
+  assert metrics.corr(E1, E2) == 0.0
+  # bounded by Cauchy-Schwarz
+  many = rng.normal(size=(200, 3, 3))
+  c = metrics.corr(many, many[::-1])
+  assert c.shape == (200,) and np.all(np.abs(c) <= 1)
+
+
+def test_corr_broadcasts_over_leading_axes():
+  rng = np.random.default_rng(1)
+  curves = rng.normal(size=(4, 7, 3, 3))  # (B, S, d, d)
+  svm_W = rng.normal(size=(4, 3, 3))
+  c = metrics.corr(curves, svm_W[:, None])
+  assert c.shape == (4, 7)
+  np.testing.assert_allclose(c[2, 5], metrics.corr(curves[2, 5], svm_W[2]), rtol=1e-15)
+
+
+def test_corr_nan_for_zero_or_nan():
+  A = np.eye(3)
+  assert np.isnan(metrics.corr(A, np.zeros((3, 3))))
+  assert np.isnan(metrics.corr(A, np.full((3, 3), np.nan)))
+  c = metrics.corr(np.stack([A, A]), np.stack([A, np.zeros((3, 3))]))
+  assert c[0] == 1.0 and np.isnan(c[1])
+
+
+def test_optimal_and_selected_tokens():
+  gamma = np.array([[0.1, 0.5, -1.0], [2.0, 1.0, 0.0]])
+  np.testing.assert_array_equal(metrics.optimal_tokens(gamma), [1, 0])
+  s = np.array([[[0.2, 0.1, 0.7], [0.6, 0.3, 0.1]]])
+  np.testing.assert_array_equal(metrics.selected_tokens(s), [[2, 0]])
+
+
+# ----------------------------------------------------------------------------
+# Convergence types on a hand-built data set
+# ----------------------------------------------------------------------------
+# One sequence, d = 2, query z = e1, so (x_a - x_t)^T W z = (x_a - x_t)^T w with w = W e1,
+# and the Frobenius SVM is the vector SVM min ||w|| s.t. (x_a - x_t)^T w >= 1.
+# Tokens x0 = (0,0), x1 = (1,0), x2 = (2,2).  For alpha = 0:
+#   -w1 >= 1 and -2 w1 - 2 w2 >= 1  ->  w = (-1, 0); support = {1}; token 2 has margin 2.
+# Scores gamma_t = v^T x_t:
+#   v = (-1, 2): gamma = (0, -1, 2): opt = 2; alpha = 0 beats its only support token 1 -> local.
+#   v = ( 1, 2): gamma = (0,  1, 6): token 1 (support) beats alpha = 0 -> not-local.
+# alpha = 1 (the middle token) with x3 = (2,0) added is infeasible on the line x_2 = 0.
+
+X = np.array([[[0.0, 0.0], [1.0, 0.0], [2.0, 2.0]]])
+Z = np.array([[1.0, 0.0]])
+
+
+def _gamma(v):
+  """gamma_it = v^T x_it (labels +1): (1, 3)."""
+  return X @ np.asarray(v, float)
+
+
+def test_hand_built_svm():
+  r = svm.att_svm(X, Z, np.array([0]))
+  assert r.ok
+  np.testing.assert_allclose(r.W, [[-1.0, 0.0], [0.0, 0.0]], atol=1e-12)
+  np.testing.assert_array_equal(r.support, [[False, True, False]])
+  np.testing.assert_allclose(r.margins, [[np.nan, 1.0, 2.0]], atol=1e-12)
+
+
+def test_convergence_type_local():
+  gamma = _gamma([-1.0, 2.0])
+  np.testing.assert_allclose(gamma, [[0.0, -1.0, 2.0]])
+  alpha = np.array([0])
+  r = svm.att_svm(X, Z, alpha)
+  assert metrics.is_locally_optimal(gamma, alpha, r)
+  assert metrics.convergence_type(gamma, alpha, r) == "local"
+  # at opt it is global
+  r_opt = svm.att_svm(X, Z, np.array([2]))
+  assert metrics.convergence_type(gamma, np.array([2]), r_opt) == "global"
+
+
+def test_convergence_type_not_local():
+  gamma = _gamma([1.0, 2.0])
+  np.testing.assert_allclose(gamma, [[0.0, 1.0, 6.0]])
+  alpha = np.array([0])
+  r = svm.att_svm(X, Z, alpha)
+  assert not metrics.is_locally_optimal(gamma, alpha, r)
+  assert metrics.convergence_type(gamma, alpha, r) == "not-local"
+
+
+def test_convergence_type_tie_with_a_support_token_is_not_local():
+  gamma = np.array([[0.0, 0.0, 2.0]])  # gamma_alpha = gamma of the support token: not strictly greater
+  r = svm.att_svm(X, Z, np.array([0]))
+  assert metrics.convergence_type(gamma, np.array([0]), r) == "not-local"
+
+
+def test_convergence_type_infeasible_is_not_local():
+  X_line = np.array([[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]]])
+  alpha = np.array([1])
+  r = svm.att_svm(X_line, Z, alpha)
+  assert r.status == "infeasible"
+  gamma = np.array([[0.0, 1.0, 5.0]])
+  assert not metrics.is_locally_optimal(gamma, alpha, r)
+  assert metrics.convergence_type(gamma, alpha, r) == "not-local"
+  # global is decided by the selection alone
+  assert metrics.convergence_type(np.array([[0.0, 9.0, 5.0]]), alpha, r) == "global"
+
+
+def test_convergence_type_with_two_sequences():
+  """Every sequence must be locally optimal: one bad sequence makes the run not-local.
+  Queries e1 and e2 decouple the sequences (columns W e1 and W e2)."""
+  X2 = np.concatenate([X, X])
+  Z2 = np.eye(2)
+  good, bad = _gamma([-1.0, 2.0])[0], _gamma([1.0, 2.0])[0]
+  alpha = np.array([0, 0])
+  r = svm.att_svm(X2, Z2, alpha)
+  np.testing.assert_array_equal(r.support, [[False, True, False]] * 2)
+  assert metrics.convergence_type(np.stack([good, good]), alpha, r) == "local"
+  assert metrics.convergence_type(np.stack([good, bad]), alpha, r) == "not-local"
+  alpha = np.array([2, 0])  # sequence 0 at its optimal token, sequence 1 locally optimal
+  assert metrics.convergence_type(np.stack([good, good]), alpha, svm.att_svm(X2, Z2, alpha)) == "local"
+  alpha = np.array([2, 2])
+  assert metrics.convergence_type(np.stack([good, good]), alpha, svm.att_svm(X2, Z2, alpha)) == "global"
+
+
+def test_type_fractions():
+  fr = metrics.type_fractions(["global", "local", "global", "not-local"])
+  assert fr == {"global": 0.5, "local": 0.25, "not-local": 0.25}
+  assert metrics.type_fractions([]) == {"global": 0.0, "local": 0.0, "not-local": 0.0}
+
+
+# ----------------------------------------------------------------------------
+# Ranks
+# ----------------------------------------------------------------------------
+
+def test_numerical_rank():
+  rng = np.random.default_rng(2)
+  U, V = rng.normal(size=(2, 6, 2))
+  W = U @ V.T  # rank 2
+  assert metrics.numerical_rank(W) == 2
+  noisy = W + 1e-9 * rng.normal(size=(6, 6))
+  assert metrics.numerical_rank(noisy) == 2
+  assert metrics.numerical_rank(noisy, rtol=1e-12) == 6
+  batch = np.stack([W, np.eye(6), np.zeros((6, 6)), np.outer(U[:, 0], V[:, 0])])
+  np.testing.assert_array_equal(metrics.numerical_rank(batch), [2, 6, 0, 1])
+  # scale invariant
+  assert metrics.numerical_rank(1e8 * W) == 2 and metrics.numerical_rank(1e-8 * W) == 2
+
+
+def test_mean_std_ignores_nan():
+  x = np.array([[1.0, np.nan], [3.0, 2.0]])
+  mean, std = metrics.mean_std(x)
+  np.testing.assert_allclose(mean, [2.0, 2.0])
+  np.testing.assert_allclose(std, [1.0, 0.0])
