@@ -122,8 +122,9 @@ def get_model(name: str) -> Callable:
 
 
 def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callable = "logistic",
-              ridge: float | None = None, model: str = "single_query") -> Callable[[Params, Any], jax.Array]:
-  """The training objective of one data set: loss(params, data) -> scalar."""
+              ridge: float | None = None, model: str = "single_query",
+              loss_scale: float = 1.0) -> Callable[[Params, Any], jax.Array]:
+  """The training objective of one data set: loss(params, data) -> scalar, times loss_scale."""
   ell = losses_lib.get_loss(loss) if isinstance(loss, str) else loss
   lam = param.ridge if ridge is None else ridge
   forward = get_model(model)
@@ -133,7 +134,7 @@ def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callabl
     value = jnp.mean(ell(data.Y * f))
     if lam:
       value = value + lam * sum(jnp.sum(p * p) for p in jax.tree_util.tree_leaves(params))
-    return value
+    return value * loss_scale if loss_scale != 1.0 else value
 
   return objective
 

@@ -27,8 +27,12 @@ def normalize_by_leaf_norm() -> optax.GradientTransformation:
     del params
 
     def normalize(g):
-      norm = jnp.sqrt(jnp.sum(g * g))
-      return jnp.where(norm > 0, g / jnp.where(norm > 0, norm, 1), jnp.zeros_like(g))
+      # g / ||g|| computed as u / ||u|| with u = g / max|g|: squaring a gradient of 1e-25
+      # would underflow in float32 (and one of 1e-170 in float64) although g / ||g|| is fine.
+      peak = jnp.max(jnp.abs(g))
+      u = g / jnp.where(peak > 0, peak, 1)
+      norm = jnp.sqrt(jnp.sum(u * u))
+      return jnp.where(peak > 0, u / jnp.where(norm > 0, norm, 1), jnp.zeros_like(g))
 
     return jax.tree_util.tree_map(normalize, updates), state
 

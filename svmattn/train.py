@@ -53,6 +53,7 @@ class TrainConfig:
   ridge: float | None = None        # None: the parameterization's default
   model: str = "single_query"       # see model.MODELS
   block_size: int = 64              # data sets per vectorized block (see module docstring)
+  loss_scale: float = 1.0           # the objective is multiplied by this (see model.make_loss)
 
   def validate(self) -> "TrainConfig":
     model_lib.get_parameterization(self.param)
@@ -117,7 +118,10 @@ class Trainer(NamedTuple):
     """(W, mean max softmax, loss, attention) of one data set."""
     W = self.param.to_W(params)
     _, s = model_lib.get_model(self.config.model)(self.head, W, data)
-    return W, jnp.mean(jnp.max(s, axis=-1)), self.objective(params, data), s
+    loss = self.objective(params, data)
+    if self.config.loss_scale != 1.0:
+      loss = loss / self.config.loss_scale
+    return W, jnp.mean(jnp.max(s, axis=-1)), loss, s
 
   def init_one(self, key, data):
     d = data.X.shape[-1]
@@ -148,7 +152,7 @@ def make_trainer(config: TrainConfig) -> Trainer:
   config.validate()
   param = model_lib.get_parameterization(config.param)
   head = heads_lib.get_head(config.head)
-  objective = model_lib.make_loss(param, head, config.loss, config.ridge, config.model)
+  objective = model_lib.make_loss(param, head, config.loss, config.ridge, config.model, config.loss_scale)
   return Trainer(config, param, head, objective, optim_lib.get_optimizer(config.optimizer, config.lr))
 
 
