@@ -219,13 +219,25 @@ def schedule(steps: int, every: int, chunk_steps: int) -> list[tuple[int, int]]:
   return plan
 
 
+def snapshot_steps(plan: list[tuple[int, int]]) -> np.ndarray:
+  """(S,) the step of every snapshot of a schedule, 0 included."""
+  steps = [0]
+  for every, snaps in plan:
+    steps.extend(steps[-1] + every * np.arange(1, snaps + 1))
+  return np.asarray(steps)
+
+
 def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
-          progress: Callable[[int], None] | None = None) -> Trajectory:
+          progress: Callable[[int], None] | None = None, checkpoints=None) -> Trajectory:
   """Train one model per data set (vmapped over the leading axis B).
 
   data: batch of B data sets (jax or numpy arrays, float64 or float32: kept as given).
   keys: (B,) initialization keys (``init_keys(seed, runs)``).
   progress: called with the number of steps just done after each chunk.
+  checkpoints: a ``svmattn.checkpoint.Checkpoints``: the state and the snapshots so far
+    are saved after every chunk, and training starts from the newest checkpoint found
+    there. Resumed runs are bit for bit equal to uninterrupted ones (same compiled
+    chunks applied to the same restored state).
   """
   trainer = make_trainer(config)
   data = data_lib.Dataset(*(jnp.asarray(a) for a in data))
@@ -236,6 +248,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     raise ValueError("train: no data sets (B = 0)")
   data, keys = pad_to_blocks((data, keys), config.block_size)
   plan = schedule(config.steps, config.snapshot_every, config.chunk_steps)
+  steps = snapshot_steps(plan)
 
   t0 = time.perf_counter()
   init = _compiled(trainer, "init").lower(keys, data).compile()
@@ -247,17 +260,39 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   compile_seconds = time.perf_counter() - t0
 
   t0 = time.perf_counter()
-  W0, p0, l0, _ = observe(state.params, data)
-  Ws, ps, ls, steps = [W0[:, None]], [p0[:, None]], [l0[:, None]], [0]
-  for every, snaps in plan:
-    state, (W, p, l) = calls[(every, snaps)](state, data)
-    Ws.append(W), ps.append(p), ls.append(l)
-    steps.extend(steps[-1] + every * np.arange(1, snaps + 1))
+  W0, p0, l0, _ = jax.device_get(observe(state.params, data))
+  snaps = {"W": np.zeros((W0.shape[0], len(steps)) + W0.shape[1:], W0.dtype),
+           "max_prob": np.zeros((len(p0), len(steps)), p0.dtype),
+           "loss": np.zeros((len(l0), len(steps)), l0.dtype)}
+  snaps["W"][:, 0], snaps["max_prob"][:, 0], snaps["loss"][:, 0] = W0, p0, l0
+  leaves, treedef = jax.tree_util.tree_flatten(state)
+  start = 0
+  if checkpoints is not None:
+    template = {"state": {str(i): np.asarray(x) for i, x in enumerate(leaves)}, "snapshots": snaps,
+                "chunk": np.zeros((), np.int64)}
+    found = checkpoints.restore_latest(template)
+    if found is not None:
+      _, tree = found
+      start = int(tree["chunk"])
+      state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(tree["state"][str(i)]) for i in range(len(leaves))])
+      snaps = {k: np.array(v) for k, v in tree["snapshots"].items()}
+      if progress is not None and start:
+        progress(sum(every * k for every, k in plan[:start]))
+  pos = 1 + sum(k for _, k in plan[:start])
+  for chunk in range(start, len(plan)):
+    every, k = plan[chunk]
+    state, (W, p, l) = calls[(every, k)](state, data)
+    snaps["W"][:, pos:pos + k], snaps["max_prob"][:, pos:pos + k], snaps["loss"][:, pos:pos + k] = (
+        jax.device_get((W, p, l)))
+    pos += k
+    if checkpoints is not None:
+      checkpoints.save(chunk + 1, {"state": {str(i): x for i, x in enumerate(jax.tree_util.tree_leaves(state))},
+                                   "snapshots": snaps, "chunk": np.asarray(chunk + 1, np.int64)})
     if progress is not None:
-      progress(every * snaps)
+      progress(every * k)
   _, _, _, s = observe(state.params, data)
-  out = jax.device_get((Ws, ps, ls, s, state.params))
+  s, params = jax.device_get((s, state.params))
   run_seconds = time.perf_counter() - t0
-  Ws, ps, ls, s, params = jax.tree_util.tree_map(lambda x: x[:B], out)
-  return Trajectory(np.asarray(steps), np.concatenate(Ws, 1), np.concatenate(ps, 1),
-                    np.concatenate(ls, 1), np.asarray(s), params, compile_seconds, run_seconds)
+  cut = lambda x: np.asarray(x)[:B]  # noqa: E731
+  return Trajectory(steps, cut(snaps["W"]), cut(snaps["max_prob"]), cut(snaps["loss"]), cut(s),
+                    jax.tree_util.tree_map(cut, params), compile_seconds, run_seconds)

@@ -1,0 +1,105 @@
+"""Checkpoints of a training batch (orbax-checkpoint), with clear errors.
+
+    ckpt = Checkpoints(directory, meta={"flags": ..., "batch": 3, "shapes": ...})
+    ckpt.save(step, tree)                 # after each chunk; keeps the last ``keep``
+    found = ckpt.restore_latest(template)  # (step, tree) or None
+
+``meta`` identifies the run: restoring a checkpoint whose meta differs (other flags,
+other shapes, another batch) raises CheckpointError naming the differing fields,
+instead of silently continuing another run. A step that cannot be read (a save
+killed half-way that left files behind, corrupt files) is skipped with a warning
+and the previous complete step is used; orbax itself only exposes steps whose
+save finished (it writes to a temporary name and renames).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint that cannot be used for this run, with the reason."""
+
+
+def _normalize(meta):
+  return json.loads(json.dumps(meta, sort_keys=True, default=lambda x: np.asarray(x).tolist()))
+
+
+def _differences(saved, wanted, prefix=""):
+  out = []
+  for key in sorted(set(saved) | set(wanted)):
+    a, b = saved.get(key, "<missing>"), wanted.get(key, "<missing>")
+    if isinstance(a, dict) and isinstance(b, dict):
+      out += _differences(a, b, f"{prefix}{key}.")
+    elif a != b:
+      out.append(f"{prefix}{key}: checkpoint has {a!r}, this run has {b!r}")
+  return out
+
+
+class Checkpoints:
+  """The checkpoints of one run in ``directory`` (created if missing)."""
+
+  def __init__(self, directory: str, meta: dict, keep: int = 3):
+    import orbax.checkpoint as ocp
+    self.directory = os.path.abspath(directory)
+    self.meta = _normalize(meta)
+    self._ocp = ocp
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, enable_async_checkpointing=False)
+    try:
+      self._manager = ocp.CheckpointManager(self.directory, options=options)
+    except Exception as e:  # noqa: BLE001
+      raise CheckpointError(f"{self.directory}: cannot open checkpoints ({type(e).__name__}: {e})") from e
+
+  def steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
+
+  def save(self, step: int, tree: Any) -> None:
+    ocp = self._ocp
+    self._manager.save(int(step), args=ocp.args.Composite(state=ocp.args.StandardSave(tree),
+                                                          meta=ocp.args.JsonSave(self.meta)), force=True)
+    self._manager.wait_until_finished()
+
+  def _read_meta(self, step):
+    path = os.path.join(self.directory, str(step), "meta", "metadata")
+    with open(path) as f:
+      return json.load(f)
+
+  def restore_latest(self, template: Any):
+    """(step, tree) of the newest readable checkpoint, or None when there is none.
+
+    Raises CheckpointError if the newest readable checkpoint belongs to another run."""
+    ocp = self._ocp
+    for step in reversed(self.steps()):
+      where = os.path.join(self.directory, str(step))
+      try:
+        saved = self._read_meta(step)
+      except (OSError, ValueError) as e:
+        log.warning("checkpoint %s: unreadable metadata (%s); trying an older step", where, e)
+        continue
+      diff = _differences(saved, self.meta)
+      if diff:
+        raise CheckpointError(f"checkpoint {where} belongs to another run: " + "; ".join(diff[:6])
+                              + ". Use another --out, or remove it to start afresh.")
+      try:
+        restored = self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(template)))
+      except Exception as e:  # noqa: BLE001 - corrupt or partial files
+        log.warning("checkpoint %s is unreadable (%s: %s); trying an older step", where, type(e).__name__,
+                    str(e)[:200])
+        continue
+      return step, restored["state"]
+    return None
+
+  def remove(self) -> None:
+    """Delete every checkpoint of this run (after its results are safely written)."""
+    self._manager.close()
+    shutil.rmtree(self.directory, ignore_errors=True)
+
+  def close(self) -> None:
+    self._manager.close()
