@@ -39,6 +39,8 @@ DEFAULT_CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expand
 
 
 def _enable_cache(values) -> bool:
+  if FLAGS["verbosity"].using_default_value:
+    logging.set_verbosity(logging.WARNING)  # orbax and jax log a lot at INFO; --verbosity=0 shows it
   if values["compilation_cache"]:
     enable_compilation_cache(values["compilation_cache_dir"])
   return True
@@ -113,3 +115,12 @@ class Timer:
 
   def total(self):
     return time.perf_counter() - self.start
+
+
+def file_sha256(path: str) -> str:
+  import hashlib
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()

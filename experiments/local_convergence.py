@@ -24,6 +24,8 @@ import jax
 import numpy as np
 
 from experiments import common
+from svmattn import analysis
+from svmattn import checkpoint
 from svmattn import data as data_lib
 from svmattn import heads
 from svmattn import metrics
@@ -31,6 +33,7 @@ from svmattn import plots
 from svmattn import progress as progress_lib
 from svmattn import results
 from svmattn import svm as svm_lib
+from svmattn import sweep
 from svmattn import train as train_lib
 
 FLAGS = flags.FLAGS
@@ -49,94 +52,101 @@ flags.DEFINE_integer("query_pos", 0, "Query position for self-attention.")
 flags.DEFINE_integer("snapshot_every", 10, "Record W, softmax and loss every this many steps.")
 flags.DEFINE_integer("chunk_steps", 500, "Steps per jitted chunk (progress granularity).")
 
+flags.DEFINE_integer("batch_size", 1000, "Data sets per pipeline batch: a batch trains on device while the "
+                     "previous one's SVMs are solved on the host; memory is bounded by the batch.")
+flags.DEFINE_bool("resume", False, "Continue the unfinished run in --out from its checkpoints.")
+flags.DEFINE_integer("svm_workers", 1, "Worker processes solving SVMs while the device trains (0: inline).")
+flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept per batch and parameterization.")
+flags.DEFINE_integer("block_size", 64, "Data sets per vectorized block (results are bit-identical for a "
+                     "fixed block size, whatever the batch size or device count).")
+
 NORM_NAMES = {"fro": "Frobenius", "nuc": "nuclear"}
+# Flags that do not change the results: left out of the run's identity (so --resume may change them).
+OPERATIONAL = {"out", "resume", "progress", "svm_workers", "keep_checkpoints", "compilation_cache",
+               "compilation_cache_dir"}
 
 
-def solve_svms(data, selections, on):
-  """Frobenius and nuclear Att-SVM at each parameterization's selection, each distinct
-  (data set, selection, norm) solved once. Returns {(param, norm): [SVMResult]}."""
-  X, Z = np.asarray(data.X, np.float64), np.asarray(data.Z, np.float64)
-  distinct = {(b, sel[b].tobytes(), norm) for sel in selections.values() for b in range(len(X))
-              for norm in svm_lib.NORMS}
-  cache = {}
-  with progress_lib.Progress("SVM solves", len(distinct), "solves", enabled=on) as bar:
-    for b, key, norm in sorted(distinct):
-      alpha = np.frombuffer(key, dtype=np.int64)
-      cache[(b, key, norm)] = svm_lib.att_svm(X[b], Z[b], alpha, norm)
-      bar.update(1)
-  return {(p, norm): [cache[(b, sel[b].tobytes(), norm)] for b in range(len(X))]
-          for p, sel in selections.items() for norm in svm_lib.NORMS}
+def train_configs():
+  return tuple((p, train_lib.TrainConfig(
+      param=p, m=FLAGS.m, loss=FLAGS.loss, optimizer=FLAGS.optimizer, lr=FLAGS.lr, steps=FLAGS.steps,
+      snapshot_every=FLAGS.snapshot_every, chunk_steps=FLAGS.chunk_steps, block_size=FLAGS.block_size))
+      for p in FLAGS.params)
+
+
+def identity():
+  ident = {k: v for k, v in common.flag_values().items() if k not in OPERATIONAL}
+  if FLAGS.data:
+    ident["data_sha256"] = common.file_sha256(FLAGS.data)
+  return ident
+
+
+def token_scores(batch):
+  return np.asarray(jax.vmap(lambda v, X, Y: heads.token_scores(heads.LINEAR, v, X, Y))(
+      batch.v, batch.X, batch.Y), np.float64)
 
 
 def main(argv):
   del argv
   timer = common.Timer()
-  if FLAGS.precision == "float32":
-    logging.warning("float32: gradients of saturated softmax underflow; see BUILD.md")
   for p in FLAGS.params:
     if p not in ("W", "KQ"):
       raise app.UsageError(f"--params: unknown parameterization {p!r}; use W and/or KQ")
+  if FLAGS.batch_size < 1 or FLAGS.svm_workers < 0:
+    raise app.UsageError("--batch_size must be >= 1 and --svm_workers >= 0")
   spec = data_lib.DataSpec(FLAGS.n, FLAGS.T, FLAGS.d, FLAGS.attention, FLAGS.query_pos).validate()
-  with timer("data"):
-    data, runs = common.load_or_generate(spec)
-  B, n, T, d = data.X.shape
-  logging.info("E2: %d data sets, n=%d T=%d d=%d, params %s", B, n, T, d, FLAGS.params)
+  configs = train_configs()
+  for _, config in configs:
+    config.validate()
+  user_data = None
+  if FLAGS.data:
+    user_data, _ = common.load_or_generate(spec)
+    total = user_data.X.shape[0]
+  else:
+    if FLAGS.runs < 1:
+      raise app.UsageError(f"--runs must be >= 1, got {FLAGS.runs}")
+    total = FLAGS.runs
+  plan = sweep.Plan(configs, total, FLAGS.batch_size, FLAGS.seed, identity())
 
-  trajectories, compile_s = {}, {}
-  for p in FLAGS.params:
-    config = train_lib.TrainConfig(param=p, m=FLAGS.m, loss=FLAGS.loss, optimizer=FLAGS.optimizer,
-                                   lr=FLAGS.lr, steps=FLAGS.steps, snapshot_every=FLAGS.snapshot_every,
-                                   chunk_steps=FLAGS.chunk_steps)
-    with timer(f"train_{p}"):
-      with progress_lib.Progress(f"train {p}", FLAGS.steps, "steps", enabled=FLAGS.progress) as bar:
-        tr = train_lib.train(config, data, train_lib.init_keys(FLAGS.seed, runs), bar.update)
-    trajectories[p], compile_s[p] = tr, tr.compile_seconds
-  gamma = np.asarray(jax.vmap(lambda v, X, Y: heads.token_scores(heads.LINEAR, v, X, Y))(
-      data.v, data.X, data.Y), np.float64)
+  def load_batch(k):
+    runs = plan.batch_runs(k)
+    if user_data is not None:
+      batch = data_lib.take(user_data, runs)
+    else:
+      batch = data_lib.generate(spec, FLAGS.seed, runs)
+      batch = data_lib.Dataset(*(np.asarray(a).astype(common.dtype()) for a in batch))
+    return batch, runs, {"gamma": token_scores(batch)}
 
-  with timer("svm"):
-    selections = {p: tr.selected for p, tr in trajectories.items()}
-    solved = solve_svms(data, selections, FLAGS.progress)
-
-  arrays = {"steps": trajectories[FLAGS.params[0]].steps, "runs": runs,
-            "optimal_tokens": metrics.optimal_tokens(gamma), "token_scores": gamma}
+  try:
+    arrays, stages = sweep.run(plan, FLAGS.out, load_batch, analysis.e2_batch, FLAGS.resume, FLAGS.svm_workers,
+                               FLAGS.progress, FLAGS.keep_checkpoints)
+  except (sweep.SweepError, checkpoint.CheckpointError) as e:
+    sys.exit(f"error: {e}")
+  first = configs[0][1]
+  arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every,
+                                                                first.chunk_steps))
+  B = total
+  n, T, d = arrays["token_scores"].shape[1], arrays["token_scores"].shape[2], arrays[f"W_final_{FLAGS.params[0]}"].shape[-1]
   summary = {"experiment": "E2 local convergence", "flags": common.flag_values(),
              "data_sets": B, "shape": {"n": n, "T": T, "d": d}, "final_corr": {}, "convergence_types": {},
              "svm_status": {}, "diverged_runs": {}}
-  for p, tr in trajectories.items():
-    arrays[f"W_final_{p}"] = tr.W_final
-    arrays[f"selected_{p}"] = tr.selected
-    arrays[f"max_prob_{p}"] = tr.max_prob
-    arrays[f"loss_{p}"] = tr.loss
-    arrays[f"attention_{p}"] = tr.attention
-    summary["diverged_runs"][p] = int(np.sum(~tr.finite))
+  for p in FLAGS.params:
+    summary["diverged_runs"][p] = int(np.sum(~arrays[f"finite_{p}"]))
     for norm in svm_lib.NORMS:
-      res = solved[(p, norm)]
-      stacked = svm_lib.stack(res, d)
-      arrays[f"svm_{norm}_{p}"] = stacked["W"]
-      arrays[f"svm_{norm}_{p}_status"] = stacked["status"]
-      arrays[f"svm_{norm}_{p}_support"] = stacked["support"]
-      curve = metrics.corr(tr.W, stacked["W"][:, None])             # (B, S)
-      arrays[f"corr_{p}_{norm}"] = curve
-      final = curve[:, -1]
-      summary["final_corr"][f"{p}_vs_{norm}"] = {
-          "mean": float(np.nanmean(final)) if np.any(np.isfinite(final)) else None,
-          "std": float(np.nanstd(final)) if np.any(np.isfinite(final)) else None,
-          "min": float(np.nanmin(final)) if np.any(np.isfinite(final)) else None,
-          "solved": int(np.sum(np.isfinite(final)))}
-      summary["svm_status"][f"{norm}_{p}"] = {s: int(np.sum(stacked["status"] == s)) for s in svm_lib.STATUSES}
-    types = [metrics.convergence_type(gamma[b], tr.selected[b], solved[(p, "fro")][b]) for b in range(B)]
-    arrays[f"convergence_type_{p}"] = np.array(types)
-    summary["convergence_types"][p] = metrics.type_fractions(types)
-
+      summary["final_corr"][f"{p}_vs_{norm}"] = analysis.summarize_corr(arrays[f"corr_{p}_{norm}"][:, -1])
+      status = arrays[f"svm_{norm}_{p}_status"]
+      summary["svm_status"][f"{norm}_{p}"] = {s: int(np.sum(status == s)) for s in svm_lib.STATUSES}
+    summary["convergence_types"][p] = metrics.type_fractions(arrays[f"convergence_type_{p}"])
   summary["checks"] = checks(summary["final_corr"])
 
   with timer("write"):
     results.write_npz(f"{FLAGS.out}/results.npz", arrays)
     draw(arrays, FLAGS.params, FLAGS.out)
-  summary["timings_s"] = {"compile": compile_s, **timer.seconds, "total": timer.total()}
+  summary["timings_s"] = {"compile": stages["compile_s"], "train": stages["train_s"], "svm": stages["svm_s"],
+                          "pipeline_wall": stages["wall_s"], "overlap": stages["overlap"], **timer.seconds,
+                          "total": timer.total()}
   summary["environment"] = common.environment()
   results.write_json(f"{FLAGS.out}/summary.json", summary)
+  sweep.finish(FLAGS.out)
   report(summary)
 
 
@@ -187,8 +197,8 @@ def report(summary):
   for p, fr in summary["convergence_types"].items():
     lines.append(f"  types {p:<3} " + "  ".join(f"{k} {100 * x:.0f}%" for k, x in fr.items()))
   t = summary["timings_s"]
-  lines.append("  wall " + "  ".join(f"{k} {v:.2f}s" for k, v in t.items() if not isinstance(v, dict))
-               + "  (compile " + ", ".join(f"{k} {v:.2f}s" for k, v in t["compile"].items()) + ")")
+  lines.append(f"  wall {t['total']:.2f}s: train {t['train']:.2f}s (compile {t['compile']:.2f}s), "
+               f"svm {t['svm']:.2f}s, overlap {t['overlap']:.2f}")
   print("\n".join(lines))
   sys.stdout.flush()
 

@@ -63,3 +63,61 @@ class Progress:
 
   def __exit__(self, *exc):
     self.close()
+
+
+class MultiProgress:
+  """One display for several counters (e.g. training steps and SVM solves), each with
+  its rate and ETA: one redrawn line on a terminal, structured log lines otherwise.
+
+      bar = MultiProgress({"train": (40000, "steps"), "svm": (20000, "sets")})
+      bar.update("train", 500); bar.update("svm", 1000); bar.close()
+  """
+
+  def __init__(self, counters: dict[str, tuple[int, str]], stream=None, log_every: float = 5.0,
+               enabled: bool = True):
+    self.total = {k: max(int(t), 0) for k, (t, _) in counters.items()}
+    self.unit = {k: u for k, (_, u) in counters.items()}
+    self.done = {k: 0 for k in counters}
+    self.stream = stream or sys.stderr
+    self.enabled = enabled
+    self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+    self.log_every = log_every
+    self.start = self._last = time.perf_counter()
+
+  def update(self, name: str, k: int = 1) -> None:
+    now = time.perf_counter()
+    self.done[name] += k
+    if self.tty or now - self._last >= self.log_every:
+      self._emit(now)
+
+  def _parts(self, now):
+    parts = []
+    for name in self.total:
+      elapsed = now - self.start
+      rate = self.done[name] / elapsed if elapsed > 0 else float("nan")
+      eta = (self.total[name] - self.done[name]) / rate if rate and rate > 0 else float("nan")
+      parts.append((name, self.done[name], self.total[name], self.unit[name], rate, eta))
+    return parts
+
+  def _emit(self, now, final=False):
+    if not self.enabled:
+      return
+    self._last = now
+    parts = self._parts(now)
+    if self.tty:
+      text = " | ".join(f"{n} {d}/{t} {u} {r:,.1f}/s eta {e:.0f}s" for n, d, t, u, r, e in parts)
+      self.stream.write("\r" + text + ("\n" if final else ""))
+    else:
+      for n, d, t, u, r, e in parts:
+        self.stream.write(f"progress label={n} done={d} total={t} unit={u} rate={r:.3g} "
+                          f"elapsed_s={now - self.start:.2f} eta_s={e:.1f}\n")
+    self.stream.flush()
+
+  def close(self) -> None:
+    self._emit(time.perf_counter(), final=True)
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()

@@ -12,10 +12,15 @@ Solvers
   fro, "nnls"   (default) Lawson & Hanson's reduction of the least-distance
                 program to nonnegative least squares: exact up to rounding, and
                 it returns the dual multipliers (w = A^T lambda, lambda >= 0).
-  fro / nuc, "SCS" (default for nuc, eps 1e-9) or "CLARABEL" (interior point,
-                slower here; the independent check)   cvxpy; one DPP problem per
+  nuc, "scs_direct" (default)  SCS called directly on the problem restricted to the
+                spans the constraints see (``svmattn.svm_nuclear``); a fresh solver per
+                data set, so a solution depends on its data set alone (bit for bit).
+  fro / nuc, "SCS" (eps 1e-9) or "CLARABEL" (interior point, slower here; the
+                independent check)   cvxpy; one DPP problem per
                 (number of constraints, d) shape, re-solved with new data.
-                The solution is rescaled so that its smallest margin is exactly 1.
+                cvxpy warm-starts SCS from the previous solve, so its SCS results
+                depend (at ~1e-9) on what was solved before in the process.
+  Every solution is rescaled so that its smallest margin is exactly 1.
 
 The outcome is an ``SVMResult`` with a status "optimal", "infeasible" or "failed":
 a solver failure is recorded, never raised.
@@ -31,9 +36,9 @@ import scipy.optimize
 
 STATUSES = ("optimal", "infeasible", "failed")
 NORMS = ("fro", "nuc")
-DEFAULT_SOLVER = {"fro": "nnls", "nuc": "SCS"}
+DEFAULT_SOLVER = {"fro": "nnls", "nuc": "scs_direct"}
 # Tolerance on (margin - 1) under which a constraint counts as active (support).
-SUPPORT_TOL = {"nnls": 1e-8, "CLARABEL": 1e-5, "SCS": 1e-5}
+SUPPORT_TOL = {"nnls": 1e-8, "CLARABEL": 1e-5, "SCS": 1e-5, "scs_direct": 1e-5}
 
 
 @dataclasses.dataclass
@@ -224,10 +229,11 @@ def att_svm(X, Z, alpha, norm: str = "fro", solver: str | None = None,
   """Att-SVM(alpha) of one data set: X (n,T,d), Z (n,d), alpha (n,) token indices.
 
   norm: "fro" (Frobenius, W-parameterization) or "nuc" (nuclear, (K,Q)).
-  solver: "nnls" (fro only, default for fro), "SCS" (default for nuc) or "CLARABEL".
+  solver: "nnls" (fro only, default for fro), "scs_direct" (nuc only, default for nuc),
+    or through cvxpy "SCS" or "CLARABEL" (either norm).
   mask: optional (n,T) bool, the tokens that get a constraint (causal masks).
   support_tol: a constraint is active when margin - 1 <= support_tol
-    (default 1e-8 for nnls, 1e-5 for SCS and CLARABEL).
+    (default 1e-8 for nnls, 1e-5 for the conic solvers).
   Returns an SVMResult (.W, .status, .support, .margins, .dual, .objective).
   """
   X, Z, alpha = _check_inputs(X, Z, alpha)

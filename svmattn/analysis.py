@@ -1,0 +1,87 @@
+"""Gradient descent against the attention SVMs, for a batch of runs (host side, NumPy).
+
+``compare_with_svms`` solves the Frobenius and the nuclear Att-SVM at the tokens each
+parameterization selected (each distinct (data set, selection, norm) once) and
+returns, as NumPy arrays with a leading axis B:
+
+  svm_{norm}_{P}            (B,d,d) solution, NaN where not optimal
+  svm_{norm}_{P}_status     (B,) "optimal" / "infeasible" / "failed"
+  svm_{norm}_{P}_support    (B,n,T) support tokens
+  corr_{P}_{norm}           (B,S) corr of each snapshot with that solution
+  convergence_type_{P}      (B,) global / local / not-local (Frobenius SVM, SCIENCE.md section 5)
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from svmattn import metrics
+from svmattn import svm as svm_lib
+
+
+def compare_with_svms(X: np.ndarray, Z: np.ndarray, gamma: np.ndarray, snapshots: dict[str, np.ndarray],
+                      selected: dict[str, np.ndarray], norms=svm_lib.NORMS,
+                      progress: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
+  """X (B,n,T,d), Z (B,n,d), gamma (B,n,T) token scores; per parameterization P:
+  snapshots[P] (B,S,d,d) W or K Q^T, selected[P] (B,n) the selected tokens."""
+  X = np.asarray(X, np.float64)
+  Z = np.asarray(Z, np.float64)
+  B, d = X.shape[0], X.shape[-1]
+  solved = {}
+  for p, sel in selected.items():
+    for b in range(B):
+      for norm in norms:
+        key = (b, np.asarray(sel[b], np.int64).tobytes(), norm)
+        if key not in solved:
+          solved[key] = svm_lib.att_svm(X[b], Z[b], np.frombuffer(key[1], np.int64), norm)
+          if progress is not None:
+            progress(1)
+  out = {}
+  for p, sel in selected.items():
+    per_norm = {}
+    for norm in norms:
+      res = [solved[(b, np.asarray(sel[b], np.int64).tobytes(), norm)] for b in range(B)]
+      per_norm[norm] = res
+      stacked = svm_lib.stack(res, d)
+      out[f"svm_{norm}_{p}"] = stacked["W"]
+      out[f"svm_{norm}_{p}_status"] = stacked["status"]
+      out[f"svm_{norm}_{p}_support"] = stacked["support"]
+      out[f"corr_{p}_{norm}"] = metrics.corr(np.asarray(snapshots[p], np.float64), stacked["W"][:, None])
+    if "fro" in per_norm:
+      out[f"convergence_type_{p}"] = np.array(
+          [metrics.convergence_type(gamma[b], sel[b], per_norm["fro"][b]) for b in range(B)])
+  return out
+
+
+def summarize_corr(final: np.ndarray) -> dict:
+  """mean / std / min of final correlations over the runs where the SVM was solved."""
+  ok = np.isfinite(final)
+  if not np.any(ok):
+    return {"mean": None, "std": None, "min": None, "solved": 0}
+  return {"mean": float(np.mean(final[ok])), "std": float(np.std(final[ok])), "min": float(np.min(final[ok])),
+          "solved": int(np.sum(ok))}
+
+
+def e2_batch(data_path: str, traj_paths: dict[str, str]) -> dict[str, np.ndarray]:
+  """The per-run results of one E2 batch from its files (``svmattn.sweep`` analyze step):
+  the SVM comparison plus the final W, selections, softmax and loss curves of each P."""
+  with np.load(data_path, allow_pickle=False) as f:
+    data = {k: f[k] for k in f.files}
+  trajs = {}
+  for p, path in traj_paths.items():
+    with np.load(path, allow_pickle=False) as f:
+      trajs[p] = {k: f[k] for k in f.files}
+  out = compare_with_svms(data["X"], data["Z"], data["gamma"], {p: t["W"] for p, t in trajs.items()},
+                          {p: t["selected"] for p, t in trajs.items()})
+  for p, t in trajs.items():
+    out[f"W_final_{p}"] = t["W"][:, -1]
+    out[f"selected_{p}"] = t["selected"]
+    out[f"max_prob_{p}"] = t["max_prob"]
+    out[f"loss_{p}"] = t["loss"]
+    out[f"attention_{p}"] = t["attention"]
+    out[f"finite_{p}"] = t["finite"]
+  out["runs"] = data["runs"]
+  out["token_scores"] = data["gamma"]
+  out["optimal_tokens"] = metrics.optimal_tokens(data["gamma"])
+  return out

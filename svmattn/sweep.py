@@ -1,0 +1,212 @@
+"""Long runs in batches that survive interruption: checkpoints, resume, overlapped SVM work.
+
+    arrays, timings = sweep.run(plan, out, load_batch, analyze, resume=False, workers=1)
+
+For each batch k of ``plan.batch_size`` data sets (runs k*batch_size, ...):
+
+  load_batch(k) -> (Dataset, runs, extra arrays)          data, on device
+  train every configuration in chunks, checkpointing       OUT/work/ckpt_k_P/  (orbax)
+  the trained trajectory                                   OUT/work/batch_k_P.npz
+  the batch's data                                         OUT/work/batch_k_data.npz
+  analyze(data path, {P: trajectory path}) in a worker     host (SVM solves)
+  per-run results                                          OUT/work/batch_k.npz
+
+Every file is written atomically; checkpoints of a configuration are deleted once its
+trajectory file exists, trajectory files once the batch's results exist. While the
+device trains batch k+1, a pool of ``workers`` processes analyzes batch k (0 workers:
+in the main process, no overlap). With ``resume``, finished batches are read back,
+trained-but-unanalyzed ones are analyzed, and the batch in progress continues from its
+newest checkpoint: the results are bit for bit those of an uninterrupted run. The run's
+identity (``plan.identity``) is stored in OUT/work/run.json; resuming a different run is
+an error that names the differences.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import json
+import logging
+import multiprocessing
+import os
+import shutil
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from svmattn import checkpoint as ckpt_lib
+from svmattn import progress as progress_lib
+from svmattn import results
+from svmattn import train as train_lib
+
+log = logging.getLogger(__name__)
+
+
+class SweepError(RuntimeError):
+  """A results directory that cannot be used as asked, with the reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  configs: tuple[tuple[str, train_lib.TrainConfig], ...]   # (name, config) trained on every batch
+  runs: int                                              # data sets in all
+  batch_size: int
+  seed: int
+  identity: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)  # flags etc.
+
+  @property
+  def batches(self) -> int:
+    return -(-self.runs // self.batch_size)
+
+  def batch_runs(self, k: int) -> np.ndarray:
+    return np.arange(k * self.batch_size, min((k + 1) * self.batch_size, self.runs))
+
+
+def _paths(out, k, name=None):
+  work = os.path.join(out, "work")
+  if name is None:
+    return os.path.join(work, f"batch_{k:05d}.npz")
+  return os.path.join(work, f"batch_{k:05d}_{name}.npz")
+
+
+def _prepare(out: str, plan: Plan, resume: bool) -> str:
+  work = os.path.join(out, "work")
+  meta_path = os.path.join(work, "run.json")
+  identity = ckpt_lib._normalize({"identity": plan.identity, "runs": plan.runs, "batch_size": plan.batch_size,
+                                  "seed": plan.seed})
+  if os.path.isdir(work):
+    if not resume:
+      raise SweepError(f"{out} holds an unfinished run ({work}): pass --resume to continue it, "
+                       "or choose another --out")
+    try:
+      with open(meta_path) as f:
+        saved = json.load(f)
+    except (OSError, ValueError) as e:
+      raise SweepError(f"{meta_path}: cannot read the run's identity ({e}); remove {work} to start afresh") from e
+    diff = ckpt_lib._differences(saved, identity)
+    if diff:
+      raise SweepError(f"--resume: {out} holds another run: " + "; ".join(diff[:6]))
+  else:
+    if resume:
+      log.warning("--resume: nothing to resume in %s; starting afresh", out)
+    os.makedirs(work, exist_ok=True)
+    results.write_json(meta_path, identity)
+  return work
+
+
+def _load_npz(path):
+  with np.load(path, allow_pickle=False) as f:
+    return {k: f[k] for k in f.files}
+
+
+def _analyze_and_save(analyze, data_path, traj_paths, target):
+  t0 = time.perf_counter()
+  arrays = analyze(data_path, traj_paths)
+  results.write_npz(target, arrays)
+  return time.perf_counter() - t0
+
+
+def run(plan: Plan, out: str, load_batch: Callable[[int], tuple[Any, np.ndarray, dict]],
+        analyze: Callable[[str, dict], dict], resume: bool = False, workers: int = 1,
+        show_progress: bool = True, keep_checkpoints: int = 3):
+  """Run every batch of ``plan``; returns (per-run arrays concatenated over batches, timings).
+
+  load_batch(k) -> (data batch, runs (B_k,), extra arrays to store with the data, e.g. token scores).
+  analyze(data_path, {name: trajectory_path}) -> dict of per-run arrays (leading axis B_k);
+    a module-level function (it runs in worker processes).
+  """
+  work = _prepare(out, plan, resume)
+  total_steps = plan.batches * sum(c.steps for _, c in plan.configs)
+  bar = progress_lib.MultiProgress({"train": (total_steps, "steps"), "svm": (plan.runs, "sets")},
+                                   enabled=show_progress)
+  pool = None
+  if workers > 0:
+    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+  pending: dict[int, concurrent.futures.Future] = {}
+  timings = {"train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
+  steps = None
+  t_start = time.perf_counter()
+
+  def collect(block: bool):
+    for k in sorted(pending):
+      fut = pending[k]
+      if not block and not fut.done():
+        continue
+      t0 = time.perf_counter()
+      timings["svm_s"] += fut.result()
+      timings["svm_wait_s"] += time.perf_counter() - t0
+      _cleanup(k)
+      bar.update("svm", len(plan.batch_runs(k)))
+      del pending[k]
+
+  def _cleanup(k):
+    for name in [n for n, _ in plan.configs] + ["data"]:
+      path = _paths(out, k, name)
+      if os.path.exists(path):
+        os.remove(path)
+
+  try:
+    for k in range(plan.batches):
+      if os.path.exists(_paths(out, k)):
+        bar.update("train", sum(c.steps for _, c in plan.configs))
+        bar.update("svm", len(plan.batch_runs(k)))
+        _cleanup(k)
+        continue
+      data_path = _paths(out, k, "data")
+      traj_paths = {}
+      loaded = None
+      for name, config in plan.configs:
+        path = traj_paths[name] = _paths(out, k, name)
+        ckdir = os.path.join(work, f"ckpt_{k:05d}_{name}")
+        if os.path.exists(path):
+          shutil.rmtree(ckdir, ignore_errors=True)  # killed between writing the trajectory and this
+          bar.update("train", config.steps)
+          continue
+        if loaded is None:
+          loaded = load_batch(k)
+          batch, runs, extra = loaded
+          if not os.path.exists(data_path):
+            results.write_npz(data_path, {**{f: np.asarray(a) for f, a in batch._asdict().items()},
+                                          "runs": runs, **extra})
+        batch, runs, _ = loaded
+        checkpoints = ckpt_lib.Checkpoints(ckdir, {"batch": k, "config": name, **ckpt_lib._normalize(
+            {"identity": plan.identity})}, keep=keep_checkpoints)
+        t0 = time.perf_counter()
+        traj = train_lib.train(config, batch, train_lib.init_keys(plan.seed, runs),
+                               lambda s: bar.update("train", s), checkpoints)
+        timings["train_s"] += time.perf_counter() - t0
+        timings["compile_s"] += traj.compile_seconds
+        results.write_npz(path, {"W": traj.W, "max_prob": traj.max_prob, "loss": traj.loss,
+                                 "attention": traj.attention, "selected": traj.selected,
+                                 "finite": traj.finite, "steps": traj.steps})
+        checkpoints.remove()
+      if not os.path.exists(data_path):  # trained earlier, data file lost: rebuild it
+        batch, runs, extra = load_batch(k)
+        results.write_npz(data_path, {**{f: np.asarray(a) for f, a in batch._asdict().items()},
+                                      "runs": runs, **extra})
+      if pool is None:
+        timings["svm_s"] += _analyze_and_save(analyze, data_path, traj_paths, _paths(out, k))
+        _cleanup(k)
+        bar.update("svm", len(plan.batch_runs(k)))
+      else:
+        pending[k] = pool.submit(_analyze_and_save, analyze, data_path, traj_paths, _paths(out, k))
+        collect(block=False)
+        while len(pending) > workers:   # bounded memory and disk: at most workers + 1 batches in flight
+          collect(block=True)
+    while pending:
+      collect(block=True)
+  finally:
+    if pool is not None:
+      pool.shutdown(wait=True, cancel_futures=True)
+    bar.close()
+
+  parts = [_load_npz(_paths(out, k)) for k in range(plan.batches)]
+  arrays = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+  timings["wall_s"] = time.perf_counter() - t_start
+  timings["overlap"] = (timings["train_s"] + timings["svm_s"]) / max(timings["wall_s"], 1e-9)
+  return arrays, timings
+
+
+def finish(out: str) -> None:
+  """Delete OUT/work once the run's results are written."""
+  shutil.rmtree(os.path.join(out, "work"), ignore_errors=True)
