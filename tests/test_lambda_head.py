@@ -1,0 +1,84 @@
+"""E6 binary end to end at tiny size: orthonormal tokens, the predicted optimum, the
+selected sets and the Gen-SVM objects recorded for each lambda; and bad flags."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT
+from svmattn import gensvm
+from svmattn import metrics
+
+LAMS = [0.0, 0.4]
+FLAGS = ["--runs=3", "--lams=0,0.4", "--n=2", "--T=3", "--d=5", "--steps=300", "--snapshot_every=100",
+         "--lr=0.5", "--noprogress"]
+
+
+def _run(*args):
+  env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+  return subprocess.run([sys.executable, "-m", "experiments.lambda_head", *args], cwd=REPO_ROOT, env=env,
+                        capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory):
+  path = tmp_path_factory.mktemp("e6")
+  proc = _run(f"--out={path}", *FLAGS)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return path, np.load(path / "results.npz"), json.loads((path / "summary.json").read_text())
+
+
+def test_tokens_are_orthonormal_and_the_optimum_is_predicted(output):
+  _, r, summary = output
+  X = r["X"]
+  assert X.shape == (3, 2, 3, 5)
+  np.testing.assert_allclose(np.einsum("bntd,bnud->bntu", X, X), np.broadcast_to(np.eye(3), (3, 2, 3, 3)),
+                             atol=1e-12)
+  np.testing.assert_array_equal(r["lams"], LAMS)
+  sizes = []
+  for i, lam in enumerate(LAMS):
+    s, s_star, O = r[f"attention_l{i}"], r[f"s_star_l{i}"], r[f"selected_l{i}"]
+    np.testing.assert_allclose(s_star.sum(-1), 1, atol=1e-12)
+    np.testing.assert_array_equal(O, s >= gensvm.TAU_H)
+    np.testing.assert_array_equal(r[f"predicted_l{i}"], s_star > 0)
+    sizes.append((s_star > 0).sum(-1))
+    p = summary["per_lambda"][repr(lam)]
+    assert p["mean_selected_all_runs"] == pytest.approx(O.sum(-1).mean())
+    assert sum(p["thresholds_rule"].values()) == 3
+  assert np.all(sizes[0] == 1) and np.all(sizes[1] >= sizes[0])
+
+
+def test_gen_svm_objects_are_consistent(output):
+  _, r, _ = output
+  for i in range(len(LAMS)):
+    kept = r[f"kept_l{i}"]
+    assert np.any(kept)
+    for b in np.flatnonzero(kept):
+      W = r[f"W_gd_l{i}"][b]
+      res = gensvm.gen_svm(r["X"][b], r["Z"][b], r[f"attention_l{i}"][b], W, apply_discard=False)
+      assert res.ok, res.reason
+      for obj, key in (("svmeq", "W_svmeq"), ("mm", "W_mm"), ("1token", "W_1token")):
+        np.testing.assert_allclose(r[f"W_{obj}_l{i}"][b], getattr(res, key), atol=1e-9)
+        np.testing.assert_allclose(r[f"final_{obj}_l{i}"][b], 1 - metrics.corr(W, getattr(res, key)), atol=1e-12)
+    assert np.all(np.isnan(r[f"final_svmeq_l{i}"][~kept]))
+  np.testing.assert_array_equal(r["Y"], 1.0)
+  np.testing.assert_allclose(np.linalg.norm(r["Z"], axis=-1), 1, atol=1e-12)
+  np.testing.assert_allclose(np.linalg.norm(r["v"], axis=-1), 1, atol=1e-12)
+
+
+def test_summary_and_figures(output):
+  path, _, summary = output
+  for key in ("experiment", "flags", "timings_s", "environment", "checks"):
+    assert key in summary
+  for check in summary["checks"]:
+    assert set(check) == {"name", "value", "expected", "ok"} and isinstance(check["ok"], bool)
+  assert (path / "tokens.png").stat().st_size > 0 and (path / "correlation.png").stat().st_size > 0
+
+
+def test_more_tokens_than_dimensions_is_a_usage_error(tmp_path):
+  proc = _run(f"--out={tmp_path}", "--T=6", "--d=5", "--runs=1", "--lams=0")
+  assert proc.returncode != 0 and "T=6" in proc.stderr and "d=5" in proc.stderr
+  assert not (tmp_path / "summary.json").exists()
