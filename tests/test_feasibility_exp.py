@@ -1,0 +1,58 @@
+"""End-to-end test of experiments/feasibility.py (E9) at a tiny size, in a subprocess."""
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+
+import svmattn  # noqa: F401  (float64)
+from svmattn import data as data_lib
+from svmattn import feasibility
+from svmattn import heads
+from svmattn import metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_binary(module, out, *flags):
+  env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  proc = subprocess.run([sys.executable, "-m", module, f"--out={out}", "--progress=false", *flags],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(os.path.join(out, "summary.json")) as f:
+    summary = json.load(f)
+  with np.load(os.path.join(out, "results.npz")) as f:
+    arrays = {k: f[k] for k in f.files}
+  return summary, arrays
+
+
+def test_feasibility_experiment_end_to_end(tmp_path):
+  n, T, runs, seed = 3, 3, 40, 2
+  summary, a = run_binary("experiments.feasibility", tmp_path, f"--runs={runs}", f"--shapes={n}:{T}",
+                          "--d_min=1", "--d_max=3", "--batch=16", f"--seed={seed}")
+  for key in ("experiment", "flags", "timings_s", "environment", "checks"):
+    assert key in summary
+  for c in summary["checks"]:
+    assert set(c) == {"name", "value", "expected", "ok"} and isinstance(c["ok"], bool)
+  assert os.path.getsize(tmp_path / "feasibility.png") > 0
+  feasible = a["feasible"]
+  assert feasible.shape == (1, 2, 3, runs)
+  np.testing.assert_allclose(a["fraction"], feasible.mean(-1))
+  assert list(a["alphas"]) == ["opt", "random"]
+  # replay d = 2 (two batches of 16 and one of 8): opt and the run's random alpha
+  spec = data_lib.DataSpec(n, T, 2)
+  ds = data_lib.generate(spec, seed, np.arange(runs))
+  gamma = np.asarray(jax.vmap(lambda v, X, Y: heads.token_scores(heads.LINEAR, v, X, Y))(ds.v, ds.X, ds.Y))
+  X, Z = np.asarray(ds.X), np.asarray(ds.Z)
+  rand = np.stack([np.asarray(jax.random.randint(data_lib.split_run_key(data_lib.run_key(seed, r))[1], (n,), 0, T))
+                   for r in range(runs)])
+  np.testing.assert_array_equal(feasible[0, 0, 1], feasibility.is_feasible(X, Z, metrics.optimal_tokens(gamma)))
+  np.testing.assert_array_equal(feasible[0, 1, 1], feasibility.is_feasible(X, Z, rand))
+  # d = 3 = max(T-1, n): always feasible; d = 1 (unit tokens are +-1, often tied): mostly not
+  assert np.all(feasible[0, :, 2])
+  assert np.all(a["fraction"][0, :, 0] < 0.5)
+  checks = {c["name"]: c for c in summary["checks"]}
+  key = f"feasible fraction at d >= max(T-1,n)=3, n={n} T={T}, alpha=opt (min)"
+  assert checks[key]["value"] == 1.0 and checks[key]["ok"]

@@ -1,0 +1,50 @@
+"""End-to-end test of experiments/overparam.py (E4) at a tiny size, in a subprocess."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import svmattn  # noqa: F401  (float64)
+from svmattn import metrics
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_binary(module, out, *flags):
+  env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  proc = subprocess.run([sys.executable, "-m", module, f"--out={out}", "--progress=false", *flags],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(os.path.join(out, "summary.json")) as f:
+    summary = json.load(f)
+  with np.load(os.path.join(out, "results.npz")) as f:
+    arrays = {k: f[k] for k in f.files}
+  return summary, arrays
+
+
+def test_overparam_end_to_end(tmp_path):
+  summary, a = run_binary("experiments.overparam", tmp_path, "--runs=12", "--n_values=3", "--T=3",
+                          "--d_min=2", "--d_max=3", "--steps=300", "--chunk_steps=100")
+  for key in ("experiment", "flags", "timings_s", "environment", "checks"):
+    assert key in summary
+  for c in summary["checks"]:
+    assert set(c) == {"name", "value", "expected", "ok"} and isinstance(c["ok"], bool)
+  assert os.path.getsize(tmp_path / "overparam.png") > 0
+  types, sel, opt = a["types"], a["selected_n3"], a["optimal_n3"]
+  assert types.shape == (1, 2, 12) and sel.shape == opt.shape == (2, 12, 3)
+  assert set(np.unique(types)) <= set(metrics.CONVERGENCE_TYPES)
+  is_global = np.all(sel == opt, axis=-1)
+  np.testing.assert_array_equal(types[0] == "global", is_global)
+  assert np.all(types[0][a["svm_status"][0] != "optimal"] == "not-local")   # infeasible SVM is not-local
+  shares = np.stack([a["share_global"], a["share_local"], a["share_not_local"]])
+  np.testing.assert_allclose(shares.sum(0), 1.0)
+  np.testing.assert_allclose(a["share_global"][0], is_global.mean(-1))
+  ok = np.isfinite(a["corr"])
+  assert np.all(np.abs(a["corr"][ok]) <= 1 + 1e-12)
+  assert np.all(a["finite"])
+  # after 300 normalized steps on these tiny problems GD is well aligned with its SVM on average
+  assert np.nanmean(a["corr"][a["types"] != "not-local"]) > 0.9
+  for x in summary["cells"]:
+    assert abs(x["share_global"] + x["share_local"] + x["share_not-local"] - 1) < 1e-12
