@@ -109,8 +109,13 @@ def generate(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
              dtype=jnp.float64) -> Dataset:
   """A batch of data sets: entry b is run ``runs[b]`` of ``seed`` (leading axis B)."""
   spec.validate()
-  runs = jnp.asarray(np.asarray(runs, dtype=np.uint32))
-  return _generate_fn(spec, head, sampler, jnp.dtype(dtype))(jnp.asarray(seed, jnp.uint32), runs)
+  runs = np.asarray(runs, dtype=np.uint32).reshape(-1)
+  # Pad the run list to a power of two so that a few compiled generators serve every
+  # batch size (data set r does not depend on the length of the list it is drawn in).
+  size = 1 << max(int(len(runs)) - 1, 0).bit_length()
+  padded = np.concatenate([runs, np.full(size - len(runs), runs[-1] if len(runs) else 0, np.uint32)])
+  out = _generate_fn(spec, head, sampler, jnp.dtype(dtype))(jnp.asarray(seed, jnp.uint32), jnp.asarray(padded))
+  return jax.tree_util.tree_map(lambda a: a[:len(runs)], out)
 
 
 @functools.lru_cache(maxsize=32)
