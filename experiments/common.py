@@ -38,9 +38,14 @@ def define_common_flags(runs: int = 100, seed: int = 0):
 DEFAULT_CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "svmattn", "jax")
 
 
-def _enable_cache(values) -> bool:
+def quiet_logs() -> None:
+  """absl logging at WARNING unless --verbosity was given: orbax and jax log a lot at INFO."""
   if FLAGS["verbosity"].using_default_value:
-    logging.set_verbosity(logging.WARNING)  # orbax and jax log a lot at INFO; --verbosity=0 shows it
+    logging.set_verbosity(logging.WARNING)
+
+
+def _enable_cache(values) -> bool:
+  quiet_logs()
   if values["compilation_cache"]:
     enable_compilation_cache(values["compilation_cache_dir"])
   return True
@@ -124,3 +129,15 @@ def file_sha256(path: str) -> str:
     for block in iter(lambda: f.read(1 << 20), b""):
       h.update(block)
   return h.hexdigest()
+
+
+def e2_setup(fl: dict):
+  """(DataSpec, ((name, TrainConfig), ...)) of an E2 run from its flag values (a dict:
+  FLAGS of experiments.local_convergence, or the "flags" of its summary.json)."""
+  from svmattn import train as train_lib
+  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"], fl["attention"], fl["query_pos"]).validate()
+  configs = tuple((p, train_lib.TrainConfig(
+      param=p, m=fl["m"], loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"], steps=fl["steps"],
+      snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl["block_size"]))
+      for p in fl["params"])
+  return spec, configs

@@ -66,13 +66,6 @@ OPERATIONAL = {"out", "resume", "progress", "svm_workers", "keep_checkpoints", "
                "compilation_cache_dir"}
 
 
-def train_configs():
-  return tuple((p, train_lib.TrainConfig(
-      param=p, m=FLAGS.m, loss=FLAGS.loss, optimizer=FLAGS.optimizer, lr=FLAGS.lr, steps=FLAGS.steps,
-      snapshot_every=FLAGS.snapshot_every, chunk_steps=FLAGS.chunk_steps, block_size=FLAGS.block_size))
-      for p in FLAGS.params)
-
-
 def identity():
   ident = {k: v for k, v in common.flag_values().items() if k not in OPERATIONAL}
   if FLAGS.data:
@@ -93,8 +86,7 @@ def main(argv):
       raise app.UsageError(f"--params: unknown parameterization {p!r}; use W and/or KQ")
   if FLAGS.batch_size < 1 or FLAGS.svm_workers < 0:
     raise app.UsageError("--batch_size must be >= 1 and --svm_workers >= 0")
-  spec = data_lib.DataSpec(FLAGS.n, FLAGS.T, FLAGS.d, FLAGS.attention, FLAGS.query_pos).validate()
-  configs = train_configs()
+  spec, configs = common.e2_setup(common.flag_values())
   for _, config in configs:
     config.validate()
   user_data = None

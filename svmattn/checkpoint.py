@@ -96,6 +96,24 @@ class Checkpoints:
       return step, restored["state"]
     return None
 
+  def restore(self, step: int):
+    """The tree saved at ``step`` (a chunk index), as saved (no template), after checking
+    that it belongs to this run."""
+    ocp = self._ocp
+    where = os.path.join(self.directory, str(step))
+    if step not in self.steps():
+      raise CheckpointError(f"no checkpoint {where}; steps present: {self.steps()}")
+    try:
+      diff = _differences(self._read_meta(step), self.meta)
+    except (OSError, ValueError) as e:
+      raise CheckpointError(f"checkpoint {where}: unreadable metadata ({e})") from e
+    if diff:
+      raise CheckpointError(f"checkpoint {where} belongs to another run: " + "; ".join(diff[:6]))
+    try:
+      return self._manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+    except Exception as e:  # noqa: BLE001
+      raise CheckpointError(f"checkpoint {where} is unreadable ({type(e).__name__}: {str(e)[:200]})") from e
+
   def remove(self) -> None:
     """Delete every checkpoint of this run (after its results are safely written)."""
     self._manager.close()
