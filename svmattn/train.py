@@ -179,6 +179,12 @@ def _blocked(fn, block: int):
   return run
 
 
+def data_mesh(devices=None):
+  """A 1-D mesh with axis "data" over ``devices`` (default: this process's devices)."""
+  devices = jax.local_devices() if devices is None else devices
+  return jax.sharding.Mesh(np.asarray(devices), ("data",))
+
+
 def _compiled(trainer: Trainer, kind: str, *static):
   key = (trainer.config, kind) + static
   if key not in _JIT_CACHE:
@@ -191,6 +197,32 @@ def _compiled(trainer: Trainer, kind: str, *static):
       fn = lambda st, dt: trainer.advance_one(st, dt, every, snapshots)  # noqa: E731
     _JIT_CACHE[key] = jax.jit(_blocked(fn, trainer.config.block_size))
   return _JIT_CACHE[key]
+
+
+def shard(tree, mesh):
+  """Per-device pieces of ``tree`` (leading axis split over the mesh's "data" axis).
+
+  The batch is placed with a NamedSharding(mesh, P("data")); each piece is one
+  device's shard. Every device then runs the same single-device program on its
+  piece: an SPMD-partitioned program can round differently from the one-device
+  program (seen on CPU), while this keeps the results bit-identical whatever the
+  number of devices.
+  """
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+  placed = jax.device_put(tree, sharding)
+  order = {d: i for i, d in enumerate(mesh.devices.flat)}
+  pieces = [[] for _ in order]
+  for leaf in jax.tree_util.tree_leaves(placed):
+    for s in leaf.addressable_shards:
+      pieces[order[s.device]].append(s.data)
+  treedef = jax.tree_util.tree_structure(tree)
+  return [jax.tree_util.tree_unflatten(treedef, p) for p in pieces]
+
+
+def _gather(pieces):
+  """Concatenate per-device outputs on the host."""
+  host = jax.device_get(pieces)
+  return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *host)
 
 
 def pad_to_blocks(tree, block: int):
@@ -229,7 +261,7 @@ def snapshot_steps(plan: list[tuple[int, int]]) -> np.ndarray:
 
 def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
           progress: Callable[[int], None] | None = None, checkpoints=None,
-          start: tuple[int, Any] | None = None) -> Trajectory:
+          start: tuple[int, Any] | None = None, mesh=None) -> Trajectory:
   """Train one model per data set (vmapped over the leading axis B).
 
   data: batch of B data sets (jax or numpy arrays, float64 or float32: kept as given).
@@ -242,6 +274,9 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   start: (step, State with leaves (B, ...)) to continue from a saved state at ``step``
     instead of initializing; snapshots then start at that step. A step's arithmetic does
     not depend on the chunking or the snapshot interval, so this is bit-exact too.
+  mesh: a 1-D mesh with axis "data" (``data_mesh()``); default: every local device. The
+    data sets are split over its devices (see ``shard``); each device runs the same
+    blocked program, so the results equal a one-device run bit for bit.
   """
   trainer = make_trainer(config)
   data = data_lib.Dataset(*(jnp.asarray(a) for a in data))
@@ -250,57 +285,66 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     raise ValueError(f"train: {keys.shape[0]} keys for {B} data sets")
   if B == 0:
     raise ValueError("train: no data sets (B = 0)")
-  data, keys = pad_to_blocks((data, keys), config.block_size)
+  mesh = data_mesh() if mesh is None else mesh
+  unit = config.block_size * mesh.size
+  data, keys = pad_to_blocks((data, keys), unit)
   first_step = 0 if start is None else int(start[0])
   if not 0 <= first_step <= config.steps:
     raise ValueError(f"train: start step {first_step} outside [0, {config.steps}]")
   plan = schedule(config.steps - first_step, config.snapshot_every, config.chunk_steps)
-  steps = first_step + snapshot_steps(plan)
+  steps = snapshot_steps(plan)
+  steps = first_step + steps
+  data_p, keys_p = shard(data, mesh), shard(keys, mesh)
+  P = mesh.size
 
   t0 = time.perf_counter()
-  init = _compiled(trainer, "init").lower(keys, data).compile()
-  state = init(keys, data)
+  init = [_compiled(trainer, "init").lower(keys_p[i], data_p[i]).compile() for i in range(P)]
+  state_p = [init[i](keys_p[i], data_p[i]) for i in range(P)]
   if start is not None:
-    state = pad_to_blocks(jax.tree_util.tree_map(jnp.asarray, start[1]), config.block_size)
-  observe = _compiled(trainer, "observe").lower(state.params, data).compile()
-  calls = {}
-  for call in set(plan):
-    calls[call] = _compiled(trainer, "advance", *call).lower(state, data).compile()
+    state_p = shard(pad_to_blocks(jax.tree_util.tree_map(jnp.asarray, start[1]), unit), mesh)
+  observe = [_compiled(trainer, "observe").lower(state_p[i].params, data_p[i]).compile() for i in range(P)]
+  calls = {call: [_compiled(trainer, "advance", *call).lower(state_p[i], data_p[i]).compile() for i in range(P)]
+           for call in set(plan)}
   compile_seconds = time.perf_counter() - t0
 
   t0 = time.perf_counter()
-  W0, p0, l0, _ = jax.device_get(observe(state.params, data))
+  W0, p0, l0, _ = _gather([observe[i](state_p[i].params, data_p[i]) for i in range(P)])
   snaps = {"W": np.zeros((W0.shape[0], len(steps)) + W0.shape[1:], W0.dtype),
            "max_prob": np.zeros((len(p0), len(steps)), p0.dtype),
            "loss": np.zeros((len(l0), len(steps)), l0.dtype)}
   snaps["W"][:, 0], snaps["max_prob"][:, 0], snaps["loss"][:, 0] = W0, p0, l0
-  leaves, treedef = jax.tree_util.tree_flatten(state)
+  treedef = jax.tree_util.tree_structure(state_p[0])
+  n_leaves = treedef.num_leaves
   start = 0
   if checkpoints is not None:
+    leaves = jax.tree_util.tree_leaves(_gather(state_p))
     template = {"state": {str(i): np.asarray(x) for i, x in enumerate(leaves)}, "snapshots": snaps,
                 "chunk": np.zeros((), np.int64)}
     found = checkpoints.restore_latest(template)
     if found is not None:
       _, tree = found
       start = int(tree["chunk"])
-      state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(tree["state"][str(i)]) for i in range(len(leaves))])
+      state = jax.tree_util.tree_unflatten(treedef, [np.asarray(tree["state"][str(i)]) for i in range(n_leaves)])
+      state_p = shard(state, mesh)
       snaps = {k: np.array(v) for k, v in tree["snapshots"].items()}
       if progress is not None and start:
         progress(sum(every * k for every, k in plan[:start]))
   pos = 1 + sum(k for _, k in plan[:start])
   for chunk in range(start, len(plan)):
     every, k = plan[chunk]
-    state, (W, p, l) = calls[(every, k)](state, data)
-    snaps["W"][:, pos:pos + k], snaps["max_prob"][:, pos:pos + k], snaps["loss"][:, pos:pos + k] = (
-        jax.device_get((W, p, l)))
+    outs = [calls[(every, k)][i](state_p[i], data_p[i]) for i in range(P)]   # devices run concurrently
+    state_p = [o[0] for o in outs]
+    W, p, l = _gather([o[1] for o in outs])
+    snaps["W"][:, pos:pos + k], snaps["max_prob"][:, pos:pos + k], snaps["loss"][:, pos:pos + k] = W, p, l
     pos += k
     if checkpoints is not None:
-      checkpoints.save(chunk + 1, {"state": {str(i): x for i, x in enumerate(jax.tree_util.tree_leaves(state))},
+      leaves = jax.tree_util.tree_leaves(_gather(state_p))
+      checkpoints.save(chunk + 1, {"state": {str(i): x for i, x in enumerate(leaves)},
                                    "snapshots": snaps, "chunk": np.asarray(chunk + 1, np.int64)})
     if progress is not None:
       progress(every * k)
-  _, _, _, s = observe(state.params, data)
-  s, params = jax.device_get((s, state.params))
+  s = _gather([observe[i](state_p[i].params, data_p[i])[3] for i in range(P)])
+  params = _gather([st.params for st in state_p])
   run_seconds = time.perf_counter() - t0
   cut = lambda x: np.asarray(x)[:B]  # noqa: E731
   return Trajectory(steps, cut(snaps["W"]), cut(snaps["max_prob"]), cut(snaps["loss"]), cut(s),
