@@ -60,10 +60,15 @@ flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept per batch and para
 flags.DEFINE_integer("block_size", 64, "Data sets per vectorized block (results are bit-identical for a "
                      "fixed block size, whatever the batch size or device count).")
 
+flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0 (jax.distributed).")
+flags.DEFINE_integer("num_processes", 1, "Multi-host: number of processes; each trains and solves a contiguous "
+                     "share of the data sets, process 0 writes the results.")
+flags.DEFINE_integer("process_id", 0, "Multi-host: this process's index.")
+
 NORM_NAMES = {"fro": "Frobenius", "nuc": "nuclear"}
 # Flags that do not change the results: left out of the run's identity (so --resume may change them).
 OPERATIONAL = {"out", "resume", "progress", "svm_workers", "keep_checkpoints", "compilation_cache",
-               "compilation_cache_dir"}
+               "compilation_cache_dir", "coordinator_address", "num_processes", "process_id"}
 
 
 def identity():
@@ -86,6 +91,12 @@ def main(argv):
       raise app.UsageError(f"--params: unknown parameterization {p!r}; use W and/or KQ")
   if FLAGS.batch_size < 1 or FLAGS.svm_workers < 0:
     raise app.UsageError("--batch_size must be >= 1 and --svm_workers >= 0")
+  if FLAGS.num_processes > 1:  # before anything starts a JAX backend
+    if not FLAGS.coordinator_address or not 0 <= FLAGS.process_id < FLAGS.num_processes:
+      raise app.UsageError("multi-host needs --coordinator_address=host:port and 0 <= --process_id < "
+                           "--num_processes")
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives; no effect on GPU/TPU
+    jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   spec, configs = common.e2_setup(common.flag_values())
   for _, config in configs:
     config.validate()
@@ -97,7 +108,10 @@ def main(argv):
     if FLAGS.runs < 1:
       raise app.UsageError(f"--runs must be >= 1, got {FLAGS.runs}")
     total = FLAGS.runs
-  plan = sweep.Plan(configs, total, FLAGS.batch_size, FLAGS.seed, identity())
+  if FLAGS.num_processes > 1 and total < FLAGS.num_processes:
+    raise app.UsageError(f"{total} data sets cannot be shared by {FLAGS.num_processes} processes")
+  plan = sweep.Plan(configs, total, FLAGS.batch_size, FLAGS.seed, identity(),
+                    FLAGS.process_id, FLAGS.num_processes)
 
   def load_batch(k):
     runs = plan.batch_runs(k)
@@ -113,6 +127,14 @@ def main(argv):
                                FLAGS.progress, FLAGS.keep_checkpoints)
   except (sweep.SweepError, checkpoint.CheckpointError) as e:
     sys.exit(f"error: {e}")
+  arrays = sweep.gather(arrays, plan)
+  if plan.process_count > 1:
+    from jax.experimental import multihost_utils
+    stages = {k: float(np.max(multihost_utils.process_allgather(np.array([v])))) for k, v in stages.items()}
+    if plan.process_index != 0:
+      multihost_utils.sync_global_devices("results written")
+      sweep.finish(FLAGS.out, plan)
+      return
   first = configs[0][1]
   arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every,
                                                                 first.chunk_steps))
@@ -138,7 +160,10 @@ def main(argv):
                           "total": timer.total()}
   summary["environment"] = common.environment()
   results.write_json(f"{FLAGS.out}/summary.json", summary)
-  sweep.finish(FLAGS.out)
+  if plan.process_count > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices("results written")
+  sweep.finish(FLAGS.out, plan)
   report(summary)
 
 

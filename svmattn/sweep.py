@@ -53,27 +53,42 @@ class Plan:
   batch_size: int
   seed: int
   identity: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)  # flags etc.
+  process_index: int = 0                                 # multi-host: this process takes the
+  process_count: int = 1                                 # process_index-th contiguous share of the runs
+
+  @property
+  def share(self) -> tuple[int, int]:
+    """[lo, hi): the runs of this process."""
+    per = -(-self.runs // self.process_count)
+    return min(self.process_index * per, self.runs), min((self.process_index + 1) * per, self.runs)
 
   @property
   def batches(self) -> int:
-    return -(-self.runs // self.batch_size)
+    lo, hi = self.share
+    return -(-(hi - lo) // self.batch_size)
 
   def batch_runs(self, k: int) -> np.ndarray:
-    return np.arange(k * self.batch_size, min((k + 1) * self.batch_size, self.runs))
+    lo, hi = self.share
+    return np.arange(lo + k * self.batch_size, min(lo + (k + 1) * self.batch_size, hi))
 
 
-def _paths(out, k, name=None):
+def work_dir(out: str, plan: Plan) -> str:
   work = os.path.join(out, "work")
+  return work if plan.process_count == 1 else os.path.join(work, f"process_{plan.process_index}")
+
+
+def _paths(out, k, name=None, work=None):
+  work = work or os.path.join(out, "work")
   if name is None:
     return os.path.join(work, f"batch_{k:05d}.npz")
   return os.path.join(work, f"batch_{k:05d}_{name}.npz")
 
 
 def _prepare(out: str, plan: Plan, resume: bool) -> str:
-  work = os.path.join(out, "work")
+  work = work_dir(out, plan)
   meta_path = os.path.join(work, "run.json")
   identity = ckpt_lib._normalize({"identity": plan.identity, "runs": plan.runs, "batch_size": plan.batch_size,
-                                  "seed": plan.seed})
+                                  "seed": plan.seed, "process": [plan.process_index, plan.process_count]})
   if os.path.isdir(work):
     if not resume:
       raise SweepError(f"{out} holds an unfinished run ({work}): pass --resume to continue it, "
@@ -117,7 +132,8 @@ def run(plan: Plan, out: str, load_batch: Callable[[int], tuple[Any, np.ndarray,
   """
   work = _prepare(out, plan, resume)
   total_steps = plan.batches * sum(c.steps for _, c in plan.configs)
-  bar = progress_lib.MultiProgress({"train": (total_steps, "steps"), "svm": (plan.runs, "sets")},
+  lo, hi = plan.share
+  bar = progress_lib.MultiProgress({"train": (total_steps, "steps"), "svm": (hi - lo, "sets")},
                                    enabled=show_progress)
   pool = None
   if workers > 0:
@@ -141,22 +157,22 @@ def run(plan: Plan, out: str, load_batch: Callable[[int], tuple[Any, np.ndarray,
 
   def _cleanup(k):
     for name in [n for n, _ in plan.configs] + ["data"]:
-      path = _paths(out, k, name)
+      path = _paths(out, k, name, work)
       if os.path.exists(path):
         os.remove(path)
 
   try:
     for k in range(plan.batches):
-      if os.path.exists(_paths(out, k)):
+      if os.path.exists(_paths(out, k, None, work)):
         bar.update("train", sum(c.steps for _, c in plan.configs))
         bar.update("svm", len(plan.batch_runs(k)))
         _cleanup(k)
         continue
-      data_path = _paths(out, k, "data")
+      data_path = _paths(out, k, "data", work)
       traj_paths = {}
       loaded = None
       for name, config in plan.configs:
-        path = traj_paths[name] = _paths(out, k, name)
+        path = traj_paths[name] = _paths(out, k, name, work)
         ckdir = os.path.join(work, f"ckpt_{k:05d}_{name}")
         if os.path.exists(path):
           shutil.rmtree(ckdir, ignore_errors=True)  # killed between writing the trajectory and this
@@ -185,11 +201,11 @@ def run(plan: Plan, out: str, load_batch: Callable[[int], tuple[Any, np.ndarray,
         results.write_npz(data_path, {**{f: np.asarray(a) for f, a in batch._asdict().items()},
                                       "runs": runs, **extra})
       if pool is None:
-        timings["svm_s"] += _analyze_and_save(analyze, data_path, traj_paths, _paths(out, k))
+        timings["svm_s"] += _analyze_and_save(analyze, data_path, traj_paths, _paths(out, k, None, work))
         _cleanup(k)
         bar.update("svm", len(plan.batch_runs(k)))
       else:
-        pending[k] = pool.submit(_analyze_and_save, analyze, data_path, traj_paths, _paths(out, k))
+        pending[k] = pool.submit(_analyze_and_save, analyze, data_path, traj_paths, _paths(out, k, None, work))
         collect(block=False)
         while len(pending) > workers:   # bounded memory and disk: at most workers + 1 batches in flight
           collect(block=True)
@@ -200,13 +216,50 @@ def run(plan: Plan, out: str, load_batch: Callable[[int], tuple[Any, np.ndarray,
       pool.shutdown(wait=True, cancel_futures=True)
     bar.close()
 
-  parts = [_load_npz(_paths(out, k)) for k in range(plan.batches)]
+  parts = [_load_npz(_paths(out, k, None, work)) for k in range(plan.batches)]
   arrays = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
   timings["wall_s"] = time.perf_counter() - t_start
   timings["overlap"] = (timings["train_s"] + timings["svm_s"]) / max(timings["wall_s"], 1e-9)
   return arrays, timings
 
 
-def finish(out: str) -> None:
-  """Delete OUT/work once the run's results are written."""
-  shutil.rmtree(os.path.join(out, "work"), ignore_errors=True)
+def finish(out: str, plan: Plan | None = None) -> None:
+  """Delete this process's work directory (OUT/work) once the run's results are written."""
+  work = os.path.join(out, "work") if plan is None else work_dir(out, plan)
+  shutil.rmtree(work, ignore_errors=True)
+  if plan is not None and plan.process_count > 1 and plan.process_index == 0:
+    try:
+      os.rmdir(os.path.join(out, "work"))  # only once empty: the other processes remove theirs
+    except OSError:
+      pass
+
+
+def gather(arrays: dict[str, np.ndarray], plan: Plan) -> dict[str, np.ndarray]:
+  """Multi-host: every process's per-run arrays, concatenated in run order, on every process.
+
+  Uses jax's collectives (process_allgather); string arrays travel as their code points."""
+  if plan.process_count == 1:
+    return arrays
+  from jax.experimental import multihost_utils
+  per = -(-plan.runs // plan.process_count)
+  lo, hi = plan.share
+  counts = [min((p + 1) * per, plan.runs) - min(p * per, plan.runs) for p in range(plan.process_count)]
+  out = {}
+  for key in sorted(arrays):
+    a = np.asarray(arrays[key])
+    kind = a.dtype.kind
+    if kind == "U":
+      width = max(int(multihost_utils.process_allgather(np.array([a.dtype.itemsize // 4]), tiled=True).max()), 1)
+      a = a.astype(f"<U{width}").view(np.uint32).reshape(len(a), width)
+    elif kind == "b":
+      a = a.astype(np.uint8)
+    padded = np.zeros((per,) + a.shape[1:], a.dtype)
+    padded[:hi - lo] = a
+    full = np.asarray(multihost_utils.process_allgather(padded, tiled=True))
+    full = np.concatenate([full[p * per:p * per + c] for p, c in enumerate(counts)])
+    if kind == "U":
+      full = full.astype(np.uint32).reshape(-1).view(f"<U{width}").reshape(len(full))
+    elif kind == "b":
+      full = full.astype(bool)
+    out[key] = full
+  return out
