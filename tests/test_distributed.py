@@ -1,0 +1,63 @@
+"""Many devices and many processes give the one-device results bit for bit."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env(devices):
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS="cpu",
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+  return env
+
+
+def test_four_forced_devices_equal_one(tmp_path):
+  script = textwrap.dedent("""
+      import sys, numpy as np, jax
+      import svmattn
+      from svmattn import data, train
+      assert len(jax.devices()) == 4, jax.devices()
+      runs = np.arange(70)                       # not a multiple of 4 x block: padding is exercised
+      D = data.generate(data.DataSpec(n=3, T=4, d=5), 0, runs)
+      keys = train.init_keys(0, runs)
+      for p in ("W",):
+        cfg = train.TrainConfig(param=p, steps=60, snapshot_every=20, chunk_steps=40, block_size=8)
+        four = train.train(cfg, D, keys)                                   # every local device
+        one = train.train(cfg, D, keys, mesh=train.data_mesh(jax.devices()[:1]))
+        for a, b in ((four.W, one.W), (four.max_prob, one.max_prob), (four.attention, one.attention)):
+          assert np.array_equal(a, b), p
+      print("identical")
+  """)
+  proc = subprocess.run([sys.executable, "-c", script], env=_env(4), capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "identical" in proc.stdout
+
+
+def test_two_processes_equal_one(tmp_path):
+  args = ["--runs=10", "--batch_size=4", "--steps=60", "--chunk_steps=30", "--snapshot_every=10", "--n=3",
+          "--T=4", "--d=5", "--block_size=4", "--params=W", "--noprogress"]
+  one = tmp_path / "one"
+  two = tmp_path / "two"
+  proc = subprocess.run([sys.executable, "-m", "experiments.local_convergence", f"--out={one}", *args],
+                        env=_env(1), capture_output=True, text=True, timeout=300, cwd=ROOT)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  import socket
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+  procs = [subprocess.Popen([sys.executable, "-m", "experiments.local_convergence", f"--out={two}", *args,
+                             f"--coordinator_address=localhost:{port}", "--num_processes=2", f"--process_id={p}"],
+                            env=_env(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+           for p in range(2)]
+  for p in procs:
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]
+  a, b = np.load(one / "results.npz"), np.load(two / "results.npz")
+  assert sorted(a.files) == sorted(b.files)
+  for key in a.files:
+    assert np.array_equal(a[key], b[key], equal_nan=a[key].dtype.kind == "f"), key
+  assert not (two / "work").exists()
