@@ -138,6 +138,19 @@ def e2_setup(fl: dict):
   spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"], fl["attention"], fl["query_pos"]).validate()
   configs = tuple((p, train_lib.TrainConfig(
       param=p, m=fl["m"], loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"], steps=fl["steps"],
-      snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl["block_size"]))
+      snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl["block_size"],
+      loss_scale=loss_scale(fl.get("loss_scale", "default"), fl.get("precision", "float64"))))
       for p in fl["params"])
   return spec, configs
+
+
+def loss_scale(value: str, precision: str):
+  """--loss_scale: "default" is "auto" in float32 (see BUILD.md) and 1 in float64; else "auto" or a number."""
+  if value == "default":
+    return "auto" if precision == "float32" else 1.0
+  if value == "auto":
+    return value
+  try:
+    return float(value)
+  except ValueError:
+    raise ValueError(f"--loss_scale must be 'default', 'auto' or a positive number, got {value!r}") from None

@@ -60,6 +60,9 @@ flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept per batch and para
 flags.DEFINE_integer("block_size", 64, "Data sets per vectorized block (results are bit-identical for a "
                      "fixed block size, whatever the batch size or device count).")
 
+flags.DEFINE_string("loss_scale", "default", "Loss scaling: 'auto' (rescale each step's gradient so that "
+                    "float32 does not underflow; see BUILD.md), a number, or 'default' (auto in float32, 1 in "
+                    "float64).")
 flags.DEFINE_string("coordinator_address", None, "Multi-host: host:port of process 0 (jax.distributed).")
 flags.DEFINE_integer("num_processes", 1, "Multi-host: number of processes; each trains and solves a contiguous "
                      "share of the data sets, process 0 writes the results.")

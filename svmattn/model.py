@@ -43,23 +43,28 @@ def _check_scheme(scheme):
 
 
 def _init_w(key, d, m, dtype, scheme="uniform"):
-  """uniform: W ~ U(-1/sqrt(d), 1/sqrt(d)) entrywise (a default dense layer); zero: W = 0."""
+  """uniform: W ~ U(-1/sqrt(d), 1/sqrt(d)) entrywise (a default dense layer); zero: W = 0.
+
+  Random draws are made in float64 and rounded to dtype, so a float32 run starts
+  where the float64 run of the same key starts (as the data sets do)."""
   _check_scheme(scheme)
   if scheme == "zero":
     return {"W": jnp.zeros((d, d), dtype)}
   b = 1.0 / jnp.sqrt(d)
-  return {"W": jax.random.uniform(key, (d, d), dtype, -b, b)}
+  return {"W": jax.random.uniform(key, (d, d), jnp.float64, -b, b).astype(dtype)}
 
 
 def _init_kq(key, d, m, dtype, scheme="uniform"):
-  """uniform: K, Q ~ U(-1/sqrt(d), 1/sqrt(d)); zero: Q = 0, K = 0.1 N(0,1) (E1)."""
+  """uniform: K, Q ~ U(-1/sqrt(d), 1/sqrt(d)); zero: Q = 0, K = 0.1 N(0,1) (E1).
+
+  Drawn in float64 and rounded to dtype (see ``_init_w``)."""
   _check_scheme(scheme)
   kk, kq = jax.random.split(key)
   if scheme == "zero":
-    return {"K": 0.1 * jax.random.normal(kk, (d, m), dtype), "Q": jnp.zeros((d, m), dtype)}
+    return {"K": (0.1 * jax.random.normal(kk, (d, m), jnp.float64)).astype(dtype), "Q": jnp.zeros((d, m), dtype)}
   b = 1.0 / jnp.sqrt(d)
-  return {"K": jax.random.uniform(kk, (d, m), dtype, -b, b),
-          "Q": jax.random.uniform(kq, (d, m), dtype, -b, b)}
+  return {"K": jax.random.uniform(kk, (d, m), jnp.float64, -b, b).astype(dtype),
+          "Q": jax.random.uniform(kq, (d, m), jnp.float64, -b, b).astype(dtype)}
 
 
 W_PARAM = Parameterization("W", _init_w, lambda p: p["W"], "fro", 0.0)
@@ -123,20 +128,92 @@ def get_model(name: str) -> Callable:
 
 def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callable = "logistic",
               ridge: float | None = None, model: str = "single_query",
-              loss_scale: float = 1.0) -> Callable[[Params, Any], jax.Array]:
-  """The training objective of one data set: loss(params, data) -> scalar, times loss_scale."""
+              loss_scale: float | str = 1.0) -> Callable[[Params, Any], jax.Array]:
+  """The training objective of one data set: loss(params, data) -> scalar.
+
+  loss_scale (normalized GD is invariant to any positive scale of the loss, so
+  scaling changes nothing in exact arithmetic, only what rounding keeps):
+    a positive number S: the objective is S * L (value and gradient scaled; the
+      default 1.0 leaves both untouched);
+    "auto": the value is L itself but the gradient is exp(c) * grad L, with one
+      shift c per data set and call, computed in log space so that it survives
+      float32 once the softmax saturates. With ls = log_softmax of the logits and
+      top_i = argmax_t of row i, the weights s_it = exp(ls_it) of the non-top tokens
+      underflow (XLA flushes exp(x) to 0 below x = -87.3 in float32, -708 in
+      float64), and with them the whole gradient, although its direction is well
+      defined. Here they enter the gradient as q_it = exp(ls_it + c), t != top_i,
+      with c = -max_{i, t != top_i} ls_it (the largest non-top weight becomes 1),
+      and q_{i,top_i} = -sum_{t != top_i} q_it (sum_t s_it = 1, so
+      d s_{i,top} = -sum_t d s_it); s = stop_gradient(s) + q - stop_gradient(q)
+      has the value of s and the derivative exp(c) ds. A ridge lam ||p||^2 gets
+      the derivative exp(c) lam 2p, with c <= -log(lam) so that no scaled
+      coefficient exceeds 1. Supported models: single_query, seq2seq, causal.
+  """
   ell = losses_lib.get_loss(loss) if isinstance(loss, str) else loss
   lam = param.ridge if ridge is None else ridge
   forward = get_model(model)
+  auto = isinstance(loss_scale, str)
+  if auto and loss_scale != "auto":
+    raise ValueError(f"loss_scale must be a positive finite number or 'auto', got {loss_scale!r}")
+  if not auto:
+    try:
+      ok = 0 < float(loss_scale) < float("inf")
+    except (TypeError, ValueError):
+      ok = False
+    if not ok:
+      raise ValueError(f"loss_scale must be a positive finite number or 'auto', got {loss_scale!r}")
+
+  def ridge_sum(params):
+    return sum(jnp.sum(p * p) for p in jax.tree_util.tree_leaves(params))
 
   def objective(params, data):
     f, _ = forward(head, param.to_W(params), data)
     value = jnp.mean(ell(data.Y * f))
     if lam:
-      value = value + lam * sum(jnp.sum(p * p) for p in jax.tree_util.tree_leaves(params))
+      value = value + lam * ridge_sum(params)
     return value * loss_scale if loss_scale != 1.0 else value
 
-  return objective
+  if not auto:
+    return objective
+
+  # "auto": the models' logits and readouts, with the softmax (and its scaling) taken here.
+  def readout_single(s, data):
+    return jax.vmap(head.apply, (None, 0))(data.v, pooled_token(s, data.X))
+
+  def readout_seq(s, data):
+    r = jax.vmap(pooled_token, in_axes=(1, None), out_axes=1)(s, data.X)
+    return jax.vmap(jax.vmap(head.apply, (None, 0)), (None, 0))(data.v, r)
+
+  pieces = {
+      "single_query": (lambda W, data: attention_logits(W, data.X, data.Z), readout_single),
+      "seq2seq": (lambda W, data: seq2seq_logits(W, data.X, data.Z, False), readout_seq),
+      "causal": (lambda W, data: seq2seq_logits(W, data.X, data.Z, True), readout_seq),
+  }
+  if model not in pieces:
+    raise ValueError(f"loss_scale='auto' supports the models {sorted(pieces)}, got {model!r}")
+  logits_fn, readout = pieces[model]
+  sg = jax.lax.stop_gradient
+
+  def auto_objective(params, data):
+    logits = logits_fn(param.to_W(params), data)                          # (..., T)
+    ls = jax.nn.log_softmax(logits, axis=-1)
+    top = jax.nn.one_hot(sg(jnp.argmax(logits, axis=-1)), logits.shape[-1], dtype=bool)
+    rest = jnp.where(top, -jnp.inf, ls)                                   # log s of non-top tokens
+    c = -jnp.max(sg(rest))
+    if lam:
+      c = jnp.minimum(c, -jnp.log(jnp.asarray(lam, ls.dtype)))
+    c = jnp.where(jnp.isfinite(c), c, 0.0)                                # no non-top token anywhere
+    q = jnp.exp(rest + c)                                                  # exp(c) s_it, t != top (0 at top)
+    q = q - top * jnp.sum(q, axis=-1, keepdims=True)                       # top: -sum of the others
+    s = sg(jax.nn.softmax(logits, axis=-1)) + (q - sg(q))                 # value s, derivative exp(c) ds
+    value = jnp.mean(ell(data.Y * readout(s, data)))
+    if lam:
+      r = ridge_sum(params)
+      scaled = lam * jnp.exp(c) * r                                        # lam exp(c) <= 1
+      value = value + sg(lam * r) + (scaled - sg(scaled))                  # value lam r, derivative exp(c) lam dr
+    return value
+
+  return auto_objective
 
 
 # ----------------------------------------------------------------------------

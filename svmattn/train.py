@@ -53,7 +53,7 @@ class TrainConfig:
   ridge: float | None = None        # None: the parameterization's default
   model: str = "single_query"       # see model.MODELS
   block_size: int = 64              # data sets per vectorized block (see module docstring)
-  loss_scale: float = 1.0           # the objective is multiplied by this (see model.make_loss)
+  loss_scale: float | str = 1.0     # a number multiplies the objective; "auto": see model.make_loss
 
   def validate(self) -> "TrainConfig":
     model_lib.get_parameterization(self.param)
@@ -119,8 +119,8 @@ class Trainer(NamedTuple):
     W = self.param.to_W(params)
     _, s = model_lib.get_model(self.config.model)(self.head, W, data)
     loss = self.objective(params, data)
-    if self.config.loss_scale != 1.0:
-      loss = loss / self.config.loss_scale
+    if not isinstance(self.config.loss_scale, str) and self.config.loss_scale != 1.0:
+      loss = loss / self.config.loss_scale  # ("auto" objectives return the unscaled loss)
     return W, jnp.mean(jnp.max(s, axis=-1)), loss, s
 
   def init_one(self, key, data):
