@@ -55,7 +55,7 @@ EXPERIMENTS = (
                quick=("--runs=20", "--batch=500")),
     Experiment("E6", "lambda_head", "Lambda head: tokens selected vs lambda",
                quick=("--runs=20", "--lams=0,0.1,0.2,0.4,0.75,1.5")),
-    Experiment("E7", "reg_path", "Regularization paths RP-W and RP-KQ"),
+    Experiment("E7", "reg_path", "Regularization paths RP-W and RP-KQ", quick=("--runs=20", "--num_r=16")),
     Experiment("E8", "seq_causal", "Sequence-to-sequence and causal attention", quick=("--runs=20",)),
     Experiment("E9", "feasibility", "Feasibility of Att-SVM vs d",
                quick=("--runs=200", "--shapes=5:5,10:5", "--d_max=11")),
