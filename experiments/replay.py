@@ -100,6 +100,7 @@ def _dummy(fl, config):
 def main(argv):
   del argv
   common.quiet_logs()
+  common.enable_compilation_cache()
   out, run = FLAGS.out, FLAGS.run
   fl, source = run_flags(out)
   fl = dict(fl)

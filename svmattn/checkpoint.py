@@ -32,14 +32,14 @@ def _normalize(meta):
   return json.loads(json.dumps(meta, sort_keys=True, default=lambda x: np.asarray(x).tolist()))
 
 
-def _differences(saved, wanted, prefix=""):
+def _differences(saved, wanted, names=("checkpoint", "this run"), prefix=""):
   out = []
   for key in sorted(set(saved) | set(wanted)):
     a, b = saved.get(key, "<missing>"), wanted.get(key, "<missing>")
     if isinstance(a, dict) and isinstance(b, dict):
-      out += _differences(a, b, f"{prefix}{key}.")
+      out += _differences(a, b, names, f"{prefix}{key}.")
     elif a != b:
-      out.append(f"{prefix}{key}: checkpoint has {a!r}, this run has {b!r}")
+      out.append(f"{prefix}{key}: {names[0]} has {a!r}, {names[1]} has {b!r}")
   return out
 
 

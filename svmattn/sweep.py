@@ -98,14 +98,19 @@ def _prepare(out: str, plan: Plan, resume: bool) -> str:
         saved = json.load(f)
     except (OSError, ValueError) as e:
       raise SweepError(f"{meta_path}: cannot read the run's identity ({e}); remove {work} to start afresh") from e
-    diff = ckpt_lib._differences(saved, identity)
+    diff = ckpt_lib._differences(saved, identity, ("the run in " + out, "this command"))
     if diff:
       raise SweepError(f"--resume: {out} holds another run: " + "; ".join(diff[:6]))
   else:
     if resume:
       log.warning("--resume: nothing to resume in %s; starting afresh", out)
-    os.makedirs(work, exist_ok=True)
-    results.write_json(meta_path, identity)
+    # created whole or not at all: a kill here never leaves a work directory without run.json
+    os.makedirs(os.path.dirname(work), exist_ok=True)
+    tmp = f"{work}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    results.write_json(os.path.join(tmp, "run.json"), identity)
+    os.replace(tmp, work)
   return work
 
 
@@ -226,7 +231,10 @@ def run(plan: Plan, out: str, load_batch: Callable[[int], tuple[Any, np.ndarray,
 def finish(out: str, plan: Plan | None = None) -> None:
   """Delete this process's work directory (OUT/work) once the run's results are written."""
   work = os.path.join(out, "work") if plan is None else work_dir(out, plan)
-  shutil.rmtree(work, ignore_errors=True)
+  if os.path.isdir(work):
+    trash = f"{work}.done-{os.getpid()}"
+    os.replace(work, trash)  # atomic: a kill mid-delete leaves no half-deleted run behind
+    shutil.rmtree(trash, ignore_errors=True)
   if plan is not None and plan.process_count > 1 and plan.process_index == 0:
     try:
       os.rmdir(os.path.join(out, "work"))  # only once empty: the other processes remove theirs
