@@ -137,6 +137,7 @@ def main(argv):
     if plan.process_index != 0:
       multihost_utils.sync_global_devices("results written")
       sweep.finish(FLAGS.out, plan)
+      multihost_utils.sync_global_devices("work removed")
       return
   first = configs[0][1]
   arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every,
@@ -167,6 +168,9 @@ def main(argv):
     from jax.experimental import multihost_utils
     multihost_utils.sync_global_devices("results written")
   sweep.finish(FLAGS.out, plan)
+  if plan.process_count > 1:
+    multihost_utils.sync_global_devices("work removed")
+    sweep.finish_shared(FLAGS.out)
   report(summary)
 
 

@@ -235,11 +235,14 @@ def finish(out: str, plan: Plan | None = None) -> None:
     trash = f"{work}.done-{os.getpid()}"
     os.replace(work, trash)  # atomic: a kill mid-delete leaves no half-deleted run behind
     shutil.rmtree(trash, ignore_errors=True)
-  if plan is not None and plan.process_count > 1 and plan.process_index == 0:
-    try:
-      os.rmdir(os.path.join(out, "work"))  # only once empty: the other processes remove theirs
-    except OSError:
-      pass
+
+
+def finish_shared(out: str) -> None:
+  """Multi-host, process 0, after every process's ``finish``: remove the empty OUT/work."""
+  try:
+    os.rmdir(os.path.join(out, "work"))
+  except OSError:
+    pass
 
 
 def gather(arrays: dict[str, np.ndarray], plan: Plan) -> dict[str, np.ndarray]:

@@ -111,7 +111,7 @@ def _check_outputs(out, B):
 def test_binary_generated(generated_run):
   out, proc = generated_run
   _check_outputs(out, 3)
-  assert "progress label=train_W" in proc.stderr  # not a terminal: structured progress lines
+  assert "progress label=train " in proc.stderr and "progress label=svm " in proc.stderr  # structured lines
   assert "corr W_vs_fro" in proc.stdout
 
 
