@@ -154,3 +154,18 @@ def loss_scale(value: str, precision: str):
     return float(value)
   except ValueError:
     raise ValueError(f"--loss_scale must be 'default', 'auto' or a positive number, got {value!r}") from None
+
+
+def parse_shapes(values, flag: str = "--shapes") -> list[tuple[int, int]]:
+  """Entries "n:T" of a list flag as (n, T) pairs, with a clear error for bad ones."""
+  from absl import app
+  shapes = []
+  for v in values:
+    try:
+      n, T = (int(x) for x in v.split(":"))
+    except ValueError:
+      raise app.UsageError(f"{flag}: expected entries n:T such as 5:5, got {v!r}") from None
+    if n < 1 or T < 2:
+      raise app.UsageError(f"{flag}: need n >= 1 and T >= 2, got n={n} T={T}")
+    shapes.append((n, T))
+  return shapes

@@ -46,19 +46,6 @@ flags.DEFINE_integer("batch", 1000, "Data sets drawn per jitted generator call."
 ALPHA_STYLE = {"opt": "-", "random": "--"}
 
 
-def parse_shapes(values):
-  shapes = []
-  for v in values:
-    try:
-      n, T = (int(x) for x in v.split(":"))
-    except ValueError:
-      raise app.UsageError(f"--shapes: expected entries n:T such as 5:5, got {v!r}") from None
-    if n < 1 or T < 2:
-      raise app.UsageError(f"--shapes: need n >= 1 and T >= 2, got n={n} T={T}")
-    shapes.append((n, T))
-  return shapes
-
-
 @functools.lru_cache(maxsize=None)
 def _alphas_fn(n, T):
   """Jitted (seed, runs) -> (opt (B,n), random (B,n)) given the batch's data."""
@@ -81,7 +68,7 @@ def token_choices(spec, seed, runs, data):
 def main(argv):
   del argv
   timer = common.Timer()
-  shapes = parse_shapes(FLAGS.shapes)
+  shapes = common.parse_shapes(FLAGS.shapes)
   for a in FLAGS.alphas:
     if a not in ALPHA_STYLE:
       raise app.UsageError(f"--alphas: unknown choice {a!r}; use opt and/or random")

@@ -57,19 +57,6 @@ NORMS = ("fro", "nuc")
 NORM_NAMES = {"fro": "Frobenius", "nuc": "nuclear"}
 
 
-def parse_shapes(values):
-  shapes = []
-  for v in values:
-    try:
-      n, T = (int(x) for x in v.split(":"))
-    except ValueError:
-      raise app.UsageError(f"--shapes: expected entries n:T such as 5:5, got {v!r}") from None
-    if n < 1 or T < 2:
-      raise app.UsageError(f"--shapes: need n >= 1 and T >= 2, got n={n} T={T}")
-    shapes.append((n, T))
-  return shapes
-
-
 @functools.lru_cache(maxsize=None)
 def _opt_fn():
   score = jax.vmap(lambda v, X, Y: jnp.argmax(heads.token_scores(heads.LINEAR, v, X, Y), axis=-1))
@@ -113,7 +100,7 @@ def draw_feasible(spec, runs_wanted, max_draws, batch, seed, on_batch=None):
 def main(argv):
   del argv
   timer = common.Timer()
-  shapes = parse_shapes(FLAGS.shapes)
+  shapes = common.parse_shapes(FLAGS.shapes)
   try:
     ds = sorted({int(x) for x in FLAGS.ds})
   except ValueError:

@@ -66,3 +66,18 @@ def converged(batch, keys):
 def host(batch_data):
   """A Dataset batch as float64 NumPy arrays."""
   return data_lib.Dataset(*(np.asarray(a, np.float64) for a in batch_data))
+
+
+def run_binary(module, out, *flags):
+  """Run ``python -m module --out=out flags`` (must succeed); returns (summary dict, results arrays)."""
+  import json
+  import subprocess
+  env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  proc = subprocess.run([sys.executable, "-m", module, f"--out={out}", "--progress=false", *flags],
+                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(os.path.join(out, "summary.json")) as f:
+    summary = json.load(f)
+  with np.load(os.path.join(out, "results.npz")) as f:
+    arrays = {k: f[k] for k in f.files}
+  return summary, arrays

@@ -6,22 +6,12 @@ import sys
 
 import numpy as np
 
+from conftest import run_binary
+
 import svmattn  # noqa: F401  (float64)
 from svmattn import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_binary(module, out, *flags):
-  env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  proc = subprocess.run([sys.executable, "-m", module, f"--out={out}", "--progress=false", *flags],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  with open(os.path.join(out, "summary.json")) as f:
-    summary = json.load(f)
-  with np.load(os.path.join(out, "results.npz")) as f:
-    arrays = {k: f[k] for k in f.files}
-  return summary, arrays
 
 
 def test_overparam_end_to_end(tmp_path):

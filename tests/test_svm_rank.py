@@ -7,6 +7,8 @@ import sys
 import jax
 import numpy as np
 
+from conftest import run_binary
+
 import svmattn  # noqa: F401  (float64)
 from svmattn import data as data_lib
 from svmattn import feasibility
@@ -15,18 +17,6 @@ from svmattn import metrics
 from svmattn import svm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def run_binary(module, out, *flags):
-  env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-  proc = subprocess.run([sys.executable, "-m", module, f"--out={out}", "--progress=false", *flags],
-                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  with open(os.path.join(out, "summary.json")) as f:
-    summary = json.load(f)
-  with np.load(os.path.join(out, "results.npz")) as f:
-    arrays = {k: f[k] for k in f.files}
-  return summary, arrays
 
 
 def check_summary_layout(summary):
