@@ -50,7 +50,7 @@ flags.DEFINE_string("optimizer", "normalized_gd", "normalized_gd, gd, or an opta
 flags.DEFINE_enum("attention", "cross", ["cross", "self"], "Cross-attention or self-attention.")
 flags.DEFINE_integer("query_pos", 0, "Query position for self-attention.")
 flags.DEFINE_integer("snapshot_every", 10, "Record W, softmax and loss every this many steps.")
-flags.DEFINE_integer("chunk_steps", 500, "Steps per jitted chunk (progress granularity).")
+flags.DEFINE_integer("chunk_steps", 1000, "Steps per jitted chunk; a checkpoint is saved after each.")
 
 flags.DEFINE_integer("batch_size", 1000, "Data sets per pipeline batch: a batch trains on device while the "
                      "previous one's SVMs are solved on the host; memory is bounded by the batch.")

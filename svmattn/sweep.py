@@ -141,7 +141,7 @@ def run(plan: Plan, out: str, load_batch: Callable[[int], tuple[Any, np.ndarray,
   bar = progress_lib.MultiProgress({"train": (total_steps, "steps"), "svm": (hi - lo, "sets")},
                                    enabled=show_progress)
   pool = None
-  if workers > 0:
+  if workers > 0 and plan.batches > 1:  # with one batch there is nothing to overlap: skip the pool's start-up
     pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
   pending: dict[int, concurrent.futures.Future] = {}
   timings = {"train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
