@@ -169,3 +169,10 @@ def parse_shapes(values, flag: str = "--shapes") -> list[tuple[int, int]]:
       raise app.UsageError(f"{flag}: need n >= 1 and T >= 2, got n={n} T={T}")
     shapes.append((n, T))
   return shapes
+
+
+def checks_line(summary: dict) -> str:
+  """One line for the terminal: how many of summary["checks"] hold, and which do not."""
+  bad = [c["name"] for c in summary["checks"] if not c["ok"]]
+  return (f"  checks: {len(summary['checks']) - len(bad)}/{len(summary['checks'])} ok"
+          + (f"; failing: {bad}" if bad else ""))

@@ -277,9 +277,7 @@ def report(summary, lams):
     lines.append(f"  lambda={lam:<5g} |O_i| {p['mean_selected_all_runs']:.2f} (pred {p['mean_predicted']:.2f}, "
                  f"match {'-' if m is None else format(m, '.2f')})  rule: kept {r['kept']} interm. "
                  f"{r['intermediate']} finite {r['finite']}; evaluated {p['evaluated']}  {med}")
-  bad = [c["name"] for c in summary["checks"] if not c["ok"]]
-  lines.append(f"  checks: {len(summary['checks']) - len(bad)}/{len(summary['checks'])} ok"
-               + (f"; failing: {bad}" if bad else ""))
+  lines.append(common.checks_line(summary))
   lines.append("  wall " + "  ".join(f"{k} {v:.1f}s" for k, v in summary["timings_s"].items()))
   print("\n".join(lines))
   sys.stdout.flush()

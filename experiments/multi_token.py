@@ -354,9 +354,7 @@ def report(summary, ds):
                  f"{_fmt(st)}); runs with a dead sequence {per['runs_with_dead_sequence']} (svmeq median "
                  f"{_fmt(per['final_one_minus_corr_svmeq_dead_runs']['median'])}; all live "
                  f"{_fmt(per['final_one_minus_corr_svmeq_all_live_runs']['median'])})")
-  bad = [c["name"] for c in summary["checks"] if not c["ok"]]
-  lines.append(f"  checks: {len(summary['checks']) - len(bad)}/{len(summary['checks'])} ok"
-               + (f"; failing: {bad}" if bad else ""))
+  lines.append(common.checks_line(summary))
   lines.append("  wall " + "  ".join(f"{k} {v:.1f}s" for k, v in summary["timings_s"].items()))
   print("\n".join(lines))
   sys.stdout.flush()
