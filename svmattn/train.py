@@ -113,6 +113,7 @@ class Trainer(NamedTuple):
   head: heads_lib.Head
   objective: Callable
   optimizer: optax.GradientTransformation
+  grad: Callable                    # grad(params, data), see model.make_grad
 
   def observe(self, params, data):
     """(W, mean max softmax, loss, attention) of one data set."""
@@ -130,7 +131,7 @@ class Trainer(NamedTuple):
     return State(params, self.optimizer.init(params))
 
   def step_one(self, state: State, data) -> State:
-    grads = jax.grad(self.objective)(state.params, data)
+    grads = self.grad(state.params, data)
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
     return State(optax.apply_updates(state.params, updates), opt_state)
 
@@ -152,8 +153,9 @@ def make_trainer(config: TrainConfig) -> Trainer:
   config.validate()
   param = model_lib.get_parameterization(config.param)
   head = heads_lib.get_head(config.head)
-  objective = model_lib.make_loss(param, head, config.loss, config.ridge, config.model, config.loss_scale)
-  return Trainer(config, param, head, objective, optim_lib.get_optimizer(config.optimizer, config.lr))
+  args = (param, head, config.loss, config.ridge, config.model, config.loss_scale)
+  return Trainer(config, param, head, model_lib.make_loss(*args), optim_lib.get_optimizer(config.optimizer, config.lr),
+                 model_lib.make_grad(*args))
 
 
 def init_keys(seed: int, runs) -> jax.Array:

@@ -114,3 +114,24 @@ def test_unknown_names():
     heads.get_head("tanh")
   assert model.get_parameterization("W").svm_norm == "fro"
   assert model.get_parameterization("KQ").svm_norm == "nuc"
+
+
+@pytest.mark.parametrize("param_name", ["W", "KQ"])
+@pytest.mark.parametrize("loss", ["logistic", "exponential", "correlation"])
+def test_closed_form_gradient_equals_autodiff(param_name, loss):
+  import jax
+  from svmattn import heads, model
+  spec = data_lib.DataSpec(n=4, T=5, d=6)
+  D = data_lib.generate(spec, 3, np.arange(3))
+  param = model.get_parameterization(param_name)
+  closed = model.make_grad(param, heads.LINEAR, loss)
+  assert closed.__qualname__.startswith("_linear_head_grad")        # the fast path is the one in use
+  auto = jax.grad(model.make_loss(param, heads.LINEAR, loss))
+  for b in range(3):
+    one = data_lib.take(D, b)
+    params = param.init(jax.random.PRNGKey(b), 6, 6, np.float64, "uniform")
+    params = jax.tree_util.tree_map(lambda p: 8.0 * p, params)      # far enough to saturate partly
+    g1, g2 = closed(params, one), auto(params, one)
+    for k in g1:
+      np.testing.assert_allclose(np.asarray(g1[k]), np.asarray(g2[k]), rtol=1e-10,
+                                 atol=1e-13 * float(np.max(np.abs(np.asarray(g2[k])))))
