@@ -6,14 +6,13 @@ import platform
 import sys
 import time
 
-from absl import app  # noqa: F401  (defines absl's own flags before we record them)
+from absl import app  # defines absl's own flags before we record them
 from absl import flags
 from absl import logging  # noqa: F401
 import numpy as np
 
 import svmattn  # noqa: F401  (float64 on)
 from svmattn import data as data_lib
-from svmattn import results
 
 FLAGS = flags.FLAGS
 _ABSL_FLAGS = frozenset(FLAGS)  # absl's own flags, left out of summaries
@@ -158,7 +157,6 @@ def loss_scale(value: str, precision: str):
 
 def parse_shapes(values, flag: str = "--shapes") -> list[tuple[int, int]]:
   """Entries "n:T" of a list flag as (n, T) pairs, with a clear error for bad ones."""
-  from absl import app
   shapes = []
   for v in values:
     try:

@@ -15,11 +15,9 @@ to --out:
 from __future__ import annotations
 
 import sys
-import time
 
 from absl import app
 from absl import flags
-from absl import logging
 import jax
 import numpy as np
 
@@ -30,7 +28,6 @@ from svmattn import data as data_lib
 from svmattn import heads
 from svmattn import metrics
 from svmattn import plots
-from svmattn import progress as progress_lib
 from svmattn import results
 from svmattn import svm as svm_lib
 from svmattn import sweep

@@ -60,7 +60,7 @@ def classify(data, trajectory):
       data.v, data.X, data.Y), np.float64)
   X, Z = np.asarray(data.X, np.float64), np.asarray(data.Z, np.float64)
   selected = trajectory.selected
-  B, d = len(X), X.shape[-1]
+  B = len(X)
   types, corr = np.full(B, "", dtype="<U9"), np.full(B, np.nan)
   status = np.full(B, "", dtype="<U10")
   for b in range(B):

@@ -145,7 +145,6 @@ def run(plan: Plan, out: str, load_batch: Callable[[int], tuple[Any, np.ndarray,
     pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
   pending: dict[int, concurrent.futures.Future] = {}
   timings = {"train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
-  steps = None
   t_start = time.perf_counter()
 
   def collect(block: bool):

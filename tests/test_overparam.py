@@ -1,8 +1,5 @@
 """End-to-end test of experiments/overparam.py (E4) at a tiny size, in a subprocess."""
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 

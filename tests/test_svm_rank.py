@@ -1,8 +1,5 @@
 """End-to-end test of experiments/svm_rank.py (E3) at a tiny size, in a subprocess."""
-import json
 import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
