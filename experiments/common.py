@@ -174,3 +174,20 @@ def checks_line(summary: dict) -> str:
   bad = [c["name"] for c in summary["checks"] if not c["ok"]]
   return (f"  checks: {len(summary['checks']) - len(bad)}/{len(summary['checks'])} ok"
           + (f"; failing: {bad}" if bad else ""))
+
+
+def print_report(lines: list[str], summary: dict, each_check: bool = True) -> None:
+  """Print a binary's terminal report: its own ``lines``, then the checks (one line each, or
+  one summary line) and the wall time of each stage."""
+  lines = list(lines)
+  if each_check:
+    for c in summary["checks"]:
+      v = c["value"]
+      value = f"{v:.6g}" if isinstance(v, float) else str(v)
+      lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {value} (expected {c['expected']})")
+  else:
+    lines.append(checks_line(summary))
+  lines.append("  wall " + "  ".join(f"{k} {v:.2f}s" for k, v in summary["timings_s"].items()
+                                     if isinstance(v, (int, float))))
+  print("\n".join(lines))
+  sys.stdout.flush()

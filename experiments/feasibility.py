@@ -18,7 +18,6 @@ below that possibly infeasible. Everything is host-side float64 (--precision doe
 from __future__ import annotations
 
 import functools
-import sys
 
 from absl import app
 from absl import flags
@@ -165,12 +164,7 @@ def report(summary):
   lines = [f"E9 feasibility: {summary['runs_per_cell']} data sets per cell"]
   for key, d in summary["smallest_d_feasible_from_then_on"].items():
     lines.append(f"  {key:<28} 100% feasible from d={d}")
-  for c in summary["checks"]:
-    lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {c['value']:.4g} (expected {c['expected']})")
-  t = summary["timings_s"]
-  lines.append("  wall " + "  ".join(f"{k} {v:.2f}s" for k, v in t.items()))
-  print("\n".join(lines))
-  sys.stdout.flush()
+  common.print_report(lines, summary)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ vs lambda, measured and predicted), correlation.png (final 1 - corr vs lambda).
 """
 from __future__ import annotations
 
-import sys
 
 from absl import app
 from absl import flags
@@ -277,10 +276,7 @@ def report(summary, lams):
     lines.append(f"  lambda={lam:<5g} |O_i| {p['mean_selected_all_runs']:.2f} (pred {p['mean_predicted']:.2f}, "
                  f"match {'-' if m is None else format(m, '.2f')})  rule: kept {r['kept']} interm. "
                  f"{r['intermediate']} finite {r['finite']}; evaluated {p['evaluated']}  {med}")
-  lines.append(common.checks_line(summary))
-  lines.append("  wall " + "  ".join(f"{k} {v:.1f}s" for k, v in summary["timings_s"].items()))
-  print("\n".join(lines))
-  sys.stdout.flush()
+  common.print_report(lines, summary, each_check=False)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ Writes to --out: results.npz, summary.json (with "checks"), correlation.png
 """
 from __future__ import annotations
 
-import sys
 
 from absl import app
 from absl import flags
@@ -354,10 +353,7 @@ def report(summary, ds):
                  f"{_fmt(st)}); runs with a dead sequence {per['runs_with_dead_sequence']} (svmeq median "
                  f"{_fmt(per['final_one_minus_corr_svmeq_dead_runs']['median'])}; all live "
                  f"{_fmt(per['final_one_minus_corr_svmeq_all_live_runs']['median'])})")
-  lines.append(common.checks_line(summary))
-  lines.append("  wall " + "  ".join(f"{k} {v:.1f}s" for k, v in summary["timings_s"].items()))
-  print("\n".join(lines))
-  sys.stdout.flush()
+  common.print_report(lines, summary, each_check=False)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ out of the shares. Writes to --out:
 """
 from __future__ import annotations
 
-import sys
 
 from absl import app
 from absl import flags
@@ -198,12 +197,7 @@ def report(summary):
     corr = f"{x['corr_mean']:.4f}" if x["corr_mean"] is not None else "  -  "
     lines.append(f"    {x['n']:3d} {x['d']:3d}  {100 * x['share_global']:5.1f}% {100 * x['share_local']:5.1f}% "
                  f"{100 * x['share_not-local']:6.1f}%  {x['svm_infeasible']:6d}     {corr}")
-  for c in summary["checks"]:
-    lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {c['value']:.4g} (expected {c['expected']})")
-  t = summary["timings_s"]
-  lines.append("  wall " + "  ".join(f"{k} {v:.2f}s" for k, v in t.items()))
-  print("\n".join(lines))
-  sys.stdout.flush()
+  common.print_report(lines, summary)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ head v unit Gaussian. Normalized GD (lr 0.1, 2000 steps) from W(0)=0, and for
 """
 from __future__ import annotations
 
-import sys
 
 from absl import app
 from absl import flags
@@ -220,13 +219,7 @@ def report(summary):
   for key, v in summary["final_corr"].items():
     if v["mean"] is not None:
       lines.append(f"  final corr {key:<10} {v['mean']:.5f} (min {v['min']:.5f})")
-  for c in summary["checks"]:
-    value = f"{c['value']:.6g}" if isinstance(c["value"], float) else str(c["value"])
-    lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {value} (expected {c['expected']})")
-  t = summary["timings_s"]
-  lines.append("  wall " + "  ".join(f"{k} {v:.2f}s" for k, v in t.items() if not isinstance(v, dict)))
-  print("\n".join(lines))
-  sys.stdout.flush()
+  common.print_report(lines, summary)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ Writes to --out:
 """
 from __future__ import annotations
 
-import sys
 
 from absl import app
 from absl import flags
@@ -308,12 +307,7 @@ def report(summary):
                    f"final mean {fr['mean']:.7f} min {fr['min']:.7f}  below {FLAGS.threshold} from step "
                    f"{s['first_step_below_threshold']}  departs at c={s['tail_exponent_at_departure']['median']}"
                    f"  stalled {s['runs_stalled']}" + (f"  svm {svm['mean']:.4f}/{svm['min']:.4f}" if svm else ""))
-  for c in summary["checks"]:
-    lines.append(f"  check {'ok ' if c['ok'] else 'FAIL'} {c['name']}: {c['value']} (expected {c['expected']})")
-  t = summary["timings_s"]
-  lines.append("  wall " + "  ".join(f"{k} {v:.1f}s" for k, v in t.items() if not isinstance(v, dict)))
-  print("\n".join(lines))
-  sys.stdout.flush()
+  common.print_report(lines, summary)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ alpha = opt (gamma = Y v^T x): W_R with W^mm (Frobenius), K_R Q_R^T with W^mm_*
 """
 from __future__ import annotations
 
-import sys
 
 from absl import app
 from absl import flags
@@ -265,13 +264,7 @@ def report(summary):
     lines.append(f"  {p}: selects opt at R_max in {100 * x:.0f}% of data sets; the SVM start won at "
                  f"{wins['radii']} radii of {wins['data_sets']} data sets ({wins['data_sets_other_branch']} "
                  "with a loss gain > 1e-6: continuation was on another branch)")
-  for c in summary["checks"]:
-    value = f"{c['value']:.6g}" if isinstance(c["value"], float) else str(c["value"])
-    lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {value} (expected {c['expected']})")
-  t = summary["timings_s"]
-  lines.append("  wall " + "  ".join(f"{k} {v:.2f}s" for k, v in t.items()))
-  print("\n".join(lines))
-  sys.stdout.flush()
+  common.print_report(lines, summary)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ Writes to --out:
 """
 from __future__ import annotations
 
-import sys
 
 from absl import app
 from absl import flags
@@ -205,13 +204,7 @@ def report(summary):
                  f"{100 * g['positions_optimal']:.1f}% of positions")
   for key, fr in summary["convergence_types"].items():
     lines.append(f"  types {key:<10} " + "  ".join(f"{k} {100 * x:.0f}%" for k, x in fr.items()))
-  for c in summary["checks"]:
-    value = f"{c['value']:.4f}" if isinstance(c["value"], float) else str(c["value"])
-    lines.append(f"  check {'ok  ' if c['ok'] else 'FAIL'} {c['name']}: {value} (expected {c['expected']})")
-  t = summary["timings_s"]
-  lines.append("  wall " + "  ".join(f"{k} {v:.2f}s" for k, v in t.items() if not isinstance(v, dict)))
-  print("\n".join(lines))
-  sys.stdout.flush()
+  common.print_report(lines, summary)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ Writes to --out:
 from __future__ import annotations
 
 import functools
-import sys
 
 from absl import app
 from absl import flags
@@ -246,14 +245,7 @@ def report(summary):
   for x in summary["cells"]:
     lines.append(f"    {x['n']:3d} {x['T']:3d} {x['d']:3d} {x['feasible_kept']:5d} {x['draws']:5d}  "
                  f"{x['mean_rank_fro']:8.2f} {x['mean_rank_nuc']:8.2f}")
-  for c in summary["checks"]:
-    v = c["value"]
-    lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {v if isinstance(v, str) else f'{v:.4g}'} "
-                 f"(expected {c['expected']})")
-  t = summary["timings_s"]
-  lines.append("  wall " + "  ".join(f"{k} {v:.2f}s" for k, v in t.items()))
-  print("\n".join(lines))
-  sys.stdout.flush()
+  common.print_report(lines, summary)
 
 
 if __name__ == "__main__":
