@@ -78,9 +78,13 @@ def identity():
   return ident
 
 
+@jax.jit
+def _token_scores(v, X, Y):
+  return jax.vmap(lambda v, X, Y: heads.token_scores(heads.LINEAR, v, X, Y))(v, X, Y)
+
+
 def token_scores(batch):
-  return np.asarray(jax.vmap(lambda v, X, Y: heads.token_scores(heads.LINEAR, v, X, Y))(
-      batch.v, batch.X, batch.Y), np.float64)
+  return np.asarray(_token_scores(batch.v, batch.X, batch.Y), np.float64)
 
 
 def main(argv):

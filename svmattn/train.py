@@ -233,8 +233,9 @@ def pad_to_blocks(tree, block: int):
   extra = -B % block
   if not extra:
     return tree
+  # on the host (NumPy): eager jnp ops here would each compile a small XLA program
   return jax.tree_util.tree_map(
-      lambda x: jnp.concatenate([x, jnp.repeat(x[-1:], extra, axis=0)]), tree)
+      lambda x: np.concatenate([np.asarray(x), np.repeat(np.asarray(x)[-1:], extra, axis=0)]), tree)
 
 
 def schedule(steps: int, every: int, chunk_steps: int) -> list[tuple[int, int]]:
@@ -281,7 +282,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     blocked program, so the results equal a one-device run bit for bit.
   """
   trainer = make_trainer(config)
-  data = data_lib.Dataset(*(jnp.asarray(a) for a in data))
+  data = data_lib.Dataset(*(np.asarray(a) for a in data))   # placed on the devices by shard()
   B = data.X.shape[0]
   if keys.shape[0] != B:
     raise ValueError(f"train: {keys.shape[0]} keys for {B} data sets")
