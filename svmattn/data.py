@@ -115,7 +115,8 @@ def generate(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
   size = 1 << max(int(len(runs)) - 1, 0).bit_length()
   padded = np.concatenate([runs, np.full(size - len(runs), runs[-1] if len(runs) else 0, np.uint32)])
   out = _generate_fn(spec, head, sampler, jnp.dtype(dtype))(jnp.asarray(seed, jnp.uint32), jnp.asarray(padded))
-  return jax.tree_util.tree_map(lambda a: np.asarray(a)[:len(runs)], out)  # host arrays (B, ...)
+  # sliced on the host (an eager slice would compile a program per shape), returned as jax arrays
+  return jax.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a)[:len(runs)]), out)
 
 
 @functools.lru_cache(maxsize=32)
