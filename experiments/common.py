@@ -191,3 +191,18 @@ def print_report(lines: list[str], summary: dict, each_check: bool = True) -> No
                                      if isinstance(v, (int, float))))
   print("\n".join(lines))
   sys.stdout.flush()
+
+
+def own_norms() -> dict[str, str]:
+  """{parameterization: the SVM norm it is biased toward} (model.Parameterization.svm_norm)."""
+  from svmattn import model as model_lib
+  return {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items()}
+
+
+def check_params(params) -> None:
+  """--params: every entry a known parameterization, else a usage error naming it."""
+  from absl import app
+  known = own_norms()
+  for p in params:
+    if p not in known:
+      raise app.UsageError(f"--params: unknown parameterization {p!r}; use {' and/or '.join(sorted(known))}")

@@ -90,9 +90,7 @@ def token_scores(batch):
 def main(argv):
   del argv
   timer = common.Timer()
-  for p in FLAGS.params:
-    if p not in ("W", "KQ"):
-      raise app.UsageError(f"--params: unknown parameterization {p!r}; use W and/or KQ")
+  common.check_params(FLAGS.params)
   if FLAGS.batch_size < 1 or FLAGS.svm_workers < 0:
     raise app.UsageError("--batch_size must be >= 1 and --svm_workers >= 0")
   if FLAGS.num_processes > 1:  # before anything starts a JAX backend
@@ -202,7 +200,7 @@ def draw(arrays, params, out):
   plots.save(fig, f"{out}/softmax.png")
 
   fig, (ax,) = plots.figure()
-  own = {"W": "fro", "KQ": "nuc"}
+  own = common.own_norms()
   for p in params:
     for norm in svm_lib.NORMS:
       style = "-" if own[p] == norm else "--"

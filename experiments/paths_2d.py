@@ -47,7 +47,7 @@ flags.DEFINE_integer("draw_run", -1, "Index (into the data sets) of the data set
 NOISE = 0.3      # token noise scale
 SHIFT = 1.0      # |cluster centre|
 NORM_NAME = {"fro": "Frobenius", "nuc": "nuclear"}
-OWN_NORM = {"W": "fro", "KQ": "nuc"}
+OWN_NORM = common.own_norms()
 
 
 def two_clusters(key: jax.Array, spec: data_lib.DataSpec, head: heads.Head, dtype=jnp.float64) -> data_lib.Dataset:

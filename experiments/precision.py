@@ -74,7 +74,7 @@ flags.DEFINE_bool("svm", True, "Solve the SVMs at the reference's selected token
 flags.DEFINE_integer("snapshot_every", 10, "Record W every this many steps.")
 flags.DEFINE_integer("chunk_steps", 1000, "Steps per jitted chunk (progress granularity).")
 
-OWN_NORM = {"W": "fro", "KQ": "nuc"}
+OWN_NORM = common.own_norms()
 LOG_TINY = {"float32": -np.log(np.finfo(np.float32).tiny), "float64": -np.log(np.finfo(np.float64).tiny)}
 DEPARTED = 1e-6  # 1 - corr above this to the end: the variant has left the reference (rounding: ~1e-11)
 COLORS = {"float64": "black", "float64_auto": "tab:gray", "float32": "tab:red",
@@ -143,9 +143,7 @@ def summarize(corr_ref, corr_svm, norms, tail, steps, stalled):
 def main(argv):
   del argv
   timer = common.Timer()
-  for p in FLAGS.params:
-    if p not in OWN_NORM:
-      raise app.UsageError(f"--params: unknown parameterization {p!r}; use W and/or KQ")
+  common.check_params(FLAGS.params)
   for v in FLAGS.variants:
     if v not in VARIANTS:
       raise app.UsageError(f"--variants: unknown variant {v!r}; use some of {VARIANTS}")

@@ -58,7 +58,7 @@ flags.DEFINE_bool("candidates", True, "Also start every radius along the SVM of 
                   "the lower loss (the problem is nonconvex: continuation alone can follow a local branch).")
 flags.DEFINE_integer("batch", 25, "Data sets per vmapped batch (progress granularity).")
 
-OWN_NORM = {"W": "fro", "KQ": "nuc"}
+OWN_NORM = common.own_norms()
 LABEL = {"W": r"$W_R$", "KQ": r"$K_RQ_R^\top$"}
 NORM_NAME = {"fro": "Frobenius", "nuc": "nuclear"}
 
@@ -104,9 +104,7 @@ def run_paths(param, data, R, keys, candidates):
 def main(argv):
   del argv
   timer = common.Timer()
-  for p in FLAGS.params:
-    if p not in ("W", "KQ"):
-      raise app.UsageError(f"--params: unknown parameterization {p!r}; use W and/or KQ")
+  common.check_params(FLAGS.params)
   if FLAGS.batch < 1:
     raise app.UsageError(f"--batch must be >= 1, got {FLAGS.batch}")
   try:

@@ -60,7 +60,7 @@ flags.DEFINE_enum("labels", "random", ["random", "positive"], "Labels Y_ik: unif
 flags.DEFINE_integer("snapshot_every", 10, "Record W, softmax and loss every this many steps.")
 flags.DEFINE_integer("chunk_steps", 500, "Steps per jitted chunk (progress granularity).")
 
-OWN_NORM = {"W": "fro", "KQ": "nuc"}
+OWN_NORM = common.own_norms()
 NORM_NAMES = {"fro": "Frobenius", "nuc": "nuclear"}
 MODE_COLORS = {"seq2seq": "tab:blue", "causal": "tab:orange"}
 CORR_TARGET = 0.99
@@ -77,9 +77,7 @@ def _stats(x):
 def main(argv):
   del argv
   timer = common.Timer()
-  for p in FLAGS.params:
-    if p not in OWN_NORM:
-      raise app.UsageError(f"--params: unknown parameterization {p!r}; use W and/or KQ")
+  common.check_params(FLAGS.params)
   for m in FLAGS.modes:
     if m not in s2s.MODES:
       raise app.UsageError(f"--modes: unknown mode {m!r}; use {', '.join(s2s.MODES)}")

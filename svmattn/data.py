@@ -47,19 +47,25 @@ class DataSpec:
   labels: str = "random"
 
   def validate(self) -> "DataSpec":
-    for name in ("n", "T", "d"):
-      value = getattr(self, name)
-      if not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"DataSpec.{name} must be a positive integer, got {value!r}")
-    if self.T < 2:
-      raise ValueError(f"DataSpec.T must be >= 2 (token selection needs two tokens), got {self.T}")
+    check_sizes(self)
     if self.attention not in ("cross", "self"):
       raise ValueError(f"DataSpec.attention must be 'cross' or 'self', got {self.attention!r}")
     if self.attention == "self" and not 0 <= self.query_pos < self.T:
       raise ValueError(f"DataSpec.query_pos must be in [0, T={self.T}), got {self.query_pos}")
-    if self.labels not in ("random", "positive"):
-      raise ValueError(f"DataSpec.labels must be 'random' or 'positive', got {self.labels!r}")
     return self
+
+
+def check_sizes(spec) -> None:
+  """n, T, d of a spec: positive integers, T >= 2; labels "random" or "positive" if it has them."""
+  kind = type(spec).__name__
+  for name in ("n", "T", "d"):
+    value = getattr(spec, name)
+    if not isinstance(value, (int, np.integer)) or value < 1:
+      raise ValueError(f"{kind}.{name} must be a positive integer, got {value!r}")
+  if spec.T < 2:
+    raise ValueError(f"{kind}.T must be >= 2 (token selection needs two tokens), got {spec.T}")
+  if getattr(spec, "labels", "random") not in ("random", "positive"):
+    raise ValueError(f"{kind}.labels must be 'random' or 'positive', got {spec.labels!r}")
 
 
 def run_key(seed: int, run: int | jax.Array) -> jax.Array:

@@ -64,14 +64,7 @@ class Seq2SeqSpec:
   labels: str = "random"
 
   def validate(self) -> "Seq2SeqSpec":
-    for name in ("n", "T", "d"):
-      value = getattr(self, name)
-      if not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"Seq2SeqSpec.{name} must be a positive integer, got {value!r}")
-    if self.T < 2:
-      raise ValueError(f"Seq2SeqSpec.T must be >= 2 (token selection needs two tokens), got {self.T}")
-    if self.labels not in ("random", "positive"):
-      raise ValueError(f"Seq2SeqSpec.labels must be 'random' or 'positive', got {self.labels!r}")
+    data_lib.check_sizes(self)
     return self
 
 
