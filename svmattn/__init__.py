@@ -3,6 +3,13 @@
 Importing the package turns on JAX float64 (``jax_enable_x64``); every function
 keeps the dtype of its inputs, so float32 runs pass float32 arrays.
 
+It also gives JAX one CPU device per usable core (``cpu_devices()``; the environment
+variable SVMATTN_CPU_DEVICES=N overrides it, and an explicit
+``--xla_force_host_platform_device_count`` in XLA_FLAGS or ``jax_num_cpu_devices`` is
+left alone): ``train.train`` splits the data sets over the devices, so training uses
+every core of a CPU, with results bit for bit those of one device. It has no effect
+once JAX has created its CPU backend, and none on GPU/TPU devices.
+
 Layout (device side first, host side last; they meet at NumPy arrays):
   data      data sets: the paper's generator, .npz load/save and validation
   heads     prediction heads h(r) and token scores
@@ -15,8 +22,28 @@ Layout (device side first, host side last; they meet at NumPy arrays):
   results   atomic writing of results files
   progress  progress bars and log lines
 """
+import os
+
 import jax
 
 jax.config.update("jax_enable_x64", True)
+
+
+def cpu_devices() -> int:
+  """CPU devices to ask JAX for: SVMATTN_CPU_DEVICES, else the cores this process may use."""
+  value = os.environ.get("SVMATTN_CPU_DEVICES", "").strip()
+  if value:
+    if not value.isdigit() or int(value) < 1:
+      raise ValueError(f"SVMATTN_CPU_DEVICES must be a positive integer, got {value!r}")
+    return int(value)
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "") and \
+    jax.config.jax_num_cpu_devices == -1:
+  try:
+    jax.config.update("jax_num_cpu_devices", cpu_devices())
+  except RuntimeError:   # the CPU backend already exists: keep its devices
+    pass
 
 __version__ = "0.1.0"

@@ -187,8 +187,10 @@ def data_mesh(devices=None):
   return jax.sharding.Mesh(np.asarray(devices), ("data",))
 
 
-def _compiled(trainer: Trainer, kind: str, *static):
-  key = (trainer.config, kind) + static
+def _compiled(trainer: Trainer, kind: str, mesh, *static):
+  """The blocked ``kind`` function of one data set, run on every device of ``mesh`` on its
+  own slice of the batch (``shard_map``: one program, compiled once, no communication)."""
+  key = (trainer.config, kind, mesh) + static
   if key not in _JIT_CACHE:
     if kind == "init":
       fn = trainer.init_one
@@ -197,34 +199,26 @@ def _compiled(trainer: Trainer, kind: str, *static):
     else:
       every, snapshots = static
       fn = lambda st, dt: trainer.advance_one(st, dt, every, snapshots)  # noqa: E731
-    _JIT_CACHE[key] = jax.jit(_blocked(fn, trainer.config.block_size))
+    spec = jax.sharding.PartitionSpec("data")
+    _JIT_CACHE[key] = jax.jit(jax.shard_map(_blocked(fn, trainer.config.block_size), mesh=mesh,
+                                            in_specs=spec, out_specs=spec))
   return _JIT_CACHE[key]
 
 
-def shard(tree, mesh):
-  """Per-device pieces of ``tree`` (leading axis split over the mesh's "data" axis).
+def place(tree, mesh):
+  """``tree`` with its leading axis split over the mesh's "data" axis.
 
-  The batch is placed with a NamedSharding(mesh, P("data")); each piece is one
-  device's shard. Every device then runs the same single-device program on its
-  piece: an SPMD-partitioned program can round differently from the one-device
-  program (seen on CPU), while this keeps the results bit-identical whatever the
-  number of devices.
+  The functions of ``_compiled`` run the one-device blocked program on each device's
+  slice (``shard_map``), never an automatically partitioned one (which can round
+  differently, seen on CPU): the results are bit for bit those of one device, whatever
+  the number of devices. On a CPU the devices are cores (see ``svmattn.cpu_devices``).
   """
-  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
-  placed = jax.device_put(tree, sharding)
-  order = {d: i for i, d in enumerate(mesh.devices.flat)}
-  pieces = [[] for _ in order]
-  for leaf in jax.tree_util.tree_leaves(placed):
-    for s in leaf.addressable_shards:
-      pieces[order[s.device]].append(s.data)
-  treedef = jax.tree_util.tree_structure(tree)
-  return [jax.tree_util.tree_unflatten(treedef, p) for p in pieces]
+  return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data")))
 
 
-def _gather(pieces):
-  """Concatenate per-device outputs on the host."""
-  host = jax.device_get(pieces)
-  return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *host)
+def _host(tree):
+  """Device arrays to NumPy on the host."""
+  return jax.tree_util.tree_map(np.asarray, jax.device_get(tree))
 
 
 def pad_to_blocks(tree, block: int):
@@ -278,11 +272,11 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     instead of initializing; snapshots then start at that step. A step's arithmetic does
     not depend on the chunking or the snapshot interval, so this is bit-exact too.
   mesh: a 1-D mesh with axis "data" (``data_mesh()``); default: every local device. The
-    data sets are split over its devices (see ``shard``); each device runs the same
+    data sets are split over its devices (see ``place``); each device runs the same
     blocked program, so the results equal a one-device run bit for bit.
   """
   trainer = make_trainer(config)
-  data = data_lib.Dataset(*(np.asarray(a) for a in data))   # placed on the devices by shard()
+  data = data_lib.Dataset(*(np.asarray(a) for a in data))   # placed on the devices by place()
   B = data.X.shape[0]
   if keys.shape[0] != B:
     raise ValueError(f"train: {keys.shape[0]} keys for {B} data sets")
@@ -297,57 +291,54 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   plan = schedule(config.steps - first_step, config.snapshot_every, config.chunk_steps)
   steps = snapshot_steps(plan)
   steps = first_step + steps
-  data_p, keys_p = shard(data, mesh), shard(keys, mesh)
-  P = mesh.size
+  data_p, keys_p = place(data, mesh), place(keys, mesh)
 
   t0 = time.perf_counter()
-  init = [_compiled(trainer, "init").lower(keys_p[i], data_p[i]).compile() for i in range(P)]
-  state_p = [init[i](keys_p[i], data_p[i]) for i in range(P)]
+  init = _compiled(trainer, "init", mesh).lower(keys_p, data_p).compile()
+  state_p = init(keys_p, data_p)
   if start is not None:
-    state_p = shard(pad_to_blocks(jax.tree_util.tree_map(jnp.asarray, start[1]), unit), mesh)
-  observe = [_compiled(trainer, "observe").lower(state_p[i].params, data_p[i]).compile() for i in range(P)]
-  calls = {call: [_compiled(trainer, "advance", *call).lower(state_p[i], data_p[i]).compile() for i in range(P)]
-           for call in set(plan)}
+    state_p = place(pad_to_blocks(jax.tree_util.tree_map(np.asarray, start[1]), unit), mesh)
+  observe = _compiled(trainer, "observe", mesh).lower(state_p.params, data_p).compile()
+  calls = {call: _compiled(trainer, "advance", mesh, *call).lower(state_p, data_p).compile() for call in set(plan)}
   compile_seconds = time.perf_counter() - t0
 
   t0 = time.perf_counter()
-  W0, p0, l0, _ = _gather([observe[i](state_p[i].params, data_p[i]) for i in range(P)])
+  W0, p0, l0, _ = _host(observe(state_p.params, data_p))
   snaps = {"W": np.zeros((W0.shape[0], len(steps)) + W0.shape[1:], W0.dtype),
            "max_prob": np.zeros((len(p0), len(steps)), p0.dtype),
            "loss": np.zeros((len(l0), len(steps)), l0.dtype)}
   snaps["W"][:, 0], snaps["max_prob"][:, 0], snaps["loss"][:, 0] = W0, p0, l0
-  treedef = jax.tree_util.tree_structure(state_p[0])
+  treedef = jax.tree_util.tree_structure(state_p)
   n_leaves = treedef.num_leaves
   start = 0
   if checkpoints is not None:
-    leaves = jax.tree_util.tree_leaves(_gather(state_p))
-    template = {"state": {str(i): np.asarray(x) for i, x in enumerate(leaves)}, "snapshots": snaps,
+    leaves = jax.tree_util.tree_leaves(_host(state_p))
+    template = {"state": {str(i): x for i, x in enumerate(leaves)}, "snapshots": snaps,
                 "chunk": np.zeros((), np.int64)}
     found = checkpoints.restore_latest(template)
     if found is not None:
       _, tree = found
       start = int(tree["chunk"])
       state = jax.tree_util.tree_unflatten(treedef, [np.asarray(tree["state"][str(i)]) for i in range(n_leaves)])
-      state_p = shard(state, mesh)
+      state_p = place(state, mesh)
       snaps = {k: np.array(v) for k, v in tree["snapshots"].items()}
       if progress is not None and start:
         progress(sum(every * k for every, k in plan[:start]))
   pos = 1 + sum(k for _, k in plan[:start])
   for chunk in range(start, len(plan)):
     every, k = plan[chunk]
-    outs = [calls[(every, k)][i](state_p[i], data_p[i]) for i in range(P)]   # devices run concurrently
-    state_p = [o[0] for o in outs]
-    W, p, l = _gather([o[1] for o in outs])
+    state_p, out = calls[(every, k)](state_p, data_p)     # every device on its slice, concurrently
+    W, p, l = _host(out)
     snaps["W"][:, pos:pos + k], snaps["max_prob"][:, pos:pos + k], snaps["loss"][:, pos:pos + k] = W, p, l
     pos += k
     if checkpoints is not None:
-      leaves = jax.tree_util.tree_leaves(_gather(state_p))
+      leaves = jax.tree_util.tree_leaves(_host(state_p))
       checkpoints.save(chunk + 1, {"state": {str(i): x for i, x in enumerate(leaves)},
                                    "snapshots": snaps, "chunk": np.asarray(chunk + 1, np.int64)})
     if progress is not None:
       progress(every * k)
-  s = _gather([observe[i](state_p[i].params, data_p[i])[3] for i in range(P)])
-  params = _gather([st.params for st in state_p])
+  s = _host(observe(state_p.params, data_p)[3])
+  params = _host(state_p.params)
   run_seconds = time.perf_counter() - t0
   cut = lambda x: np.asarray(x)[:B]  # noqa: E731
   return Trajectory(steps, cut(snaps["W"]), cut(snaps["max_prob"]), cut(snaps["loss"]), cut(s),

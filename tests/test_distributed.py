@@ -24,7 +24,7 @@ def test_four_forced_devices_equal_one(tmp_path):
       runs = np.arange(70)                       # not a multiple of 4 x block: padding is exercised
       D = data.generate(data.DataSpec(n=3, T=4, d=5), 0, runs)
       keys = train.init_keys(0, runs)
-      for p in ("W",):
+      for p in ("W", "KQ"):
         cfg = train.TrainConfig(param=p, steps=60, snapshot_every=20, chunk_steps=40, block_size=8)
         four = train.train(cfg, D, keys)                                   # every local device
         one = train.train(cfg, D, keys, mesh=train.data_mesh(jax.devices()[:1]))
@@ -61,3 +61,23 @@ def test_two_processes_equal_one(tmp_path):
   for key in a.files:
     assert np.array_equal(a[key], b[key], equal_nan=a[key].dtype.kind == "f"), key
   assert not (two / "work").exists()
+
+
+def _devices_in_subprocess(env):
+  script = "import jax, svmattn; print(len(jax.devices('cpu')))"
+  env = dict({k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "SVMATTN_CPU_DEVICES")},
+             PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", **env)
+  return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_cpu_devices_default_override_and_explicit_xla_flag():
+  default = _devices_in_subprocess({})
+  assert default.returncode == 0, default.stderr[-2000:]
+  assert int(default.stdout) == len(os.sched_getaffinity(0))
+  three = _devices_in_subprocess({"SVMATTN_CPU_DEVICES": "3"})
+  assert int(three.stdout) == 3, three.stderr[-2000:]
+  explicit = _devices_in_subprocess({"SVMATTN_CPU_DEVICES": "3",
+                                     "XLA_FLAGS": "--xla_force_host_platform_device_count=5"})
+  assert int(explicit.stdout) == 5, explicit.stderr[-2000:]
+  bad = _devices_in_subprocess({"SVMATTN_CPU_DEVICES": "two"})
+  assert bad.returncode != 0 and "SVMATTN_CPU_DEVICES must be a positive integer" in bad.stderr
