@@ -7,7 +7,11 @@ Suites (--suites):
   gd     normalized-GD data-set-steps per second at E2 sizes (n=6, T=8, d=10, W) for each batch
          size, against a naive baseline in the same run (a Python loop over data sets and steps
          calling a jitted single-data-set step, as a notebook would); compile time separately;
-         cost growth with n, T and d (gd_scaling.png).
+         cost growth with n, T and d (gd_scaling.png). Three columns: the engine as train.train
+         runs it (blocks of --block_size, padded to whole blocks on every device: a batch smaller
+         than block_size x devices costs a full one), the engine on one device, and a single
+         vmap over the whole batch on one device (no blocks: its working set leaves the caches
+         as the batch grows).
   floor  the physical floor of the GD step: flops and bytes per data-set-step from XLA's cost
          analysis of the compiled step, this machine's float64 matmul rate and memory bandwidth
          measured in the same run, and achieved / floor.
@@ -48,6 +52,8 @@ flags.DEFINE_string("out", None, "Directory for benchmark.json and figures.")
 flags.DEFINE_list("suites", ["gd", "floor", "svm", "e2"], "Suites to run: gd, floor, svm, e2, quick.")
 flags.DEFINE_list("batch_sizes", ["1", "10", "100", "1000", "10000", "100000"], "GD batch sizes.")
 flags.DEFINE_integer("gd_steps", 200, "Steps per timed GD call.")
+flags.DEFINE_integer("scaling_batch", 1000, "Data sets per point of the GD cost-vs-size curves.")
+flags.DEFINE_integer("block_size", train_lib.TrainConfig.block_size, "Data sets per vectorized block (the engine's).")
 flags.DEFINE_integer("naive_sets", 4, "Data sets in the naive GD baseline (times per data set are constant).")
 flags.DEFINE_integer("svm_sets", 50, "Data sets per SVM measurement.")
 flags.DEFINE_integer("repeats", 3, "Repetitions (the best is kept for kernels, the median for end to end).")
@@ -66,15 +72,26 @@ def best_time(fn, repeats):
   return min(times)
 
 
-def gd_kernel(B, n, T, d, steps, param="W"):
-  """(compile_s, run_s, compiled step fn for the floor) for B data sets x steps."""
-  config = train_lib.TrainConfig(param=param, steps=steps, snapshot_every=steps, chunk_steps=steps)
+def gd_kernel(B, n, T, d, steps, param="W", mode="engine"):
+  """(compile_s, run_s, trainer, state, batch) for B data sets x steps of normalized GD.
+
+  mode "engine": what ``train.train`` runs (blocks of --block_size, the batch padded to whole
+  blocks on every device, one program over all devices); "engine_1dev": the same on one
+  device; "vmap": one vmap over the whole batch on one device (no blocks)."""
+  config = train_lib.TrainConfig(param=param, steps=steps, snapshot_every=steps, chunk_steps=steps,
+                                 block_size=FLAGS.block_size)
   trainer = train_lib.make_trainer(config)
   runs = np.arange(B)
   batch = data_lib.generate(data_lib.DataSpec(n, T, d), 0, runs)
   keys = train_lib.init_keys(0, runs)
-  state = jax.jit(jax.vmap(trainer.init_one))(keys, batch)
-  fn = jax.jit(jax.vmap(lambda st, dt: trainer.advance_one(st, dt, steps, 1)))
+  if mode == "vmap":
+    state = jax.jit(jax.vmap(trainer.init_one))(keys, batch)
+    fn = jax.jit(jax.vmap(lambda st, dt: trainer.advance_one(st, dt, steps, 1)))
+  else:
+    mesh = train_lib.data_mesh(None if mode == "engine" else jax.local_devices()[:1])
+    batch, keys = train_lib.place(train_lib.pad_to_blocks((batch, keys), config.block_size * mesh.size), mesh)
+    state = train_lib._compiled(trainer, "init", mesh)(keys, batch)
+    fn = train_lib._compiled(trainer, "advance", mesh, steps, 1)
   t0 = time.perf_counter()
   compiled = fn.lower(state, batch).compile()
   compile_s = time.perf_counter() - t0
@@ -114,29 +131,36 @@ def suite_gd(report):
   naive_s = naive_gd(n, T, d, naive_steps, FLAGS.naive_sets)
   naive_rate = FLAGS.naive_sets * naive_steps / naive_s
   rows = []
+  devices = len(jax.local_devices())
   for B in [int(b) for b in FLAGS.batch_sizes]:
-    compile_s, run_s, *_ = gd_kernel(B, n, T, d, steps)
-    rate = B * steps / run_s
-    rows.append({"batch": B, "steps": steps, "compile_s": compile_s, "run_s": run_s,
-                 "dataset_steps_per_s": rate, "vs_naive": rate / naive_rate})
-    print(f"gd  B={B:>7}  {rate:12.4g} data-set-steps/s  {rate / naive_rate:8.1f}x naive  "
-          f"(compile {compile_s:.2f}s, run {run_s:.3f}s)", flush=True)
+    row = {"batch": B, "steps": steps, "padded_batch": -(-B // (FLAGS.block_size * devices)) * FLAGS.block_size * devices}
+    for mode in ("engine", "engine_1dev", "vmap"):
+      compile_s, run_s, *_ = gd_kernel(B, n, T, d, steps, mode=mode)
+      rate = B * steps / run_s
+      row[mode] = {"compile_s": compile_s, "run_s": run_s, "dataset_steps_per_s": rate, "vs_naive": rate / naive_rate}
+    row.update(dataset_steps_per_s=row["engine"]["dataset_steps_per_s"], vs_naive=row["engine"]["vs_naive"])
+    rows.append(row)
+    print(f"gd  B={B:>7}  engine ({devices} dev) {row['dataset_steps_per_s']:10.4g}/s = {row['vs_naive']:6.1f}x naive"
+          f"  | engine 1 dev {row['engine_1dev']['dataset_steps_per_s']:10.4g}/s"
+          f"  | vmap, no blocks, 1 dev {row['vmap']['dataset_steps_per_s']:10.4g}/s"
+          f"  (compile {row['engine']['compile_s']:.2f}s)", flush=True)
   scaling = {}
   for name, values in (("n", [2, 6, 12, 24]), ("T", [4, 8, 16, 32]), ("d", [5, 10, 20, 40])):
     sizes = []
     for value in values:
       shape = dict(E2, **{name: value})
-      B = 1000
+      B = FLAGS.scaling_batch
       _, run_s, *_ = gd_kernel(B, shape["n"], shape["T"], shape["d"], 50)
       sizes.append({"value": value, "us_per_dataset_step": 1e6 * run_s / (B * 50)})
     scaling[name] = sizes
   fig, axes = plots.figure(3, width=3.6)
   for ax, (name, sizes) in zip(axes, scaling.items()):
     ax.loglog([s["value"] for s in sizes], [s["us_per_dataset_step"] for s in sizes], "o-")
-    ax.set(xlabel=name, ylabel="us per data-set-step", title=f"GD cost vs {name} (B=1000)")
+    ax.set(xlabel=name, ylabel="us per data-set-step", title=f"GD cost vs {name} (B={FLAGS.scaling_batch})")
   if FLAGS.out:
     plots.save(fig, os.path.join(FLAGS.out, "gd_scaling.png"))
   report["gd"] = {"naive": {"dataset_steps_per_s": naive_rate, "sets": FLAGS.naive_sets, "steps": naive_steps},
+                  "devices": devices, "block_size": FLAGS.block_size,
                   "batched": rows, "best_vs_naive": max(r["vs_naive"] for r in rows),
                   "best_dataset_steps_per_s": max(r["dataset_steps_per_s"] for r in rows),
                   "scaling": scaling}
@@ -158,11 +182,13 @@ def machine_peaks():
 def suite_floor(report):
   B = 10000
   _, run_s, trainer, state, batch = gd_kernel(B, E2["n"], E2["T"], E2["d"], FLAGS.gd_steps)
-  step = jax.jit(jax.vmap(trainer.step_one)).lower(state, batch).compile()
+  # XLA's count for one step of one block on one device
+  block = jax.tree_util.tree_map(lambda x: np.asarray(x)[:FLAGS.block_size], (state, batch))
+  step = jax.jit(jax.vmap(trainer.step_one)).lower(*block).compile()
   cost = step.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  flops_per = float(cost.get("flops", float("nan"))) / B
-  xla_bytes_per = float(cost.get("bytes accessed", float("nan"))) / B   # counts every unfused intermediate
+  flops_per = float(cost.get("flops", float("nan"))) / FLAGS.block_size
+  xla_bytes_per = float(cost.get("bytes accessed", float("nan"))) / FLAGS.block_size   # every unfused intermediate
   # The bytes a step cannot avoid once the batch outgrows the caches: read the data set, read and
   # write the parameters and the optimizer state.
   item = np.dtype(batch.X.dtype).itemsize

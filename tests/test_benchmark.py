@@ -1,0 +1,40 @@
+"""The benchmark binary end to end at toy sizes: every figure present, ratios consistent."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_gd_and_floor_suites(tmp_path):
+  proc = subprocess.run([sys.executable, "-m", "experiments.benchmark", f"--out={tmp_path}", "--suites=gd,floor",
+                         "--batch_sizes=1,70", "--gd_steps=5", "--repeats=1", "--naive_sets=1",
+                         "--scaling_batch=4", "--block_size=8"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  report = json.loads((tmp_path / "benchmark.json").read_text())
+  gd = report["gd"]
+  naive = gd["naive"]["dataset_steps_per_s"]
+  assert naive > 0
+  unit = gd["block_size"] * gd["devices"]
+  for row in gd["batched"]:
+    assert row["padded_batch"] % unit == 0 and row["padded_batch"] >= row["batch"]
+    for mode in ("engine", "engine_1dev", "vmap"):
+      r = row[mode]
+      assert r["dataset_steps_per_s"] > 0 and r["compile_s"] > 0
+      np.testing.assert_allclose(r["dataset_steps_per_s"], row["batch"] * row["steps"] / r["run_s"])
+      np.testing.assert_allclose(r["vs_naive"], r["dataset_steps_per_s"] / naive)
+    assert row["dataset_steps_per_s"] == row["engine"]["dataset_steps_per_s"]
+  assert [s["value"] for s in gd["scaling"]["d"]] == [5, 10, 20, 40]
+  assert (tmp_path / "gd_scaling.png").stat().st_size > 0
+  floor = report["floor"]
+  # the matmuls alone: logits (x W z) and gradient (sum delta x z^T) need 2(2nd^2 + 2nTd) flops at E2 sizes
+  n, T, d = 6, 8, 10
+  assert floor["flops_per_dataset_step"] >= 2 * (2 * n * d * d + 2 * n * T * d)
+  assert floor["min_bytes_per_dataset_step"] == 8 * (n * T * d + n * d + n + d + 2 * d * d)
+  np.testing.assert_allclose(floor["achieved_over_floor"],
+                             floor["achieved_s_per_dataset_step"] / floor["floor_s_per_dataset_step"])
+  assert floor["achieved_over_floor"] > 1   # nothing beats the physical floor
