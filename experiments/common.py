@@ -90,11 +90,12 @@ def flag_values() -> dict:
 
 
 def environment() -> dict:
+  import importlib.metadata
   import jax
-  import cvxpy
   import optax
+  # the installed cvxpy's version without importing it (an import costs ~1 s)
   return {"python": platform.python_version(), "jax": jax.__version__, "optax": optax.__version__,
-          "cvxpy": cvxpy.__version__, "numpy": np.__version__, "platform": platform.platform(),
+          "cvxpy": importlib.metadata.version("cvxpy"), "numpy": np.__version__, "platform": platform.platform(),
           "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count()}
 
 

@@ -81,8 +81,15 @@ def split_run_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def normal(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float64) -> jax.Array:
   """Standard normal samples, drawn flat and reshaped (XLA on CPU compiles a
-  multi-dimensional jax.random.normal ~10x slower than a flat one)."""
+  multi-dimensional jax.random.normal ~10x slower than a flat one). With JAX's partitionable
+  threefry (its default) the values equal jax.random.normal(key, shape, dtype)."""
   return jax.random.normal(key, (int(np.prod(shape)),), dtype).reshape(shape)
+
+
+def uniform(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float64, minval=0.0, maxval=1.0) -> jax.Array:
+  """Uniform samples on [minval, maxval), drawn flat and reshaped (see ``normal``). With JAX's
+  partitionable threefry (its default) the values equal jax.random.uniform(key, shape, ...)."""
+  return jax.random.uniform(key, (int(np.prod(shape)),), dtype, minval, maxval).reshape(shape)
 
 
 def _unit_rows(a: jax.Array) -> jax.Array:

@@ -23,6 +23,7 @@ working set in cache for large batches.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -160,7 +161,11 @@ def make_trainer(config: TrainConfig) -> Trainer:
 
 def init_keys(seed: int, runs) -> jax.Array:
   """Initialization keys (B,) of the given runs: the second half of each run key."""
-  runs = jnp.asarray(np.asarray(runs, dtype=np.uint32))
+  return _init_keys(int(seed), jnp.asarray(np.asarray(runs, dtype=np.uint32)))
+
+
+@functools.partial(jax.jit, static_argnums=0)   # one program (eager vmap compiles every primitive)
+def _init_keys(seed: int, runs: jax.Array) -> jax.Array:
   return jax.vmap(lambda r: data_lib.split_run_key(data_lib.run_key(seed, r))[1])(runs)
 
 
@@ -331,7 +336,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     W, p, l = _host(out)
     snaps["W"][:, pos:pos + k], snaps["max_prob"][:, pos:pos + k], snaps["loss"][:, pos:pos + k] = W, p, l
     pos += k
-    if checkpoints is not None:
+    if checkpoints is not None and chunk + 1 < len(plan):   # (after the last chunk the caller saves results)
       leaves = jax.tree_util.tree_leaves(_host(state_p))
       checkpoints.save(chunk + 1, {"state": {str(i): x for i, x in enumerate(leaves)},
                                    "snapshots": snaps, "chunk": np.asarray(chunk + 1, np.int64)})

@@ -206,3 +206,11 @@ def test_validate_unbatched(batch):
     data_lib.validate(host(batch), batched=False)
   with pytest.raises(data_lib.DataError, match="'v' is missing"):
     data_lib.validate(one._replace(v=None), batched=False)
+
+
+def test_flat_draws_equal_jax_multidimensional_draws():
+  # data.normal / data.uniform draw flat (faster to compile) and must give jax.random's values
+  key = jax.random.PRNGKey(11)
+  np.testing.assert_array_equal(data_lib.normal(key, (3, 4, 5)), jax.random.normal(key, (3, 4, 5), np.float64))
+  np.testing.assert_array_equal(data_lib.uniform(key, (7, 6), np.float64, -0.5, 0.5),
+                                jax.random.uniform(key, (7, 6), np.float64, -0.5, 0.5))
