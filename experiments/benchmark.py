@@ -8,8 +8,9 @@ Suites (--suites):
          size, against a naive baseline in the same run (a Python loop over data sets and steps
          calling a jitted single-data-set step, as a notebook would); compile time separately;
          cost growth with n, T and d (gd_scaling.png). Three columns: the engine as train.train
-         runs it (blocks of --block_size, padded to whole blocks on every device: a batch smaller
-         than block_size x devices costs a full one), the engine on one device, and a single
+         runs it (blocks of --block_size, the batch padded to whole blocks on as many devices as
+         it has blocks: a batch smaller than block_size costs a whole block), the engine on one
+         device, and a single
          vmap over the whole batch on one device (no blocks: its working set leaves the caches
          as the batch grows).
   floor  the physical floor of the GD step: flops and bytes per data-set-step from XLA's cost
@@ -52,6 +53,7 @@ flags.DEFINE_string("out", None, "Directory for benchmark.json and figures.")
 flags.DEFINE_list("suites", ["gd", "floor", "svm", "e2"], "Suites to run: gd, floor, svm, e2, quick.")
 flags.DEFINE_list("batch_sizes", ["1", "10", "100", "1000", "10000", "100000"], "GD batch sizes.")
 flags.DEFINE_integer("gd_steps", 200, "Steps per timed GD call.")
+flags.DEFINE_integer("floor_batch", 100_000, "Data sets in the achieved-vs-floor measurement.")
 flags.DEFINE_integer("scaling_batch", 1000, "Data sets per point of the GD cost-vs-size curves.")
 flags.DEFINE_integer("block_size", train_lib.TrainConfig.block_size, "Data sets per vectorized block (the engine's).")
 flags.DEFINE_integer("naive_sets", 4, "Data sets in the naive GD baseline (times per data set are constant).")
@@ -88,7 +90,8 @@ def gd_kernel(B, n, T, d, steps, param="W", mode="engine"):
     state = jax.jit(jax.vmap(trainer.init_one))(keys, batch)
     fn = jax.jit(jax.vmap(lambda st, dt: trainer.advance_one(st, dt, steps, 1)))
   else:
-    mesh = train_lib.data_mesh(None if mode == "engine" else jax.local_devices()[:1])
+    mesh = train_lib.batch_mesh(B, FLAGS.block_size,
+                                None if mode == "engine" else train_lib.data_mesh(jax.local_devices()[:1]))
     batch, keys = train_lib.place(train_lib.pad_to_blocks((batch, keys), config.block_size * mesh.size), mesh)
     state = train_lib._compiled(trainer, "init", mesh)(keys, batch)
     fn = train_lib._compiled(trainer, "advance", mesh, steps, 1)
@@ -133,14 +136,16 @@ def suite_gd(report):
   rows = []
   devices = len(jax.local_devices())
   for B in [int(b) for b in FLAGS.batch_sizes]:
-    row = {"batch": B, "steps": steps, "padded_batch": -(-B // (FLAGS.block_size * devices)) * FLAGS.block_size * devices}
+    used = train_lib.batch_mesh(B, FLAGS.block_size).size
+    row = {"batch": B, "steps": steps, "devices_used": used,
+           "padded_batch": -(-B // (FLAGS.block_size * used)) * FLAGS.block_size * used}
     for mode in ("engine", "engine_1dev", "vmap"):
       compile_s, run_s, *_ = gd_kernel(B, n, T, d, steps, mode=mode)
       rate = B * steps / run_s
       row[mode] = {"compile_s": compile_s, "run_s": run_s, "dataset_steps_per_s": rate, "vs_naive": rate / naive_rate}
     row.update(dataset_steps_per_s=row["engine"]["dataset_steps_per_s"], vs_naive=row["engine"]["vs_naive"])
     rows.append(row)
-    print(f"gd  B={B:>7}  engine ({devices} dev) {row['dataset_steps_per_s']:10.4g}/s = {row['vs_naive']:6.1f}x naive"
+    print(f"gd  B={B:>7}  engine ({used} dev) {row['dataset_steps_per_s']:10.4g}/s = {row['vs_naive']:6.1f}x naive"
           f"  | engine 1 dev {row['engine_1dev']['dataset_steps_per_s']:10.4g}/s"
           f"  | vmap, no blocks, 1 dev {row['vmap']['dataset_steps_per_s']:10.4g}/s"
           f"  (compile {row['engine']['compile_s']:.2f}s)", flush=True)
@@ -180,7 +185,7 @@ def machine_peaks():
 
 
 def suite_floor(report):
-  B = 10000
+  B = FLAGS.floor_batch
   _, run_s, trainer, state, batch = gd_kernel(B, E2["n"], E2["T"], E2["d"], FLAGS.gd_steps)
   # XLA's count for one step of one block on one device
   block = jax.tree_util.tree_map(lambda x: np.asarray(x)[:FLAGS.block_size], (state, batch))
@@ -189,25 +194,34 @@ def suite_floor(report):
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   flops_per = float(cost.get("flops", float("nan"))) / FLAGS.block_size
   xla_bytes_per = float(cost.get("bytes accessed", float("nan"))) / FLAGS.block_size   # every unfused intermediate
-  # The bytes a step cannot avoid once the batch outgrows the caches: read the data set, read and
-  # write the parameters and the optimizer state.
+  # DRAM traffic the engine cannot avoid: each call reads every data set and its state once and
+  # writes the state once (a block stays in cache for all --gd_steps steps of the call); the
+  # "streaming" figure is what a step would move if nothing stayed in cache between steps.
   item = np.dtype(batch.X.dtype).itemsize
   data_bytes = sum(int(np.prod(a.shape[1:])) for a in batch) * item
   state_bytes = sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(state)) * item
-  min_bytes_per = data_bytes + 2 * state_bytes
+  streaming_bytes_per = data_bytes + 2 * state_bytes
+  min_bytes_per = streaming_bytes_per / FLAGS.gd_steps
   peak_flops, bandwidth = machine_peaks()
   achieved = run_s / (B * FLAGS.gd_steps)
-  floor = max(flops_per / peak_flops, min_bytes_per / bandwidth)
-  report["floor"] = {"batch": B, "flops_per_dataset_step": flops_per, "xla_bytes_accessed_per_dataset_step":
-                     xla_bytes_per, "min_bytes_per_dataset_step": min_bytes_per,
+  compute_floor, memory_floor = flops_per / peak_flops, min_bytes_per / bandwidth
+  floor = max(compute_floor, memory_floor)
+  report["floor"] = {"batch": B, "steps_per_call": FLAGS.gd_steps, "devices": len(jax.local_devices()),
+                     "flops_per_dataset_step": flops_per, "xla_bytes_accessed_per_dataset_step": xla_bytes_per,
+                     "min_bytes_per_dataset_step": min_bytes_per,
+                     "streaming_bytes_per_dataset_step": streaming_bytes_per,
                      "machine_float64_matmul_flops": peak_flops, "machine_bandwidth_bytes_per_s": bandwidth,
+                     "compute_floor_s": compute_floor, "memory_floor_s": memory_floor,
+                     "streaming_floor_s": streaming_bytes_per / bandwidth,
                      "floor_s_per_dataset_step": floor, "achieved_s_per_dataset_step": achieved,
                      "achieved_over_floor": achieved / floor,
-                     "bound": "compute" if flops_per / peak_flops > min_bytes_per / bandwidth else "memory"}
-  print(f"floor: {flops_per:.0f} flops and {min_bytes_per:.0f} unavoidable bytes per data-set-step (XLA counts "
-        f"{xla_bytes_per:.0f} bytes accessed); machine {peak_flops / 1e9:.1f} GFLOP/s float64 matmul, "
-        f"{bandwidth / 1e9:.1f} GB/s -> floor {1e9 * floor:.0f} ns, achieved {1e9 * achieved:.0f} ns "
-        f"({achieved / floor:.1f}x the floor)", flush=True)
+                     "bound": "compute" if compute_floor >= memory_floor else "memory"}
+  print(f"floor (B={B}): {flops_per:.0f} flops per data-set-step (XLA cost analysis; it counts {xla_bytes_per:.0f} "
+        f"bytes accessed, cache traffic included) and {min_bytes_per:.0f} bytes of DRAM traffic (the data set and "
+        f"state once per {FLAGS.gd_steps}-step call; {streaming_bytes_per:.0f} if nothing stayed in cache); machine "
+        f"{peak_flops / 1e9:.1f} GFLOP/s float64 matmul, {bandwidth / 1e9:.1f} GB/s -> floor {1e9 * floor:.1f} ns "
+        f"({report['floor']['bound']}-bound; streaming {1e9 * streaming_bytes_per / bandwidth:.0f} ns), achieved "
+        f"{1e9 * achieved:.0f} ns = {achieved / floor:.1f}x the floor", flush=True)
 
 
 def naive_svm(X, Z, alpha, norm):

@@ -192,6 +192,15 @@ def data_mesh(devices=None):
   return jax.sharding.Mesh(np.asarray(devices), ("data",))
 
 
+def batch_mesh(B: int, block_size: int, mesh=None):
+  """The mesh ``train`` runs B data sets on: ``mesh`` (default ``data_mesh()``), cut to its
+  first ceil(B / block_size) devices when there are fewer blocks than devices (idle devices
+  rather than padding)."""
+  mesh = data_mesh() if mesh is None else mesh
+  blocks = -(-B // block_size)
+  return data_mesh(list(mesh.devices.flat)[:blocks]) if blocks < mesh.size else mesh
+
+
 def _compiled(trainer: Trainer, kind: str, mesh, *static):
   """The blocked ``kind`` function of one data set, run on every device of ``mesh`` on its
   own slice of the batch (``shard_map``: one program, compiled once, no communication)."""
@@ -287,7 +296,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     raise ValueError(f"train: {keys.shape[0]} keys for {B} data sets")
   if B == 0:
     raise ValueError("train: no data sets (B = 0)")
-  mesh = data_mesh() if mesh is None else mesh
+  mesh = batch_mesh(B, config.block_size, mesh)
   unit = config.block_size * mesh.size
   data, keys = pad_to_blocks((data, keys), unit)
   first_step = 0 if start is None else int(start[0])

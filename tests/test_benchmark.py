@@ -12,16 +12,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_gd_and_floor_suites(tmp_path):
   proc = subprocess.run([sys.executable, "-m", "experiments.benchmark", f"--out={tmp_path}", "--suites=gd,floor",
                          "--batch_sizes=1,70", "--gd_steps=5", "--repeats=1", "--naive_sets=1",
-                         "--scaling_batch=4", "--block_size=8"],
+                         "--scaling_batch=4", "--block_size=8", "--floor_batch=64"],
                         cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   report = json.loads((tmp_path / "benchmark.json").read_text())
   gd = report["gd"]
   naive = gd["naive"]["dataset_steps_per_s"]
   assert naive > 0
-  unit = gd["block_size"] * gd["devices"]
   for row in gd["batched"]:
-    assert row["padded_batch"] % unit == 0 and row["padded_batch"] >= row["batch"]
+    unit = gd["block_size"] * row["devices_used"]
+    assert 1 <= row["devices_used"] <= gd["devices"]
+    assert row["padded_batch"] % unit == 0 and row["batch"] <= row["padded_batch"] < row["batch"] + unit
     for mode in ("engine", "engine_1dev", "vmap"):
       r = row[mode]
       assert r["dataset_steps_per_s"] > 0 and r["compile_s"] > 0
@@ -34,7 +35,8 @@ def test_gd_and_floor_suites(tmp_path):
   # the matmuls alone: logits (x W z) and gradient (sum delta x z^T) need 2(2nd^2 + 2nTd) flops at E2 sizes
   n, T, d = 6, 8, 10
   assert floor["flops_per_dataset_step"] >= 2 * (2 * n * d * d + 2 * n * T * d)
-  assert floor["min_bytes_per_dataset_step"] == 8 * (n * T * d + n * d + n + d + 2 * d * d)
+  assert floor["streaming_bytes_per_dataset_step"] == 8 * (n * T * d + n * d + n + d + 2 * d * d)
+  assert floor["min_bytes_per_dataset_step"] == floor["streaming_bytes_per_dataset_step"] / 5   # --gd_steps
   np.testing.assert_allclose(floor["achieved_over_floor"],
                              floor["achieved_s_per_dataset_step"] / floor["floor_s_per_dataset_step"])
   assert floor["achieved_over_floor"] > 1   # nothing beats the physical floor
