@@ -28,15 +28,13 @@ def compare_with_svms(X: np.ndarray, Z: np.ndarray, gamma: np.ndarray, snapshots
   X = np.asarray(X, np.float64)
   Z = np.asarray(Z, np.float64)
   B, d = X.shape[0], X.shape[-1]
-  solved = {}
+  keys = {}                      # each distinct (data set, selection, norm) once, in order
   for p, sel in selected.items():
     for b in range(B):
       for norm in norms:
-        key = (b, np.asarray(sel[b], np.int64).tobytes(), norm)
-        if key not in solved:
-          solved[key] = svm_lib.att_svm(X[b], Z[b], np.frombuffer(key[1], np.int64), norm)
-          if progress is not None:
-            progress(1)
+        keys.setdefault((b, np.asarray(sel[b], np.int64).tobytes(), norm), None)
+  jobs = [(X[b], Z[b], np.frombuffer(sel, np.int64), norm) for b, sel, norm in keys]
+  solved = dict(zip(keys, svm_lib.att_svm_many(jobs, progress=progress)))   # threaded (svm.THREADS)
   out = {}
   for p, sel in selected.items():
     per_norm = {}

@@ -27,8 +27,10 @@ a solver failure is recorded, never raised.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
+import os
 from typing import Callable, Sequence
 
 import numpy as np
@@ -246,15 +248,44 @@ def att_svm(X, Z, alpha, norm: str = "fro", solver: str | None = None,
   return _result(status, W, dual, msg, A, keep, norm, solver, tol)
 
 
-def att_svm_batch(X, Z, alpha, norm: str = "fro", solver: str | None = None,
-                  progress: Callable[[int], None] | None = None) -> list[SVMResult]:
-  """``att_svm`` for each of B data sets: X (B,n,T,d), Z (B,n,d), alpha (B,n)."""
-  out = []
-  for b in range(len(X)):
-    out.append(att_svm(X[b], Z[b], alpha[b], norm, solver))
-    if progress is not None:
-      progress(1)
+# Threads for batches of solves. The solvers (SCS, SciPy's NNLS) release the GIL, so threads
+# run solves in parallel; each solve is independent and deterministic, so the results do not
+# depend on the number of threads. The sweep's worker processes set it to 1.
+THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
+                 progress: Callable[[int], None] | None = None) -> list[SVMResult]:
+  """``att_svm(*job)`` for every job, in order, on ``threads`` threads (default THREADS)."""
+  threads = THREADS if threads is None else threads
+  if threads <= 1 or len(jobs) <= 1:
+    out = []
+    for job in jobs:
+      out.append(att_svm(*job))
+      if progress is not None:
+        progress(1)
+    return out
+  # NNLS solves take ~0.1 ms: the calling thread does them while the pool runs the conic ones
+  fast = [(len(job) > 4 and job[4] or DEFAULT_SOLVER.get(job[3])) == "nnls" for job in jobs]
+  out = [None] * len(jobs)
+  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+    futures = {pool.submit(att_svm, *job): i for i, job in enumerate(jobs) if not fast[i]}
+    for i, job in enumerate(jobs):
+      if fast[i]:
+        out[i] = att_svm(*job)
+        if progress is not None:
+          progress(1)
+    for future in concurrent.futures.as_completed(futures):
+      out[futures[future]] = future.result()
+      if progress is not None:
+        progress(1)
   return out
+
+
+def att_svm_batch(X, Z, alpha, norm: str = "fro", solver: str | None = None,
+                  progress: Callable[[int], None] | None = None, threads: int | None = None) -> list[SVMResult]:
+  """``att_svm`` for each of B data sets: X (B,n,T,d), Z (B,n,d), alpha (B,n) (see att_svm_many)."""
+  return att_svm_many([(X[b], Z[b], alpha[b], norm, solver) for b in range(len(X))], threads, progress)
 
 
 def stack(results: Sequence[SVMResult], d: int) -> dict[str, np.ndarray]:

@@ -37,6 +37,7 @@ import numpy as np
 from svmattn import checkpoint as ckpt_lib
 from svmattn import progress as progress_lib
 from svmattn import results
+from svmattn import svm as svm_lib
 from svmattn import train as train_lib
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,11 @@ def _load_npz(path):
     return {k: f[k] for k in f.files}
 
 
+def _one_thread_per_worker():
+  """The worker processes already run in parallel: one SVM solve at a time in each."""
+  svm_lib.THREADS = 1
+
+
 def _analyze_and_save(analyze, data_path, traj_paths, target):
   t0 = time.perf_counter()
   arrays = analyze(data_path, traj_paths)
@@ -142,7 +148,8 @@ def run(plan: Plan, out: str, load_batch: Callable[[int], tuple[Any, np.ndarray,
                                    enabled=show_progress)
   pool = None
   if workers > 0 and plan.batches > 1:  # with one batch there is nothing to overlap: skip the pool's start-up
-    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=_one_thread_per_worker)
   pending: dict[int, concurrent.futures.Future] = {}
   timings = {"train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
   t_start = time.perf_counter()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import host
+from svmattn import data as data_lib
 from svmattn import heads
 from svmattn import metrics
 from svmattn import svm
@@ -229,3 +230,17 @@ def test_bad_norm_and_solver(cases):
     svm.att_svm(X, Z, alpha, "l1")
   with pytest.raises(ValueError, match=r"nnls solver solves the Frobenius SVM only"):
     svm.att_svm(X, Z, alpha, "nuc", "nnls")
+
+
+@pytest.mark.parametrize("norm", ["fro", "nuc"])
+def test_threaded_batch_equals_one_thread(norm):
+  D = data_lib.generate(data_lib.DataSpec(n=4, T=5, d=6), 3, np.arange(6))
+  X, Z = np.asarray(D.X), np.asarray(D.Z)
+  alpha = np.random.RandomState(1).randint(0, 5, (6, 4))
+  one = svm.att_svm_batch(X, Z, alpha, norm, threads=1)
+  done = []
+  many = svm.att_svm_batch(X, Z, alpha, norm, threads=3, progress=done.append)
+  assert len(done) == 6
+  for a, b in zip(one, many):
+    assert a.status == b.status
+    np.testing.assert_array_equal(a.W, b.W)     # same bits, in the same order
