@@ -29,14 +29,19 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 
+def usable_cores() -> int:
+  """The CPU cores this process may use."""
+  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def cpu_devices() -> int:
-  """CPU devices to ask JAX for: SVMATTN_CPU_DEVICES, else the cores this process may use."""
+  """CPU devices to ask JAX for: SVMATTN_CPU_DEVICES, else ``usable_cores()``."""
   value = os.environ.get("SVMATTN_CPU_DEVICES", "").strip()
   if value:
     if not value.isdigit() or int(value) < 1:
       raise ValueError(f"SVMATTN_CPU_DEVICES must be a positive integer, got {value!r}")
     return int(value)
-  return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+  return usable_cores()
 
 
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "") and \

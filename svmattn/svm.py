@@ -30,11 +30,12 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
-import os
 from typing import Callable, Sequence
 
 import numpy as np
 import scipy.optimize
+
+import svmattn
 
 STATUSES = ("optimal", "infeasible", "failed")
 NORMS = ("fro", "nuc")
@@ -251,27 +252,22 @@ def att_svm(X, Z, alpha, norm: str = "fro", solver: str | None = None,
 # Threads for batches of solves. The solvers (SCS, SciPy's NNLS) release the GIL, so threads
 # run solves in parallel; each solve is independent and deterministic, so the results do not
 # depend on the number of threads. The sweep's worker processes set it to 1.
-THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+THREADS = svmattn.usable_cores()
 
 
 def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
                  progress: Callable[[int], None] | None = None) -> list[SVMResult]:
   """``att_svm(*job)`` for every job, in order, on ``threads`` threads (default THREADS)."""
   threads = THREADS if threads is None else threads
-  if threads <= 1 or len(jobs) <= 1:
-    out = []
-    for job in jobs:
-      out.append(att_svm(*job))
-      if progress is not None:
-        progress(1)
-    return out
-  # NNLS solves take ~0.1 ms: the calling thread does them while the pool runs the conic ones
-  fast = [(len(job) > 4 and job[4] or DEFAULT_SOLVER.get(job[3])) == "nnls" for job in jobs]
+  # The calling thread solves the NNLS jobs (~0.1 ms each), or every job with one thread;
+  # the pool runs the conic ones meanwhile.
+  solver = lambda job: (job[4] if len(job) > 4 else None) or DEFAULT_SOLVER.get(job[3])  # noqa: E731
+  here = [threads <= 1 or solver(job) == "nnls" for job in jobs]
   out = [None] * len(jobs)
-  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-    futures = {pool.submit(att_svm, *job): i for i, job in enumerate(jobs) if not fast[i]}
+  with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
+    futures = {pool.submit(att_svm, *job): i for i, job in enumerate(jobs) if not here[i]}
     for i, job in enumerate(jobs):
-      if fast[i]:
+      if here[i]:
         out[i] = att_svm(*job)
         if progress is not None:
           progress(1)
