@@ -42,12 +42,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import common
-from svmattn import data as data_lib
-from svmattn import plots
-from svmattn import results
-from svmattn import svm as svm_lib
-from svmattn import svm_dual
-from svmattn import train as train_lib
+from svmattn.data import datasets as data_lib
+from svmattn.io import plots
+from svmattn.io import results
+from svmattn.svm import att_svm as svm_lib
+from svmattn.svm import dual as svm_dual
+from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for benchmark.json and figures.")

@@ -12,7 +12,7 @@ from absl import logging  # noqa: F401
 import numpy as np
 
 import svmattn  # noqa: F401  (float64 on)
-from svmattn import data as data_lib
+from svmattn.data import datasets as data_lib
 
 FLAGS = flags.FLAGS
 _ABSL_FLAGS = frozenset(FLAGS)  # absl's own flags, left out of summaries
@@ -65,7 +65,7 @@ def dtype():
 
 def load_or_generate(spec: data_lib.DataSpec, head=None):
   """(data, runs): the --data file or ``FLAGS.runs`` generated data sets, in --precision."""
-  from svmattn import heads
+  from svmattn.models import heads
   head = head or heads.LINEAR
   if FLAGS.data:
     try:
@@ -134,7 +134,7 @@ def file_sha256(path: str) -> str:
 def e2_setup(fl: dict):
   """(DataSpec, ((name, TrainConfig), ...)) of an E2 run from its flag values (a dict:
   FLAGS of experiments.local_convergence, or the "flags" of its summary.json)."""
-  from svmattn import train as train_lib
+  from svmattn.train import loop as train_lib
   spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"], fl["attention"], fl["query_pos"]).validate()
   configs = tuple((p, train_lib.TrainConfig(
       param=p, m=fl["m"], loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"], steps=fl["steps"],
@@ -196,7 +196,7 @@ def print_report(lines: list[str], summary: dict, each_check: bool = True) -> No
 
 def own_norms() -> dict[str, str]:
   """{parameterization: the SVM norm it is biased toward} (model.Parameterization.svm_norm)."""
-  from svmattn import model as model_lib
+  from svmattn.models import attention as model_lib
   return {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items()}
 
 

@@ -2,7 +2,7 @@ r"""E9: feasibility of Att-SVM(alpha) versus d around max(T-1, n) (SCIENCE.md se
 
 For each shape (n, T) and each d, draws --runs data sets (the paper's unit-Gaussian
 generator, linear head) and asks whether Att-SVM(alpha) is feasible
-(``svmattn.feasibility.check``) for alpha = opt (the tokens of largest score
+(``svmattn.svm.feasibility.check``) for alpha = opt (the tokens of largest score
 gamma_it = Y_i v^T x_it) and for a uniformly random alpha (drawn from the run's
 initialization key). Prediction: 100% feasible for every d >= max(T-1, n),
 below that possibly infeasible. Everything is host-side float64 (--precision does not apply). Writes to --out:
@@ -27,12 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import common
-from svmattn import data as data_lib
-from svmattn import feasibility as feas_lib
-from svmattn import heads
-from svmattn import plots
-from svmattn import progress as progress_lib
-from svmattn import results
+from svmattn.data import datasets as data_lib
+from svmattn.svm import feasibility as feas_lib
+from svmattn.models import heads
+from svmattn.io import plots
+from svmattn.io import progress as progress_lib
+from svmattn.io import results
 
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=1000)
@@ -138,7 +138,7 @@ def main(argv):
   summary = {"experiment": "E9 feasibility vs d", "flags": common.flag_values(), "shapes": shapes,
              "ds": ds, "runs_per_cell": R, "cells": cells, "status_counts": status_counts,
              "smallest_d_feasible_from_then_on": first_full,
-             "decision": "svmattn.feasibility.check: batched least-squares certificate, exact NNLS test "
+             "decision": "svmattn.svm.feasibility.check: batched least-squares certificate, exact NNLS test "
                          "(Lawson-Hanson, residual r = 0 <=> infeasible) where undecided",
              "checks": checks, "timings_s": {**timer.seconds, "total": timer.total()},
              "environment": common.environment()}

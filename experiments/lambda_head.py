@@ -39,14 +39,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import common
-from svmattn import data as data_lib
-from svmattn import gensvm
-from svmattn import heads
-from svmattn import metrics
-from svmattn import plots
-from svmattn import progress as progress_lib
-from svmattn import results
-from svmattn import train as train_lib
+from svmattn.data import datasets as data_lib
+from svmattn.svm import gensvm
+from svmattn.models import heads
+from svmattn.analysis import metrics
+from svmattn.io import plots
+from svmattn.io import progress as progress_lib
+from svmattn.io import results
+from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)  # --runs: data sets, each trained at every lambda

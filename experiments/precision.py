@@ -7,7 +7,7 @@ same initializations in several precision variants:
   float64         the reference (the paper's setting)
   float32         no loss scaling
   float32_static  a static loss scale --static_scale (normalized GD is invariant to it)
-  float32_auto    loss_scale="auto" (``svmattn.model.make_loss``): the per-token gradient
+  float32_auto    loss_scale="auto" (``svmattn.models.attention.make_loss``): the per-token gradient
                   weights exp(log s_it + c) with one shift c per data set and step
   float64_auto    the reference with loss_scale="auto" (float64 underflows too, later)
 
@@ -47,13 +47,13 @@ import numpy as np
 import scipy.special
 
 from experiments import common
-from svmattn import data as data_lib
-from svmattn import metrics
-from svmattn import plots
-from svmattn import progress as progress_lib
-from svmattn import results
-from svmattn import svm as svm_lib
-from svmattn import train as train_lib
+from svmattn.data import datasets as data_lib
+from svmattn.analysis import metrics
+from svmattn.io import plots
+from svmattn.io import progress as progress_lib
+from svmattn.io import results
+from svmattn.svm import att_svm as svm_lib
+from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)

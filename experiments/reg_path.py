@@ -3,7 +3,7 @@ r"""E7: regularization paths RP-W and RP-KQ (SCIENCE.md sections 4 and 8).
 For every data set, on a geometric grid of radii R:
   RP-W:  W_R = argmin_{||W||_F <= R} L(W)
   RP-KQ: (K_R, Q_R) = argmin_{||K||_F^2 + ||Q||_F^2 <= 2R} L(K, Q)
-(``svmattn.regpath``: accelerated projected gradient, warm-started along R, plus
+(``svmattn.train.regpath``: accelerated projected gradient, warm-started along R, plus
 a second start along the SVM of the optimal tokens at every R, the lower loss
 kept), and their correlation with the attention SVM of the optimal tokens
 alpha = opt (gamma = Y v^T x): W_R with W^mm (Frobenius), K_R Q_R^T with W^mm_*
@@ -28,16 +28,16 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import common
-from svmattn import data as data_lib
-from svmattn import heads
-from svmattn import metrics
-from svmattn import model as model_lib
-from svmattn import plots
-from svmattn import progress as progress_lib
-from svmattn import regpath
-from svmattn import results
-from svmattn import svm as svm_lib
-from svmattn import train as train_lib
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.analysis import metrics
+from svmattn.models import attention as model_lib
+from svmattn.io import plots
+from svmattn.io import progress as progress_lib
+from svmattn.train import regpath
+from svmattn.io import results
+from svmattn.svm import att_svm as svm_lib
+from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)

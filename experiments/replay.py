@@ -23,10 +23,10 @@ from absl import flags
 import numpy as np
 
 from experiments import common
-from svmattn import checkpoint as ckpt_lib
-from svmattn import data as data_lib
-from svmattn import results
-from svmattn import train as train_lib
+from svmattn.io import checkpoint as ckpt_lib
+from svmattn.data import datasets as data_lib
+from svmattn.io import results
+from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Results directory of an E2 run (finished or partial).")

@@ -25,7 +25,7 @@ from absl import app
 from absl import flags
 
 from experiments import common
-from svmattn import results
+from svmattn.io import results
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", "results", "Output directory: one subdirectory per experiment plus the report.")

@@ -36,14 +36,14 @@ import jax
 import numpy as np
 
 from experiments import common
-from svmattn import heads
-from svmattn import metrics
-from svmattn import plots
-from svmattn import progress as progress_lib
-from svmattn import results
-from svmattn import seq2seq as s2s
-from svmattn import svm as svm_lib
-from svmattn import train as train_lib
+from svmattn.models import heads
+from svmattn.analysis import metrics
+from svmattn.io import plots
+from svmattn.io import progress as progress_lib
+from svmattn.io import results
+from svmattn.svm import seq2seq as s2s
+from svmattn.svm import att_svm as svm_lib
+from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)

@@ -2,7 +2,7 @@ r"""E3: numerical rank of the Frobenius and the nuclear Att-SVM solutions (SCIEN
 
 alpha = opt (the tokens of largest score gamma_it = Y_i v^T x_it, linear head).
 For each shape (n, T) and each d, data sets are drawn in order (run 0, 1, 2, ...)
-until --runs of them have a feasible Att-SVM(opt) (``svmattn.feasibility.check``);
+until --runs of them have a feasible Att-SVM(opt) (``svmattn.svm.feasibility.check``);
 the infeasible draws are counted, and a cell stops after --max_draws_factor * --runs
 draws (d = 1 with many constraints is almost never feasible) and is reported as
 incomplete. On the kept data sets it solves Att-SVM(opt) in the Frobenius norm
@@ -33,14 +33,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import common
-from svmattn import data as data_lib
-from svmattn import feasibility as feas_lib
-from svmattn import heads
-from svmattn import metrics
-from svmattn import plots
-from svmattn import progress as progress_lib
-from svmattn import results
-from svmattn import svm as svm_lib
+from svmattn.data import datasets as data_lib
+from svmattn.svm import feasibility as feas_lib
+from svmattn.models import heads
+from svmattn.analysis import metrics
+from svmattn.io import plots
+from svmattn.io import progress as progress_lib
+from svmattn.io import results
+from svmattn.svm import att_svm as svm_lib
 
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)

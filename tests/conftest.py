@@ -2,7 +2,7 @@
 
 Compiling is the expensive part of the suite (about a second per training
 configuration and shape), so every test module reuses these fixtures and the
-jit caches of ``svmattn.data`` and ``svmattn.train`` instead of building its own.
+jit caches of ``svmattn.data.datasets`` and ``svmattn.train.loop`` instead of building its own.
 """
 import os
 import sys
@@ -15,8 +15,8 @@ if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)
 
 import svmattn  # noqa: E402,F401  (float64 on)
-from svmattn import data as data_lib  # noqa: E402
-from svmattn import train as train_lib  # noqa: E402
+from svmattn.data import datasets as data_lib  # noqa: E402
+from svmattn.train import loop as train_lib  # noqa: E402
 
 # The shape of most tests: d >= max(T-1, n), so every Att-SVM is feasible.
 SPEC = data_lib.DataSpec(n=3, T=4, d=6)

@@ -1,4 +1,4 @@
-"""svmattn.checkpoint: exact round trips, retention, and what a killed or foreign run leaves behind.
+"""svmattn.io.checkpoint: exact round trips, retention, and what a killed or foreign run leaves behind.
 
 A run killed while saving leaves either a "<step>.orbax-checkpoint-tmp-*" directory (the
 save had not been renamed into place) or, after disk trouble, a complete-looking step
@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
-from svmattn import checkpoint as ckpt_lib
+from svmattn.io import checkpoint as ckpt_lib
 
 META = {"batch": 0, "config": "W", "identity": {"steps": 100, "lr": 0.1, "params": ["W", "KQ"]}}
 
@@ -104,11 +104,11 @@ def test_corrupt_newest_step_falls_back_with_a_warning(tmp_path, caplog, how):
   _saved(tmp_path, [1, 2, 3])
   _corrupt(tmp_path / "3", how)
   ckpt = ckpt_lib.Checkpoints(str(tmp_path), META)
-  with caplog.at_level(logging.WARNING, logger="svmattn.checkpoint"):
+  with caplog.at_level(logging.WARNING, logger="svmattn.io.checkpoint"):
     step, tree = ckpt.restore_latest(_template())
   assert step == 2
   _assert_same_tree(tree, _tree(2))
-  warnings = [r.getMessage() for r in caplog.records if r.name == "svmattn.checkpoint"]
+  warnings = [r.getMessage() for r in caplog.records if r.name == "svmattn.io.checkpoint"]
   assert any(str(tmp_path / "3") in w and "older step" in w for w in warnings), warnings
   with pytest.raises(ckpt_lib.CheckpointError, match="unreadable"):
     ckpt.restore(3)
@@ -120,11 +120,11 @@ def test_unreadable_metadata_falls_back(tmp_path, caplog):
   _saved(tmp_path, [1, 2])
   os.remove(tmp_path / "2" / "meta" / "metadata")
   ckpt = ckpt_lib.Checkpoints(str(tmp_path), META)
-  with caplog.at_level(logging.WARNING, logger="svmattn.checkpoint"):
+  with caplog.at_level(logging.WARNING, logger="svmattn.io.checkpoint"):
     step, tree = ckpt.restore_latest(_template())
   assert step == 1
   _assert_same_tree(tree, _tree(1))
-  assert any("metadata" in r.getMessage() for r in caplog.records if r.name == "svmattn.checkpoint")
+  assert any("metadata" in r.getMessage() for r in caplog.records if r.name == "svmattn.io.checkpoint")
   ckpt.close()
 
 

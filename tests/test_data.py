@@ -1,4 +1,4 @@
-"""svmattn.data: the generator, DataSpec validation, .npz files and their errors."""
+"""svmattn.data.datasets: the generator, DataSpec validation, .npz files and their errors."""
 import os
 
 import jax
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from conftest import RUNS, SEED, SPEC, host
-from svmattn import data as data_lib
-from svmattn import heads
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
 
 
 # ----------------------------------------------------------------------------

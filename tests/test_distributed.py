@@ -19,7 +19,8 @@ def test_four_forced_devices_equal_one(tmp_path):
   script = textwrap.dedent("""
       import sys, numpy as np, jax
       import svmattn
-      from svmattn import data, train
+      from svmattn.data import datasets as data
+      from svmattn.train import loop as train
       assert len(jax.devices()) == 4, jax.devices()
       # fewer blocks than devices: only as many devices as blocks
       assert [train.batch_mesh(B, 8).size for B in (1, 8, 9, 24, 70)] == [1, 1, 2, 3, 4]

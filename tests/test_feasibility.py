@@ -1,11 +1,11 @@
-"""Tests of svmattn.feasibility: hand-built infeasible cases, generic feasibility,
+"""Tests of svmattn.svm.feasibility: hand-built infeasible cases, generic feasibility,
 certificates (witness margins, Gordan multipliers), agreement with svm.att_svm."""
 import numpy as np
 import pytest
 
 import svmattn  # noqa: F401  (float64)
-from svmattn import feasibility as fz
-from svmattn import svm
+from svmattn.svm import feasibility as fz
+from svmattn.svm import att_svm as svm
 
 
 def unit(a):

@@ -4,9 +4,9 @@ discard rules, infeasible systems, and the lambda head's optimal attention."""
 import numpy as np
 import pytest
 
-from svmattn import gensvm
-from svmattn import metrics
-from svmattn import svm
+from svmattn.svm import gensvm
+from svmattn.analysis import metrics
+from svmattn.svm import att_svm as svm
 
 TINY = 1e-9  # a masked probability (below tau_L = 1e-6)
 

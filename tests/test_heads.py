@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from conftest import SPEC
-from svmattn import data as data_lib
-from svmattn import heads
-from svmattn import model
-from svmattn import train as train_lib
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.models import attention as model
+from svmattn.train import loop as train_lib
 
 HEAD_NAMES = ["linear", "relu", "lambda:0.7"]
 

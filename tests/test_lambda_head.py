@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from svmattn import gensvm
-from svmattn import metrics
+from svmattn.svm import gensvm
+from svmattn.analysis import metrics
 
 LAMS = [0.0, 0.4]
 FLAGS = ["--runs=3", "--lams=0,0.4", "--n=2", "--T=3", "--d=5", "--steps=300", "--snapshot_every=100",

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT, RUNS, SPEC, host
-from svmattn import data as data_lib
-from svmattn import heads
-from svmattn import metrics
-from svmattn import svm
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.analysis import metrics
+from svmattn.svm import att_svm as svm
 
 
 @pytest.mark.parametrize("param, norm", [("W", "fro"), ("KQ", "nuc")])

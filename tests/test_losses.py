@@ -1,4 +1,4 @@
-"""svmattn.losses and the training objective's gradient (model.make_loss).
+"""svmattn.models.losses and the training objective's gradient (model.make_loss).
 
 The autodiff gradient of L(params) = (1/n) sum_i l(Y_i v^T X_i^T softmax(X_i W z_i))
 (+ ridge) must match central finite differences, for W and (K,Q), for every loss.
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from conftest import host
-from svmattn import data as data_lib
-from svmattn import heads
-from svmattn import losses
-from svmattn import model
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.models import losses
+from svmattn.models import attention as model
 
 LOSSES = ("logistic", "exponential", "correlation")
 

@@ -1,9 +1,9 @@
-"""svmattn.metrics: correlation, token selection, convergence types, numerical rank."""
+"""svmattn.analysis.metrics: correlation, token selection, convergence types, numerical rank."""
 import numpy as np
 import pytest
 
-from svmattn import metrics
-from svmattn import svm
+from svmattn.analysis import metrics
+from svmattn.svm import att_svm as svm
 
 
 # ----------------------------------------------------------------------------

@@ -1,13 +1,13 @@
-"""svmattn.model (and heads.token_scores): attention, pooling, W vs (K,Q), objective."""
+"""svmattn.models.attention (and heads.token_scores): attention, pooling, W vs (K,Q), objective."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from conftest import host
-from svmattn import data as data_lib
-from svmattn import heads
-from svmattn import model
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.models import attention as model
 
 
 def _one(batch, b=0):
@@ -120,7 +120,8 @@ def test_unknown_names():
 @pytest.mark.parametrize("loss", ["logistic", "exponential", "correlation"])
 def test_closed_form_gradient_equals_autodiff(param_name, loss):
   import jax
-  from svmattn import heads, model
+  from svmattn.models import heads
+  from svmattn.models import attention as model
   spec = data_lib.DataSpec(n=4, T=5, d=6)
   D = data_lib.generate(spec, 3, np.arange(3))
   param = model.get_parameterization(param_name)

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from svmattn import data as data_lib
-from svmattn import gensvm
-from svmattn import heads
-from svmattn import metrics
+from svmattn.data import datasets as data_lib
+from svmattn.svm import gensvm
+from svmattn.models import heads
+from svmattn.analysis import metrics
 
 FLAGS = ["--ds=4", "--runs=3", "--steps=300", "--snapshot_every=50", "--lr=0.5", "--noprogress"]
 

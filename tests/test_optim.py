@@ -1,10 +1,10 @@
-"""svmattn.optim: normalized GD, plain GD, optimizers by name."""
+"""svmattn.optim.optimizers: normalized GD, plain GD, optimizers by name."""
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from svmattn import optim
+from svmattn.optim import optimizers as optim
 
 
 def _grads():

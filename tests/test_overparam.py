@@ -6,7 +6,7 @@ import numpy as np
 from conftest import run_binary
 
 import svmattn  # noqa: F401  (float64)
-from svmattn import metrics
+from svmattn.analysis import metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from svmattn import metrics
+from svmattn.analysis import metrics
 
 RUNS, STEPS = 24, 300
 

@@ -19,11 +19,11 @@ import pytest
 import scipy.special
 
 from conftest import REPO_ROOT, host
-from svmattn import data as data_lib
-from svmattn import heads
-from svmattn import metrics
-from svmattn import model
-from svmattn import svm
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.analysis import metrics
+from svmattn.models import attention as model
+from svmattn.svm import att_svm as svm
 
 FLOAT32_UNDERFLOW = -np.log(np.finfo(np.float32).tiny)  # 87.3: exp(-c) is subnormal beyond
 

@@ -1,8 +1,8 @@
-"""svmattn.progress: structured log lines off a terminal, a redrawn bar on one."""
+"""svmattn.io.progress: structured log lines off a terminal, a redrawn bar on one."""
 import io
 import re
 
-from svmattn import progress
+from svmattn.io import progress
 
 LINE = re.compile(r"^progress label=(\S+) done=(\d+) total=(\d+) unit=(\S+) rate=(\S+) elapsed_s=(\S+) eta_s=(\S+)$")
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from svmattn import metrics
+from svmattn.analysis import metrics
 
 FLAGS = ["--runs=2", "--n=2", "--T=3", "--d=3", "--num_r=4", "--r_min=0.5", "--r_max=40", "--iters=60",
          "--first_iters=120", "--batch=2", "--noprogress"]

@@ -1,4 +1,4 @@
-"""Regularization paths (svmattn.regpath): feasibility, monotone loss, KKT conditions,
+"""Regularization paths (svmattn.train.regpath): feasibility, monotone loss, KKT conditions,
 convergence to the SVM direction, local paths, projections, vmap vs loop, bad input.
 
 One small seeded problem (the conftest batch: B=4 data sets, n=3, T=4, d=6, so every
@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from conftest import SEED, host
-from svmattn import data as data_lib
-from svmattn import heads
-from svmattn import metrics
-from svmattn import model
-from svmattn import regpath
-from svmattn import svm
-from svmattn import train
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.analysis import metrics
+from svmattn.models import attention as model
+from svmattn.train import regpath
+from svmattn.svm import att_svm as svm
+from svmattn.train import loop as train
 
 GRID = regpath.geometric_grid(0.5, 200.0, 8)
 CFG = {"W": regpath.PathConfig(param="W", iters=200, first_iters=500),

@@ -1,6 +1,6 @@
 """experiments.replay: one data set of an E2 run retrained alone, step by step, equals the batch.
 
-Claim (svmattn.train): with a fixed block size a data set's trajectory does not depend
+Claim (svmattn.train.loop): with a fixed block size a data set's trajectory does not depend
 on the batch it ran in, so a replay reproduces the batch's snapshots bit for bit, and a
 replay started from a checkpoint of an unfinished run continues the very same trajectory.
 The E2 runs are those of test_sweep.py (E2_FLAGS: 10 data sets in batches of 4, blocks
@@ -14,7 +14,7 @@ import shutil
 import numpy as np
 import pytest
 
-from svmattn import metrics
+from svmattn.analysis import metrics
 from test_sweep import BATCH, RUNS, e2, finished_run, load, unfinished_run
 
 STEPS, CHUNK = 150, 50

@@ -1,4 +1,4 @@
-"""svmattn.results: atomic writes (no temporary files left, old files intact on failure)."""
+"""svmattn.io.results: atomic writes (no temporary files left, old files intact on failure)."""
 import json
 import os
 import stat
@@ -6,7 +6,7 @@ import stat
 import numpy as np
 import pytest
 
-from svmattn import results
+from svmattn.io import results
 
 
 def test_write_npz_round_trip_and_no_temporary_files(tmp_path):

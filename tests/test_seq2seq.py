@@ -1,17 +1,17 @@
-"""Tests of svmattn.seq2seq and the seq2seq / causal models of svmattn.model."""
+"""Tests of svmattn.svm.seq2seq and the seq2seq / causal models of svmattn.models.attention."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import svmattn  # noqa: F401  (float64)
-from svmattn import data as data_lib
-from svmattn import heads
-from svmattn import metrics
-from svmattn import model
-from svmattn import seq2seq as s2s
-from svmattn import svm as svm_lib
-from svmattn import train
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.analysis import metrics
+from svmattn.models import attention as model
+from svmattn.svm import seq2seq as s2s
+from svmattn.svm import att_svm as svm_lib
+from svmattn.train import loop as train
 
 N, T, D = 2, 4, 8
 SPEC = s2s.Seq2SeqSpec(N, T, D)

@@ -1,4 +1,4 @@
-"""svmattn.svm: Att-SVM solutions checked by their optimality conditions.
+"""svmattn.svm.att_svm: Att-SVM solutions checked by their optimality conditions.
 
 Data: the conftest batch (n=3, T=4, d=6, so d >= max(T-1, n): every selection is
 feasible), at the optimal tokens and at an arbitrary selection.
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from conftest import host
-from svmattn import data as data_lib
-from svmattn import heads
-from svmattn import metrics
-from svmattn import svm
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.analysis import metrics
+from svmattn.svm import att_svm as svm
 
 
 def _margins(W, X, Z, alpha):

@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 
 import svmattn  # noqa: F401
-from svmattn import data, svm, svm_nuclear
+from svmattn.data import datasets as data
+from svmattn.svm import att_svm as svm
+from svmattn.svm import nuclear as svm_nuclear
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,11 @@ import numpy as np
 from conftest import run_binary
 
 import svmattn  # noqa: F401  (float64)
-from svmattn import data as data_lib
-from svmattn import feasibility
-from svmattn import heads
-from svmattn import metrics
-from svmattn import svm
+from svmattn.data import datasets as data_lib
+from svmattn.svm import feasibility
+from svmattn.models import heads
+from svmattn.analysis import metrics
+from svmattn.svm import att_svm as svm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

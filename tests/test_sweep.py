@@ -1,6 +1,6 @@
 """Interrupted runs: train() resumed from checkpoints, and the E2 binary killed and resumed.
 
-The claim (svmattn.train, svmattn.sweep): a run interrupted at any moment and continued
+The claim (svmattn.train.loop, svmattn.study.pipeline): a run interrupted at any moment and continued
 with --resume produces results bit for bit equal to an uninterrupted run, and the
 number of SVM worker processes changes nothing but the wall time.
 
@@ -21,8 +21,8 @@ import pytest
 
 from conftest import REPO_ROOT
 from experiments import common
-from svmattn import checkpoint as ckpt_lib
-from svmattn import train as train_lib
+from svmattn.io import checkpoint as ckpt_lib
+from svmattn.train import loop as train_lib
 
 # ----------------------------------------------------------------------------
 # train(): interrupted after k chunks, resumed from the checkpoints

@@ -1,4 +1,4 @@
-"""svmattn.train: config validation, the snapshot schedule, scan/vmap training.
+"""svmattn.train.loop: config validation, the snapshot schedule, scan/vmap training.
 
 The small run (conftest.SMALL) trains B=4 data sets for 25 normalized GD steps
 with a snapshot every 10 and chunks of 20: snapshots at steps 0, 10, 20, 25.
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from conftest import RUNS, SEED, SMALL, SMALL_STEPS, SPEC, host
-from svmattn import data as data_lib
-from svmattn import heads
-from svmattn import model
-from svmattn import train as train_lib
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.models import attention as model
+from svmattn.train import loop as train_lib
 
 
 # ----------------------------------------------------------------------------

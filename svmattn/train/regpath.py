@@ -58,10 +58,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from svmattn import data as data_lib
-from svmattn import heads as heads_lib
-from svmattn import losses as losses_lib
-from svmattn import model as model_lib
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads as heads_lib
+from svmattn.models import losses as losses_lib
+from svmattn.models import attention as model_lib
 
 Params = dict[str, jax.Array]
 

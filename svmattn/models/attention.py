@@ -16,9 +16,9 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from svmattn import data as data_lib
-from svmattn import heads as heads_lib
-from svmattn import losses as losses_lib
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads as heads_lib
+from svmattn.models import losses as losses_lib
 
 Params = dict[str, jax.Array]
 

@@ -16,8 +16,8 @@ from typing import Callable
 
 import numpy as np
 
-from svmattn import metrics
-from svmattn import svm as svm_lib
+from svmattn.analysis import metrics
+from svmattn.svm import att_svm as svm_lib
 
 
 def compare_with_svms(X: np.ndarray, Z: np.ndarray, gamma: np.ndarray, snapshots: dict[str, np.ndarray],
@@ -62,7 +62,7 @@ def summarize_corr(final: np.ndarray) -> dict:
 
 
 def e2_batch(data_path: str, traj_paths: dict[str, str]) -> dict[str, np.ndarray]:
-  """The per-run results of one E2 batch from its files (``svmattn.sweep`` analyze step):
+  """The per-run results of one E2 batch from its files (``svmattn.study.pipeline`` analyze step):
   the SVM comparison plus the final W, selections, softmax and loss curves of each P."""
   with np.load(data_path, allow_pickle=False) as f:
     data = {k: f[k] for k in f.files}

@@ -13,7 +13,7 @@ Solvers
                 program to nonnegative least squares: exact up to rounding, and
                 it returns the dual multipliers (w = A^T lambda, lambda >= 0).
   nuc, "scs_direct" (default)  SCS called directly on the problem restricted to the
-                spans the constraints see (``svmattn.svm_nuclear``); a fresh solver per
+                spans the constraints see (``svmattn.svm.nuclear``); a fresh solver per
                 data set, so a solution depends on its data set alone (bit for bit).
   fro / nuc, "SCS" (eps 1e-9) or "CLARABEL" (interior point, slower here; the
                 independent check)   cvxpy; one DPP problem per
@@ -177,7 +177,7 @@ def _solve_cvxpy(A: np.ndarray, d: int, norm: str, solver: str):
 
 
 def _solve_scs_direct(A: np.ndarray, d: int):
-  from svmattn import svm_nuclear
+  from svmattn.svm import nuclear as svm_nuclear
   if A.shape[0] == 0:
     return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
   status, w, dual, msg = svm_nuclear.solve(A, d)

@@ -34,9 +34,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from svmattn import data as data_lib
-from svmattn import heads as heads_lib
-from svmattn import svm as svm_lib
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads as heads_lib
+from svmattn.svm import att_svm as svm_lib
 
 MODES = ("seq2seq", "causal")
 
@@ -138,7 +138,7 @@ def validate(data: data_lib.Dataset, batched: bool = True, where: str = "data") 
 
 def save_npz(path: str | os.PathLike, data: data_lib.Dataset) -> None:
   """Write a batch of seq2seq data sets as .npz with arrays X, Y, Z, v (atomically)."""
-  from svmattn import results
+  from svmattn.io import results
   data = validate(data, batched=True, where=str(path))
   results.write_npz(path, data._asdict())
 

@@ -3,7 +3,7 @@
     state = init_state(config, data, keys)          # vmapped over B data sets
     trajectory = train(config, data, keys)           # snapshots every k steps
 
-A data-set batch has a leading axis B on every field (see ``svmattn.data``).
+A data-set batch has a leading axis B on every field (see ``svmattn.data.datasets``).
 Steps advance in jitted chunks of ``chunk_steps`` (a Python loop over chunks,
 for progress reports and, later, checkpoints); inside a chunk, ``lax.scan``
 runs ``snapshot_every`` optimizer steps between two snapshots.
@@ -32,10 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from svmattn import data as data_lib
-from svmattn import heads as heads_lib
-from svmattn import model as model_lib
-from svmattn import optim as optim_lib
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads as heads_lib
+from svmattn.models import attention as model_lib
+from svmattn.optim import optimizers as optim_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,7 @@ class TrainConfig:
     model_lib.get_parameterization(self.param)
     heads_lib.get_head(self.head)
     model_lib.get_model(self.model)
-    from svmattn import losses
+    from svmattn.models import losses
     losses.get_loss(self.loss)
     optim_lib.get_optimizer(self.optimizer, self.lr)
     if self.init not in model_lib.INIT_SCHEMES:
@@ -278,7 +278,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   data: batch of B data sets (jax or numpy arrays, float64 or float32: kept as given).
   keys: (B,) initialization keys (``init_keys(seed, runs)``).
   progress: called with the number of steps just done after each chunk.
-  checkpoints: a ``svmattn.checkpoint.Checkpoints``: the state and the snapshots so far
+  checkpoints: a ``svmattn.io.checkpoint.Checkpoints``: the state and the snapshots so far
     are saved after every chunk, and training starts from the newest checkpoint found
     there. Resumed runs are bit for bit equal to uninterrupted ones (same compiled
     chunks applied to the same restored state).

@@ -34,11 +34,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from svmattn import checkpoint as ckpt_lib
-from svmattn import progress as progress_lib
-from svmattn import results
-from svmattn import svm as svm_lib
-from svmattn import train as train_lib
+from svmattn.io import checkpoint as ckpt_lib
+from svmattn.io import progress as progress_lib
+from svmattn.io import results
+from svmattn.svm import att_svm as svm_lib
+from svmattn.train import loop as train_lib
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ projected-arc line search, a fixed iteration budget, and ``vmap`` over data sets
 Every solution comes with its KKT residual (relative violation of dual feasibility,
 complementary slackness and primal feasibility). ``att_svm_fro_batch`` accepts a
 solution only where the residual is below ``tol`` and re-solves the rest on the
-host with the exact NNLS solver of ``svmattn.svm`` (which also decides
+host with the exact NNLS solver of ``svmattn.svm.att_svm`` (which also decides
 infeasibility): a data set is never reported from an unconverged solve.
 """
 from __future__ import annotations
@@ -101,7 +101,7 @@ def att_svm_fro_batch(X, Z, alpha, tol: float = 1e-9, max_iter: int = 100):
   ("optimal" / "infeasible" / "failed"), kkt_residual (B,) of the device solve,
   fallback (B,) bool where the host NNLS solver was used instead.
   """
-  from svmattn import svm as svm_lib
+  from svmattn.svm import att_svm as svm_lib
   X = np.asarray(X, np.float64)
   Z = np.asarray(Z, np.float64)
   alpha = np.asarray(alpha, np.int64)

@@ -7,7 +7,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from svmattn import results  # noqa: E402
+from svmattn.io import results  # noqa: E402
 
 COLORS = {"W": "tab:blue", "KQ": "tab:red"}
 

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from svmattn import heads as heads_lib
+from svmattn.models import heads as heads_lib
 
 
 class Dataset(NamedTuple):
@@ -198,7 +198,7 @@ def validate(data: Dataset, batched: bool = True, where: str = "data") -> Datase
 
 def save_npz(path: str | os.PathLike, data: Dataset) -> None:
   """Write a batch of data sets as .npz with arrays X, Y, Z, v (atomically)."""
-  from svmattn import results
+  from svmattn.io import results
   data = validate(data, batched=True, where=str(path))
   results.write_npz(path, data._asdict())
 

@@ -1,13 +1,13 @@
 """Metrics (host side, NumPy): correlations, token optimality, convergence types, ranks.
 
-Token scores gamma (n,T) come from ``svmattn.heads.token_scores`` (device side);
+Token scores gamma (n,T) come from ``svmattn.models.heads.token_scores`` (device side);
 here everything is NumPy. Batched functions say so and take a leading axis B.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from svmattn import svm as svm_lib
+from svmattn.svm import att_svm as svm_lib
 
 CONVERGENCE_TYPES = ("global", "local", "not-local")
 

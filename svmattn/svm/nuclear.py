@@ -9,7 +9,7 @@ block shrinks from 20 to 16). The variable x is M itself in SCS's scaled
 lower-triangle vectorization (svec: column-major lower triangle, off-diagonal
 entries times sqrt(2)), so the PSD constraint is s = x, and W_ab =
 x[idx(p+b, a)] / sqrt(2). The index maps are built once per shape and reused. This skips cvxpy's per-solve overhead
-(about half the time at E2 sizes); ``svmattn.svm`` checks the result the same way
+(about half the time at E2 sizes); ``svmattn.svm.att_svm`` checks the result the same way
 as any other solver (margins, rescaling so that the smallest margin is 1).
 """
 from __future__ import annotations

@@ -34,7 +34,7 @@ import dataclasses
 
 import numpy as np
 
-from svmattn import svm as svm_lib
+from svmattn.svm import att_svm as svm_lib
 
 TAU_L = 1e-6
 TAU_H = 1e-3
