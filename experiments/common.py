@@ -1,6 +1,7 @@
 """Pieces shared by the experiment binaries: flags, data, output directories."""
 from __future__ import annotations
 
+import math
 import os
 import platform
 import sys
@@ -19,7 +20,7 @@ _ABSL_FLAGS = frozenset(FLAGS)  # absl's own flags, left out of summaries
 
 
 def define_common_flags(runs: int = 100, seed: int = 0):
-  flags.DEFINE_integer("runs", runs, "Number of random data sets (ignored with --data).")
+  flags.DEFINE_integer("runs", runs, "Number of random data sets (ignored with --data).", lower_bound=1)
   flags.DEFINE_integer("seed", seed, "Seed; data set r is drawn from fold_in(PRNGKey(seed), r).")
   flags.DEFINE_enum("precision", "float64", ["float64", "float32"], "Floating-point precision.")
   flags.DEFINE_string("out", None, "Results directory (created; files in it are replaced atomically).")
@@ -131,29 +132,139 @@ def file_sha256(path: str) -> str:
   return h.hexdigest()
 
 
-def e2_setup(fl: dict):
-  """(DataSpec, ((name, TrainConfig), ...)) of an E2 run from its flag values (a dict:
-  FLAGS of experiments.local_convergence, or the "flags" of its summary.json)."""
-  from svmattn.train import loop as train_lib
-  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"], fl["attention"], fl["query_pos"]).validate()
-  configs = tuple((p, train_lib.TrainConfig(
-      param=p, m=fl["m"], loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"], steps=fl["steps"],
-      snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl["block_size"],
-      loss_scale=loss_scale(fl.get("loss_scale", "default"), fl.get("precision", "float64"))))
-      for p in fl["params"])
-  return spec, configs
+# ----------------------------------------------------------------------------------------
+# Flag checks: every value is checked when the flags are parsed, before any work starts; a bad
+# one ends the binary with "FATAL Flags parsing error: flag --NAME=VALUE: what is allowed",
+# exit status 1, no traceback and nothing written.
+# ----------------------------------------------------------------------------------------
 
 
-def loss_scale(value: str, precision: str):
-  """--loss_scale: "default" is "auto" in float32 (see BUILD.md) and 1 in float64; else "auto" or a number."""
-  if value == "default":
-    return "auto" if precision == "float32" else 1.0
-  if value == "auto":
-    return value
+def at_least(name: str, minimum, what: str = "") -> None:
+  """--NAME must be a number >= ``minimum`` (and finite); None passes (an unset optional flag)."""
+  def ok(v):
+    return v is None or (math.isfinite(v) and v >= minimum)
+  flags.register_validator(name, ok, message=f"must be {what or f'>= {minimum}'}")
+
+
+def positive_float(name: str) -> None:
+  """--NAME must be a finite number > 0."""
+  flags.register_validator(name, lambda v: v is None or (math.isfinite(v) and v > 0),
+                           message="must be a finite number > 0")
+
+
+def int_list(name: str, minimum: int = 1, allow_empty: bool = False) -> None:
+  """--NAME must be a comma-separated list of integers >= ``minimum``."""
+  def ok(values):
+    try:
+      ints = [int(v) for v in values]
+    except (TypeError, ValueError):
+      return False
+    return (allow_empty or bool(ints)) and all(i >= minimum for i in ints)
+  flags.register_validator(name, ok, message=f"must be a comma-separated list of integers >= {minimum}")
+
+
+def float_list(name: str, minimum: float = 0.0, strict: bool = True) -> None:
+  """--NAME must be a non-empty comma-separated list of finite numbers > (or >=) ``minimum``."""
+  def ok(values):
+    try:
+      xs = [float(v) for v in values]
+    except (TypeError, ValueError):
+      return False
+    return bool(xs) and all(math.isfinite(x) and (x > minimum if strict else x >= minimum) for x in xs)
+  flags.register_validator(name, ok, message=f"must be a comma-separated list of finite numbers "
+                           f"{'>' if strict else '>='} {minimum}")
+
+
+def known_optimizer(name: str = "optimizer") -> None:
+  """--NAME must name an optimizer (normalized_gd, gd or an optax optimizer)."""
+  def ok(value):
+    from svmattn.optim import optimizers
+    try:
+      optimizers.get_optimizer(value, 0.1)
+    except (ValueError, KeyError, TypeError, AttributeError):
+      return False
+    return True
+  flags.register_validator(name, ok, message="must be normalized_gd, gd or the name of an optax optimizer "
+                           "(e.g. adam, sgd)")
+
+
+def known_params(name: str = "params") -> None:
+  """--NAME must list known parameterizations (W, KQ)."""
+  def ok(values):
+    known = own_norms()
+    return bool(values) and all(v in known for v in values)
+  flags.register_validator(name, ok, message=f"must list parameterizations among {sorted(own_norms())}")
+
+
+# ----------------------------------------------------------------------------------------
+# The study pipeline's flags, and running a study
+# ----------------------------------------------------------------------------------------
+
+# Flags that do not change the results: left out of a run's identity (so --resume may change them).
+OPERATIONAL = {"out", "resume", "progress", "svm_workers", "keep_checkpoints", "compilation_cache",
+               "compilation_cache_dir", "coordinator_address", "num_processes", "process_id"}
+
+
+def define_pipeline_flags(batch_size: int = 1000, hosts: bool = True) -> None:
+  """--batch_size, --resume, --svm_workers, --keep_checkpoints and (``hosts``) the multi-host flags."""
+  flags.DEFINE_integer("batch_size", batch_size, "Data sets per pipeline batch: a batch trains on device while "
+                       "the previous one's SVMs are solved on the host; memory is bounded by the batch.",
+                       lower_bound=1)
+  flags.DEFINE_bool("resume", False, "Continue the unfinished run in --out from its checkpoints (bit for bit "
+                    "the results of an uninterrupted run).")
+  flags.DEFINE_integer("svm_workers", 1, "Worker processes solving SVMs while the device trains (0: inline).",
+                       lower_bound=0)
+  flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept per batch and configuration.", lower_bound=1)
+  if hosts:
+    flags.DEFINE_string("coordinator_address", None, "Several hosts: host:port of process 0 (jax.distributed).")
+    flags.DEFINE_integer("num_processes", 1, "Several hosts: number of processes; each runs a contiguous share "
+                         "of every cell's data sets, process 0 writes the results.", lower_bound=1)
+    flags.DEFINE_integer("process_id", 0, "Several hosts: this process's index.", lower_bound=0)
+    flags.register_multi_flags_validator(
+        ["coordinator_address", "num_processes", "process_id"],
+        lambda v: v["num_processes"] == 1 or (bool(v["coordinator_address"]) and v["process_id"] < v["num_processes"]),
+        message="several processes need --coordinator_address=host:port and 0 <= --process_id < --num_processes")
+
+
+def identity() -> dict:
+  """The flags that define a run's results (and the --data file's digest)."""
+  ident = {k: v for k, v in flag_values().items() if k not in OPERATIONAL}
+  if "data" in FLAGS and FLAGS.data:
+    ident["data_sha256"] = file_sha256(FLAGS.data)
+  return ident
+
+
+def hosts_flags() -> tuple[int, int]:
+  """(process_id, num_processes); 1 process for binaries without the multi-host flags."""
+  return (FLAGS.process_id, FLAGS.num_processes) if "num_processes" in FLAGS else (0, 1)
+
+
+def start_hosts() -> None:
+  """Join the other processes (before anything starts a JAX backend)."""
+  if hosts_flags()[1] > 1:
+    from svmattn.study import hosts
+    hosts.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+
+
+def run_study(study, write):
+  """Run ``study`` with the pipeline flags; ``write(output)`` writes the results on process 0.
+  A results directory that cannot be used as asked ends the binary with one clear line."""
+  from svmattn.io import checkpoint
+  from svmattn.study import pipeline
+  from svmattn.study import runner
+  index, count = hosts_flags()
+  for cell in study.cells:
+    if cell.runs < count:
+      raise app.UsageError(f"{cell.runs} data sets cannot be shared by {count} processes")
+  options = runner.Options(FLAGS.resume, FLAGS.svm_workers, FLAGS.progress, FLAGS.keep_checkpoints, index, count)
   try:
-    return float(value)
-  except ValueError:
-    raise ValueError(f"--loss_scale must be 'default', 'auto' or a positive number, got {value!r}") from None
+    return runner.execute(study, FLAGS.out, write, options)
+  except (pipeline.StudyError, checkpoint.CheckpointError) as e:
+    sys.exit(f"error: {e}")
+
+
+def is_writer() -> bool:
+  return hosts_flags()[0] == 0
 
 
 def parse_shapes(values, flag: str = "--shapes") -> list[tuple[int, int]]:

@@ -1,24 +1,33 @@
-"""Long runs in batches that survive interruption: checkpoints, resume, overlapped SVM work.
+"""The one pipeline every study runs on: batches, checkpoints, resume, workers, hosts.
 
-    arrays, timings = sweep.run(plan, out, load_batch, analyze, resume=False, workers=1)
+    out = pipeline.run(study, OUT, resume=False, workers=1)
+    out.cells[c]     # {name: per-run array} of cell c, in run order
+    out.timings      # train / compile / svm / wall seconds
 
-For each batch k of ``plan.batch_size`` data sets (runs k*batch_size, ...):
+A study (``Study``) is a grid of cells, each a set of data sets (runs 0, 1, ... of the cell);
+the cell's label ({"n": 5, "d": 3}, or {} without a grid) is part of each data set's
+identity. Every cell is cut into batches of ``batch_size`` runs; for each batch (a "unit"):
 
-  load_batch(k) -> (Dataset, runs, extra arrays)          data, on device
-  train every configuration in chunks, checkpointing       OUT/work/ckpt_k_P/  (orbax)
-  the trained trajectory                                   OUT/work/batch_k_P.npz
-  the batch's data                                         OUT/work/batch_k_data.npz
-  analyze(data path, {P: trajectory path}) in a worker     host (SVM solves)
-  per-run results                                          OUT/work/batch_k.npz
+  study.load(cell, runs) -> the batch's data (host arrays)    OUT/work/<unit>_data.npz
+  every stage of study.stages(cell), in chunks, checkpointing  OUT/work/ckpt_<unit>_<stage>/ (orbax)
+  the stage's arrays                                           OUT/work/<unit>_<stage>.npz
+  study.analyze(label, data, {stage: arrays}) in a worker      OUT/work/<unit>.npz (per-run arrays)
 
-Every file is written atomically; checkpoints of a configuration are deleted once its
-trajectory file exists, trajectory files once the batch's results exist. While the
-device trains batch k+1, a pool of ``workers`` processes analyzes batch k (0 workers:
-in the main process, no overlap). With ``resume``, finished batches are read back,
-trained-but-unanalyzed ones are analyzed, and the batch in progress continues from its
-newest checkpoint: the results are bit for bit those of an uninterrupted run. The run's
-identity (``plan.identity``) is stored in OUT/work/run.json; resuming a different run is
-an error that names the differences.
+Every file is written atomically; checkpoints of a stage are deleted once its arrays exist,
+stage and data files once the unit's results exist. While the device runs unit u+1, a pool of
+``workers`` processes analyzes unit u (0 workers: in the main process). With ``resume``,
+finished units are read back, trained-but-unanalyzed ones analyzed, and the unit in progress
+continues from its newest checkpoint: the results are bit for bit those of an uninterrupted
+run. The run's identity (``study.identity``) is stored in OUT/work/run.json; resuming a
+different run is an error that names the differences.
+
+A cell may stop early: ``study.enough(label, arrays)`` (arrays: the cell's results so far,
+in run order) is asked after each analyzed batch, and the cell's results end at the first
+batch after which it holds; batches trained beyond it are not used (so the results do not
+depend on the workers' timing).
+
+Several hosts: process p of P takes the p-th contiguous share of every cell's runs
+(``hosts.gather`` joins them).
 """
 from __future__ import annotations
 
@@ -26,82 +35,112 @@ import concurrent.futures
 import dataclasses
 import json
 import logging
-import multiprocessing
 import os
 import shutil
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import progress as progress_lib
 from svmattn.io import results
-from svmattn.svm import att_svm as svm_lib
-from svmattn.train import loop as train_lib
+from svmattn.study import workers as workers_lib
 
 log = logging.getLogger(__name__)
 
 
-class SweepError(RuntimeError):
+class StudyError(RuntimeError):
   """A results directory that cannot be used as asked, with the reason."""
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
-  configs: tuple[tuple[str, train_lib.TrainConfig], ...]   # (name, config) trained on every batch
-  runs: int                                              # data sets in all
-  batch_size: int
-  seed: int
-  identity: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)  # flags etc.
-  process_index: int = 0                                 # multi-host: this process takes the
-  process_count: int = 1                                 # process_index-th contiguous share of the runs
+class Cell:
+  label: dict    # JSON-able; part of each data set's identity ({} for a study without a grid)
+  runs: int      # data sets of the cell: runs 0 .. runs-1 (at most this many when it stops early)
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+  """A data source, device stages, a host analysis per batch and the grid they run over.
+
+  load(cell, runs (B,)) -> {name: array (B, ...)}: the batch's data; X, Y, Z, v for a
+    training stage (main process; must draw run r of a cell the same way in any batch).
+  stages(cell) -> tuple of device stages (``study.stages``), () for a host-only study.
+  analyze(label, data, {stage name: arrays}) -> {name: array (B, ...)}: per-run results;
+    a module-level function (it runs in worker processes).
+  enough(label, arrays) -> bool: optional early stop of a cell (see the module docstring).
+  """
+  name: str
+  cells: tuple[Cell, ...]
+  load: Callable[[Cell, np.ndarray], dict]
+  stages: Callable[[Cell], tuple]
+  analyze: Callable[[dict, dict, dict], dict]
+  batch_size: int = 1000
+  seed: int = 0
+  identity: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
+  enough: Callable[[dict, dict], bool] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+  cell: int
+  batch: int
+  runs: np.ndarray = dataclasses.field(compare=False)
 
   @property
-  def share(self) -> tuple[int, int]:
-    """[lo, hi): the runs of this process."""
-    per = -(-self.runs // self.process_count)
-    return min(self.process_index * per, self.runs), min((self.process_index + 1) * per, self.runs)
-
-  @property
-  def batches(self) -> int:
-    lo, hi = self.share
-    return -(-(hi - lo) // self.batch_size)
-
-  def batch_runs(self, k: int) -> np.ndarray:
-    lo, hi = self.share
-    return np.arange(lo + k * self.batch_size, min(lo + (k + 1) * self.batch_size, hi))
+  def tag(self) -> str:
+    return f"c{self.cell:04d}_b{self.batch:05d}"
 
 
-def work_dir(out: str, plan: Plan) -> str:
+def share(runs: int, process_index: int = 0, process_count: int = 1) -> tuple[int, int]:
+  """[lo, hi): the runs of a cell that process ``process_index`` of ``process_count`` takes."""
+  per = -(-runs // process_count)
+  return min(process_index * per, runs), min((process_index + 1) * per, runs)
+
+
+def units(study: Study, process_index: int = 0, process_count: int = 1) -> list[Unit]:
+  out = []
+  for c, cell in enumerate(study.cells):
+    lo, hi = share(cell.runs, process_index, process_count)
+    for k, start in enumerate(range(lo, hi, study.batch_size)):
+      out.append(Unit(c, k, np.arange(start, min(start + study.batch_size, hi))))
+  return out
+
+
+def unit_of(study: Study, cell: int, run: int) -> tuple[int, int]:
+  """(batch, position in it) of ``run`` of ``cell`` in a one-process run."""
+  return divmod(run, study.batch_size)
+
+
+def work_dir(out: str, process_index: int = 0, process_count: int = 1) -> str:
   work = os.path.join(out, "work")
-  return work if plan.process_count == 1 else os.path.join(work, f"process_{plan.process_index}")
+  return work if process_count == 1 else os.path.join(work, f"process_{process_index}")
 
 
-def _paths(out, k, name=None, work=None):
-  work = work or os.path.join(out, "work")
-  if name is None:
-    return os.path.join(work, f"batch_{k:05d}.npz")
-  return os.path.join(work, f"batch_{k:05d}_{name}.npz")
+def identity(study: Study, process_index: int = 0, process_count: int = 1) -> dict:
+  return ckpt_lib._normalize({"study": study.name, "identity": study.identity,
+                              "cells": [[c.label, c.runs] for c in study.cells],
+                              "batch_size": study.batch_size, "seed": study.seed,
+                              "process": [process_index, process_count]})
 
 
-def _prepare(out: str, plan: Plan, resume: bool) -> str:
-  work = work_dir(out, plan)
+def _prepare(out: str, study: Study, resume: bool, process_index: int, process_count: int) -> str:
+  work = work_dir(out, process_index, process_count)
   meta_path = os.path.join(work, "run.json")
-  identity = ckpt_lib._normalize({"identity": plan.identity, "runs": plan.runs, "batch_size": plan.batch_size,
-                                  "seed": plan.seed, "process": [plan.process_index, plan.process_count]})
+  ident = identity(study, process_index, process_count)
   if os.path.isdir(work):
     if not resume:
-      raise SweepError(f"{out} holds an unfinished run ({work}): pass --resume to continue it, "
+      raise StudyError(f"{out} holds an unfinished run ({work}): pass --resume to continue it, "
                        "or choose another --out")
     try:
       with open(meta_path) as f:
         saved = json.load(f)
     except (OSError, ValueError) as e:
-      raise SweepError(f"{meta_path}: cannot read the run's identity ({e}); remove {work} to start afresh") from e
-    diff = ckpt_lib._differences(saved, identity, ("the run in " + out, "this command"))
+      raise StudyError(f"{meta_path}: cannot read the run's identity ({e}); remove {work} to start afresh") from e
+    diff = ckpt_lib._differences(saved, ident, ("the run in " + out, "this command"))
     if diff:
-      raise SweepError(f"--resume: {out} holds another run: " + "; ".join(diff[:6]))
+      raise StudyError(f"--resume: {out} holds another run: " + "; ".join(diff[:6]))
   else:
     if resume:
       log.warning("--resume: nothing to resume in %s; starting afresh", out)
@@ -110,115 +149,134 @@ def _prepare(out: str, plan: Plan, resume: bool) -> str:
     tmp = f"{work}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    results.write_json(os.path.join(tmp, "run.json"), identity)
+    results.write_json(os.path.join(tmp, "run.json"), ident)
     os.replace(tmp, work)
   return work
 
 
-def _load_npz(path):
-  with np.load(path, allow_pickle=False) as f:
-    return {k: f[k] for k in f.files}
+def load_npz(path: str) -> dict:
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      return {k: f[k] for k in f.files}
+  except (OSError, ValueError, EOFError) as e:
+    raise StudyError(f"{path}: unreadable ({e}); remove it to recompute that batch") from None
 
 
-def _one_thread_per_worker():
-  """The worker processes already run in parallel: one SVM solve at a time in each."""
-  svm_lib.THREADS = 1
-
-
-def _analyze_and_save(analyze, data_path, traj_paths, target):
+def _analyze_and_save(analyze, label, data_path, stage_paths, target):
   t0 = time.perf_counter()
-  arrays = analyze(data_path, traj_paths)
+  arrays = analyze(label, load_npz(data_path), {name: load_npz(p) for name, p in stage_paths.items()})
   results.write_npz(target, arrays)
   return time.perf_counter() - t0
 
 
-def run(plan: Plan, out: str, load_batch: Callable[[int], tuple[Any, np.ndarray, dict]],
-        analyze: Callable[[str, dict], dict], resume: bool = False, workers: int = 1,
-        show_progress: bool = True, keep_checkpoints: int = 3):
-  """Run every batch of ``plan``; returns (per-run arrays concatenated over batches, timings).
+@dataclasses.dataclass
+class Output:
+  cells: list          # per cell: {name: per-run array}, in run order (this process's share)
+  timings: dict
 
-  load_batch(k) -> (data batch, runs (B_k,), extra arrays to store with the data, e.g. token scores).
-  analyze(data_path, {name: trajectory_path}) -> dict of per-run arrays (leading axis B_k);
-    a module-level function (it runs in worker processes).
-  """
-  work = _prepare(out, plan, resume)
-  total_steps = plan.batches * sum(c.steps for _, c in plan.configs)
-  lo, hi = plan.share
-  bar = progress_lib.MultiProgress({"train": (total_steps, "steps"), "svm": (hi - lo, "sets")},
-                                   enabled=show_progress)
-  pool = None
-  if workers > 0 and plan.batches > 1:  # with one batch there is nothing to overlap: skip the pool's start-up
-    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                                  initializer=_one_thread_per_worker)
-  pending: dict[int, concurrent.futures.Future] = {}
+
+def _concat(parts: Sequence[dict]) -> dict:
+  if not parts:
+    return {}
+  return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+
+
+def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_progress: bool = True,
+        keep_checkpoints: int = 3, process_index: int = 0, process_count: int = 1) -> Output:
+  """Run every unit of ``study`` (this process's share); see the module docstring."""
+  if study.enough is not None and process_count > 1:
+    raise StudyError(f"{study.name}: a study whose cells stop early runs on one process")
+  work = _prepare(out, study, resume, process_index, process_count)
+  todo = units(study, process_index, process_count)
+  stages = {c: tuple(study.stages(cell)) for c, cell in enumerate(study.cells)}
+  sets = sum(len(u.runs) for u in todo)
+  steps = sum(sum(s.steps for s in stages[u.cell]) for u in todo)
+  counters = {"svm": (sets, "sets")}
+  if steps:
+    counters = {"train": (steps, "steps"), **counters}
+  bar = progress_lib.MultiProgress(counters, enabled=show_progress)
+  pool = workers_lib.pool(workers) if workers > 0 and len(todo) > 1 else None
+  pending: dict[Unit, concurrent.futures.Future] = {}
   timings = {"train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
   t_start = time.perf_counter()
+  path = lambda u, name=None: os.path.join(work, u.tag + (f"_{name}" if name else "") + ".npz")  # noqa: E731
+  finished: dict[int, list] = {c: [] for c in range(len(study.cells))}   # analyzed units per cell, in order
+  stopped: set[int] = set()
+
+  def cleanup(u):
+    for name in [s.name for s in stages[u.cell]] + ["data"]:
+      if os.path.exists(path(u, name)):
+        os.remove(path(u, name))
+
+  def note_done(u):
+    finished[u.cell].append(u)
+    if study.enough is not None and u.cell not in stopped:
+      done = sorted(finished[u.cell], key=lambda x: x.batch)
+      if [x.batch for x in done] == list(range(len(done))):   # a prefix of the cell's batches
+        if study.enough(study.cells[u.cell].label, _concat([load_npz(path(x)) for x in done])):
+          stopped.add(u.cell)
 
   def collect(block: bool):
-    for k in sorted(pending):
-      fut = pending[k]
+    for u in list(pending):
+      fut = pending[u]
       if not block and not fut.done():
         continue
       t0 = time.perf_counter()
       timings["svm_s"] += fut.result()
       timings["svm_wait_s"] += time.perf_counter() - t0
-      _cleanup(k)
-      bar.update("svm", len(plan.batch_runs(k)))
-      del pending[k]
+      cleanup(u)
+      bar.update("svm", len(u.runs))
+      del pending[u]
+      note_done(u)
 
-  def _cleanup(k):
-    for name in [n for n, _ in plan.configs] + ["data"]:
-      path = _paths(out, k, name, work)
-      if os.path.exists(path):
-        os.remove(path)
+  def write_data(u, data):
+    if not os.path.exists(path(u, "data")):
+      results.write_npz(path(u, "data"), {**data, "runs": u.runs})
 
   try:
-    for k in range(plan.batches):
-      if os.path.exists(_paths(out, k, None, work)):
-        bar.update("train", sum(c.steps for _, c in plan.configs))
-        bar.update("svm", len(plan.batch_runs(k)))
-        _cleanup(k)
+    for u in todo:
+      cell = study.cells[u.cell]
+      if os.path.exists(path(u)):
+        for s in stages[u.cell]:
+          bar.update("train", s.steps)
+        bar.update("svm", len(u.runs))
+        cleanup(u)
+        note_done(u)
         continue
-      data_path = _paths(out, k, "data", work)
-      traj_paths = {}
-      loaded = None
-      for name, config in plan.configs:
-        path = traj_paths[name] = _paths(out, k, name, work)
-        ckdir = os.path.join(work, f"ckpt_{k:05d}_{name}")
-        if os.path.exists(path):
-          shutil.rmtree(ckdir, ignore_errors=True)  # killed between writing the trajectory and this
-          bar.update("train", config.steps)
+      if u.cell in stopped:
+        continue
+      stage_paths, data = {}, None
+      for stage in stages[u.cell]:
+        target = stage_paths[stage.name] = path(u, stage.name)
+        ckdir = os.path.join(work, f"ckpt_{u.tag}_{stage.name}")
+        if os.path.exists(target):
+          shutil.rmtree(ckdir, ignore_errors=True)  # killed between writing the arrays and this
+          bar.update("train", stage.steps)
           continue
-        if loaded is None:
-          loaded = load_batch(k)
-          batch, runs, extra = loaded
-          if not os.path.exists(data_path):
-            results.write_npz(data_path, {**{f: np.asarray(a) for f, a in batch._asdict().items()},
-                                          "runs": runs, **extra})
-        batch, runs, _ = loaded
-        checkpoints = ckpt_lib.Checkpoints(ckdir, {"batch": k, "config": name, **ckpt_lib._normalize(
-            {"identity": plan.identity})}, keep=keep_checkpoints)
+        if data is None:
+          data = study.load(cell, u.runs)
+          write_data(u, data)
+        checkpoints = ckpt_lib.Checkpoints(ckdir, {"cell": u.cell, "batch": u.batch, "stage": stage.name,
+                                                   **ckpt_lib._normalize({"identity": study.identity})},
+                                           keep=keep_checkpoints)
         t0 = time.perf_counter()
-        traj = train_lib.train(config, batch, train_lib.init_keys(plan.seed, runs),
-                               lambda s: bar.update("train", s), checkpoints)
+        arrays, compile_s = stage.run(data, u.runs, study.seed, lambda s: bar.update("train", s), checkpoints)
         timings["train_s"] += time.perf_counter() - t0
-        timings["compile_s"] += traj.compile_seconds
-        results.write_npz(path, {"W": traj.W, "max_prob": traj.max_prob, "loss": traj.loss,
-                                 "attention": traj.attention, "selected": traj.selected,
-                                 "finite": traj.finite, "steps": traj.steps})
+        timings["compile_s"] += compile_s
+        results.write_npz(target, arrays)
         checkpoints.remove()
-      if not os.path.exists(data_path):  # trained earlier, data file lost: rebuild it
-        batch, runs, extra = load_batch(k)
-        results.write_npz(data_path, {**{f: np.asarray(a) for f, a in batch._asdict().items()},
-                                      "runs": runs, **extra})
+      if not os.path.exists(path(u, "data")):  # no stage, or trained earlier and the data file lost
+        write_data(u, study.load(cell, u.runs))
       if pool is None:
-        timings["svm_s"] += _analyze_and_save(analyze, data_path, traj_paths, _paths(out, k, None, work))
-        _cleanup(k)
-        bar.update("svm", len(plan.batch_runs(k)))
+        timings["svm_s"] += _analyze_and_save(study.analyze, cell.label, path(u, "data"), stage_paths, path(u))
+        cleanup(u)
+        bar.update("svm", len(u.runs))
+        note_done(u)
       else:
-        pending[k] = pool.submit(_analyze_and_save, analyze, data_path, traj_paths, _paths(out, k, None, work))
+        pending[u] = pool.submit(_analyze_and_save, study.analyze, cell.label, path(u, "data"), stage_paths,
+                                 path(u))
         collect(block=False)
-        while len(pending) > workers:   # bounded memory and disk: at most workers + 1 batches in flight
+        while len(pending) > workers:   # bounded memory and disk: at most workers + 1 units in flight
           collect(block=True)
     while pending:
       collect(block=True)
@@ -227,16 +285,22 @@ def run(plan: Plan, out: str, load_batch: Callable[[int], tuple[Any, np.ndarray,
       pool.shutdown(wait=True, cancel_futures=True)
     bar.close()
 
-  parts = [_load_npz(_paths(out, k, None, work)) for k in range(plan.batches)]
-  arrays = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+  cells = []
+  for c in range(len(study.cells)):
+    parts, arrays = [], {}
+    for u in sorted(finished[c], key=lambda x: x.batch):
+      parts.append(load_npz(path(u)))
+      if study.enough is not None and study.enough(study.cells[c].label, _concat(parts)):
+        break
+    cells.append(_concat(parts))
   timings["wall_s"] = time.perf_counter() - t_start
   timings["overlap"] = (timings["train_s"] + timings["svm_s"]) / max(timings["wall_s"], 1e-9)
-  return arrays, timings
+  return Output(cells, timings)
 
 
-def finish(out: str, plan: Plan | None = None) -> None:
-  """Delete this process's work directory (OUT/work) once the run's results are written."""
-  work = os.path.join(out, "work") if plan is None else work_dir(out, plan)
+def finish(out: str, process_index: int = 0, process_count: int = 1) -> None:
+  """Delete this process's work directory once the run's results are written."""
+  work = work_dir(out, process_index, process_count)
   if os.path.isdir(work):
     trash = f"{work}.done-{os.getpid()}"
     os.replace(work, trash)  # atomic: a kill mid-delete leaves no half-deleted run behind
@@ -244,39 +308,8 @@ def finish(out: str, plan: Plan | None = None) -> None:
 
 
 def finish_shared(out: str) -> None:
-  """Multi-host, process 0, after every process's ``finish``: remove the empty OUT/work."""
+  """Several hosts, process 0, after every process's ``finish``: remove the empty OUT/work."""
   try:
     os.rmdir(os.path.join(out, "work"))
   except OSError:
     pass
-
-
-def gather(arrays: dict[str, np.ndarray], plan: Plan) -> dict[str, np.ndarray]:
-  """Multi-host: every process's per-run arrays, concatenated in run order, on every process.
-
-  Uses jax's collectives (process_allgather); string arrays travel as their code points."""
-  if plan.process_count == 1:
-    return arrays
-  from jax.experimental import multihost_utils
-  per = -(-plan.runs // plan.process_count)
-  lo, hi = plan.share
-  counts = [min((p + 1) * per, plan.runs) - min(p * per, plan.runs) for p in range(plan.process_count)]
-  out = {}
-  for key in sorted(arrays):
-    a = np.asarray(arrays[key])
-    kind = a.dtype.kind
-    if kind == "U":
-      width = max(int(multihost_utils.process_allgather(np.array([a.dtype.itemsize // 4]), tiled=True).max()), 1)
-      a = a.astype(f"<U{width}").view(np.uint32).reshape(len(a), width)
-    elif kind == "b":
-      a = a.astype(np.uint8)
-    padded = np.zeros((per,) + a.shape[1:], a.dtype)
-    padded[:hi - lo] = a
-    full = np.asarray(multihost_utils.process_allgather(padded, tiled=True))
-    full = np.concatenate([full[p * per:p * per + c] for p, c in enumerate(counts)])
-    if kind == "U":
-      full = full.astype(np.uint32).reshape(-1).view(f"<U{width}").reshape(len(full))
-    elif kind == "b":
-      full = full.astype(bool)
-    out[key] = full
-  return out

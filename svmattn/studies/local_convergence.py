@@ -1,0 +1,135 @@
+"""E2: local convergence of normalized GD to the attention SVM (SCIENCE.md section 8), as a study.
+
+One cell of ``runs`` data sets (generated from (seed, run), or the rows of a data file);
+W and/or (K,Q) trained on each; the host analysis solves the Frobenius and the nuclear
+Att-SVM at the tokens each parameterization selected and correlates every snapshot with
+them (``analysis.compare.compare_with_svms``).
+
+``flags`` below is a dict of the binary's flag values (``experiments.local_convergence``),
+or the "flags" of its summary.json: replay rebuilds the same study from it.
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from svmattn.analysis import compare
+from svmattn.analysis import metrics
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.study import pipeline
+from svmattn.study import stages
+from svmattn.svm import att_svm as svm_lib
+from svmattn.train import loop as train_lib
+
+NAME = "local_convergence"
+NORM_NAMES = {"fro": "Frobenius", "nuc": "nuclear"}
+
+
+def loss_scale(value: str, precision: str):
+  """--loss_scale: "default" is "auto" in float32 (see BUILD.md) and 1 in float64; else "auto" or a number."""
+  if value == "default":
+    return "auto" if precision == "float32" else 1.0
+  if value == "auto":
+    return value
+  try:
+    return float(value)
+  except ValueError:
+    raise ValueError(f"--loss_scale must be 'default', 'auto' or a positive number, got {value!r}") from None
+
+
+def setup(fl: dict):
+  """(DataSpec, ((name, TrainConfig), ...)) of an E2 run from its flag values."""
+  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"], fl["attention"], fl["query_pos"]).validate()
+  configs = tuple((p, train_lib.TrainConfig(
+      param=p, m=fl["m"], loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"], steps=fl["steps"],
+      snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl["block_size"],
+      loss_scale=loss_scale(fl.get("loss_scale", "default"), fl.get("precision", "float64"))).validate())
+      for p in fl["params"])
+  return spec, configs
+
+
+@jax.jit
+def _token_scores(v, X, Y):
+  return jax.vmap(lambda v, X, Y: heads.token_scores(heads.LINEAR, v, X, Y))(v, X, Y)
+
+
+def token_scores(batch: data_lib.Dataset) -> np.ndarray:
+  return np.asarray(_token_scores(batch.v, batch.X, batch.Y), np.float64)
+
+
+def build(fl: dict, file_data: data_lib.Dataset | None = None, identity: dict | None = None) -> pipeline.Study:
+  """The E2 study of flag values ``fl``; ``file_data``: the --data file's data sets (else generated)."""
+  spec, configs = setup(fl)
+  dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
+
+  def load(cell, runs):
+    if file_data is not None:
+      batch = data_lib.take(file_data, runs)
+    else:
+      batch = data_lib.generate(spec, fl["seed"], runs)
+      batch = data_lib.Dataset(*(np.asarray(a).astype(dtype) for a in batch))
+    return {**{f: np.asarray(a) for f, a in batch._asdict().items()}, "gamma": token_scores(batch)}
+
+  return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
+                        lambda cell: tuple(stages.Train(p, c) for p, c in configs), analyze,
+                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+
+
+def analyze(label: dict, data: dict, trajs: dict) -> dict:
+  """The per-run results of one batch: the SVM comparison plus the final W, selections,
+  softmax and loss curves of each parameterization P."""
+  out = compare.compare_with_svms(data["X"], data["Z"], data["gamma"], {p: t["W"] for p, t in trajs.items()},
+                                  {p: t["selected"] for p, t in trajs.items()})
+  for p, t in trajs.items():
+    out[f"W_final_{p}"] = t["W"][:, -1]
+    out[f"selected_{p}"] = t["selected"]
+    out[f"max_prob_{p}"] = t["max_prob"]
+    out[f"loss_{p}"] = t["loss"]
+    out[f"attention_{p}"] = t["attention"]
+    out[f"finite_{p}"] = t["finite"]
+  out["runs"] = data["runs"]
+  out["token_scores"] = data["gamma"]
+  out["optimal_tokens"] = metrics.optimal_tokens(data["gamma"])
+  return out
+
+
+def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
+  """(results.npz arrays, summary) of the whole run from its per-run ``arrays``."""
+  _, configs = setup(fl)
+  first = configs[0][1]
+  arrays = dict(arrays)
+  arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every,
+                                                                first.chunk_steps))
+  params = [p for p, _ in configs]
+  n, T = arrays["token_scores"].shape[1:3]
+  d = arrays[f"W_final_{params[0]}"].shape[-1]
+  summary = {"experiment": "E2 local convergence", "data_sets": len(arrays["runs"]),
+             "shape": {"n": int(n), "T": int(T), "d": int(d)}, "final_corr": {}, "convergence_types": {},
+             "svm_status": {}, "diverged_runs": {}}
+  for p in params:
+    summary["diverged_runs"][p] = int(np.sum(~arrays[f"finite_{p}"]))
+    for norm in svm_lib.NORMS:
+      summary["final_corr"][f"{p}_vs_{norm}"] = compare.summarize_corr(arrays[f"corr_{p}_{norm}"][:, -1])
+      status = arrays[f"svm_{norm}_{p}_status"]
+      summary["svm_status"][f"{norm}_{p}"] = {s: int(np.sum(status == s)) for s in svm_lib.STATUSES}
+    summary["convergence_types"][p] = metrics.type_fractions(arrays[f"convergence_type_{p}"])
+  summary["checks"] = checks(summary["final_corr"])
+  return arrays, summary
+
+
+def checks(final_corr: dict) -> list:
+  """The paper's expectations (SCIENCE.md E2: 0.996, 0.997; cross pairs about 0.86 / 0.85)."""
+  mean = {k: v["mean"] for k, v in final_corr.items()}
+  out = []
+  for key, paper in (("W_vs_fro", 0.996), ("KQ_vs_nuc", 0.997)):
+    if mean.get(key) is not None:
+      out.append({"name": f"mean final corr {key}", "value": mean[key],
+                  "expected": f">= 0.99 (authors: {paper})", "ok": mean[key] >= 0.99})
+  for cross, own, paper in (("W_vs_nuc", "W_vs_fro", 0.86), ("KQ_vs_fro", "KQ_vs_nuc", 0.85)):
+    if mean.get(cross) is not None and mean.get(own) is not None:
+      out.append({"name": f"mean final corr {cross} (cross pair)", "value": mean[cross],
+                  "expected": f"clearly below {own} (authors: about {paper})",
+                  "ok": mean[cross] < mean[own] - 0.05})
+  return out

@@ -1,0 +1,129 @@
+"""E4: over-parameterization: global / local / not-local convergence of GD versus d (SCIENCE.md 8).
+
+A grid of cells (n, d) for n in ``n_values`` and d in d_min..d_max, ``runs`` data sets each
+(the paper's unit-Gaussian generator, T tokens, linear head, cross-attention; data set r of
+every cell from fold_in(PRNGKey(seed), r)). The W attention is trained with normalized GD;
+the host analysis solves the Frobenius Att-SVM at the selected tokens, classifies each run
+(``analysis.metrics.convergence_type``) and checks the feasibility of Att-SVM(opt).
+Prediction: the global share grows with d, and not-local vanishes once the SVM is always
+feasible (d >= max(T-1, n)). Runs that diverge to NaN are counted and left out of the shares.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.stats
+
+from svmattn.analysis import metrics
+from svmattn.data import datasets as data_lib
+from svmattn.study import pipeline
+from svmattn.study import stages
+from svmattn.studies import local_convergence
+from svmattn.svm import att_svm as svm_lib
+from svmattn.svm import feasibility as feas_lib
+from svmattn.train import loop as train_lib
+
+NAME = "overparam"
+TYPES = metrics.CONVERGENCE_TYPES
+
+
+def grid(fl: dict) -> tuple[list[int], np.ndarray]:
+  return [int(x) for x in fl["n_values"]], np.arange(fl["d_min"], fl["d_max"] + 1)
+
+
+def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  n_values, ds = grid(fl)
+  every = min(fl["chunk_steps"], fl["steps"]) if fl["steps"] > 0 else 1
+  config = train_lib.TrainConfig(param="W", lr=fl["lr"], steps=fl["steps"], snapshot_every=every,
+                                 chunk_steps=every).validate()
+  dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+  cells = tuple(pipeline.Cell({"n": n, "d": int(d)}, fl["runs"]) for n in n_values for d in ds)
+
+  def load(cell, runs):
+    spec = data_lib.DataSpec(cell.label["n"], fl["T"], cell.label["d"]).validate()
+    data = data_lib.generate(spec, fl["seed"], runs)   # float64; --precision=float32 trains on it rounded
+    data = data_lib.Dataset(*(np.asarray(a) for a in data))
+    return {**data._asdict(), "gamma": local_convergence.token_scores(data)}
+
+  return pipeline.Study(NAME, cells, load, lambda cell: (stages.Train("W", config, dtype),), analyze,
+                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+
+
+def analyze(label: dict, data: dict, trajs: dict) -> dict:
+  """Per run: convergence type, corr(W_GD, W^mm_alpha_hat), SVM status, feasibility of
+  Att-SVM(opt), the selected and the optimal tokens."""
+  X, Z, gamma = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64), data["gamma"]
+  tr = trajs["W"]
+  selected, W_final = tr["selected"], tr["W"][:, -1]
+  B = len(X)
+  types, corr = np.full(B, "", dtype="<U9"), np.full(B, np.nan)
+  status = np.full(B, "", dtype="<U10")
+  for b in range(B):
+    res = svm_lib.att_svm(X[b], Z[b], selected[b], "fro")
+    status[b] = res.status
+    types[b] = metrics.convergence_type(gamma[b], selected[b], res)
+    if res.ok:
+      corr[b] = metrics.corr(W_final[b], res.W)
+  opt = metrics.optimal_tokens(gamma)
+  return {"types": types, "corr": corr, "svm_status": status, "finite": tr["finite"],
+          "feasible_opt": feas_lib.check(X, Z, opt).feasible, "selected": selected, "optimal": opt}
+
+
+def reduce(fl: dict, cells: list) -> tuple[dict, dict, dict]:
+  """(results.npz arrays, summary, shares per type (len(n_values), D)) from the per-run arrays of every cell."""
+  n_values, ds = grid(fl)
+  T, R = fl["T"], fl["runs"]
+  shape = (len(n_values), len(ds), R)
+
+  def stack(key):
+    return np.stack([c[key] for c in cells]).reshape(shape + cells[0][key].shape[1:])
+
+  types, corr, svm_status = stack("types"), stack("corr"), stack("svm_status")
+  finite, feasible_opt = stack("finite"), stack("feasible_opt")
+  arrays = {}
+  for ni, n in enumerate(n_values):
+    part = cells[ni * len(ds):(ni + 1) * len(ds)]
+    arrays[f"selected_n{n}"] = np.stack([c["selected"] for c in part])
+    arrays[f"optimal_n{n}"] = np.stack([c["optimal"] for c in part])
+  shares = {t: np.zeros((len(n_values), len(ds))) for t in TYPES}
+  summary_cells = []
+  for ni, n in enumerate(n_values):
+    for di, d in enumerate(ds):
+      ok = finite[ni, di]
+      fr = metrics.type_fractions(types[ni, di][ok])
+      for t in TYPES:
+        shares[t][ni, di] = fr[t] if ok.any() else np.nan
+      c = corr[ni, di][ok]
+      summary_cells.append({"n": n, "T": T, "d": int(d), "runs": R, "diverged": int(np.sum(~ok)),
+                            **{f"share_{t}": fr[t] for t in TYPES},
+                            "ties": int(np.sum(types[ni, di][ok] == "tie")),
+                            "svm_infeasible": int(np.sum(svm_status[ni, di] == "infeasible")),
+                            "svm_failed": int(np.sum(svm_status[ni, di] == "failed")),
+                            "feasible_opt_fraction": float(np.mean(feasible_opt[ni, di])),
+                            "corr_mean": float(np.nanmean(c)) if np.any(np.isfinite(c)) else None})
+  arrays.update({"n_values": np.array(n_values), "ds": ds, "runs": np.arange(R), "types": types, "corr": corr,
+                 "svm_status": svm_status, "finite": finite, "feasible_opt": feasible_opt,
+                 **{f"share_{t.replace('-', '_')}": shares[t] for t in TYPES}})
+  summary = {"experiment": "E4 over-parameterization", "T": T, "n_values": n_values, "ds": ds,
+             "runs_per_cell": R, "cells": summary_cells, "checks": checks(shares, n_values, ds, T)}
+  return arrays, summary, shares
+
+
+def checks(shares, n_values, ds, T) -> list:
+  out = []
+  for ni, n in enumerate(n_values):
+    g = shares["global"][ni]
+    ok = np.isfinite(g)
+    if ok.sum() >= 2:
+      rho = float(scipy.stats.spearmanr(ds[ok], g[ok])[0]) if np.ptp(g[ok]) > 0 else 0.0
+      out.append({"name": f"Spearman correlation of global share with d, n={n}", "value": rho,
+                  "expected": "> 0.5 (global share grows with d)", "ok": bool(rho > 0.5)})
+      first, last = g[ok][0], g[ok][-1]
+      out.append({"name": f"global share at d={int(ds[ok][-1])} minus at d={int(ds[ok][0])}, n={n}",
+                  "value": float(last - first), "expected": "> 0", "ok": bool(last - first > 0)})
+    above = ds >= max(T - 1, n)
+    nl = shares["not-local"][ni][above & np.isfinite(shares["not-local"][ni])]
+    if nl.size:
+      out.append({"name": f"max not-local share over d >= max(T-1,n)={max(T - 1, n)}, n={n}",
+                  "value": float(nl.max()), "expected": "<= 0.02 (near zero: SVM always feasible)",
+                  "ok": bool(nl.max() <= 0.02)})
+  return out

@@ -1,0 +1,61 @@
+"""Run a study from start to results: pipeline, hosts, the results writer, clean-up.
+
+    runner.execute(study, out, write, Options(resume=True, workers=2))
+
+``write(output)`` gets every cell whole (``pipeline.Output``) and writes the results files;
+it runs on process 0 only, after the per-run record OUT/runs/ (``write_record``). The work directory is removed after it returns, so a kill at
+any moment before leaves a run that ``resume`` finishes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable
+
+from svmattn.io import results
+from svmattn.study import hosts
+from svmattn.study import pipeline
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  resume: bool = False
+  workers: int = 1             # SVM worker processes (0: in the main process)
+  progress: bool = True
+  keep_checkpoints: int = 3
+  process_index: int = 0
+  process_count: int = 1
+
+
+def record_path(out: str, cell: int | None = None) -> str:
+  """OUT/runs/study.json (the study's name, identity and cells), or OUT/runs/cell_CCCC.npz."""
+  return os.path.join(out, "runs", "study.json" if cell is None else f"cell_{cell:04d}.npz")
+
+
+def write_record(out: str, study: pipeline.Study, output: pipeline.Output) -> None:
+  """Every run's per-run arrays, one file per cell, as the analysis returned them (replay
+  compares a single run with its row)."""
+  for c, arrays in enumerate(output.cells):
+    results.write_npz(record_path(out, c), arrays)
+  results.write_json(record_path(out, None), {"study": study.name, "identity": study.identity,
+                                              "cells": [{"label": c.label, "runs": c.runs} for c in study.cells],
+                                              "batch_size": study.batch_size, "seed": study.seed})
+
+
+def execute(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], None],
+            options: Options = Options()) -> pipeline.Output:
+  o = options
+  output = pipeline.run(study, out, o.resume, o.workers, o.progress, o.keep_checkpoints, o.process_index,
+                        o.process_count)
+  output = hosts.gather(output, study, o.process_index, o.process_count)
+  if o.process_index == 0:
+    write_record(out, study, output)
+    write(output)
+  if o.process_count > 1:
+    hosts.sync("results written")
+  pipeline.finish(out, o.process_index, o.process_count)
+  if o.process_count > 1:
+    hosts.sync("work removed")
+    if o.process_index == 0:
+      pipeline.finish_shared(out)
+  return output

@@ -1,0 +1,37 @@
+"""Host worker processes that never outlive the process that started them.
+
+``pool(n)`` is a ``concurrent.futures.ProcessPoolExecutor`` of ``n`` spawned processes
+(no JAX state is forked). Each worker runs one SVM solve at a time (its own threads would
+only compete with the other workers) and watches its parent: when the parent dies, even
+by SIGKILL, the worker is re-parented, notices within ``WATCH_SECONDS`` and exits.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import multiprocessing
+import os
+import threading
+import time
+
+WATCH_SECONDS = 0.25
+
+
+def _watch_parent(parent: int) -> None:
+  while True:
+    if os.getppid() != parent:
+      os._exit(1)   # the parent is gone: leave at once, without running any cleanup of its state
+    time.sleep(WATCH_SECONDS)
+
+
+def _start_worker(parent: int) -> None:
+  from svmattn.svm import att_svm
+  att_svm.THREADS = 1   # the workers already run in parallel
+  threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="watch-parent").start()
+  if os.getppid() != parent:   # died before the watch began
+    os._exit(1)
+
+
+def pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
+  """``workers`` spawned worker processes that exit by themselves when this process dies."""
+  return concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_start_worker, initargs=(os.getpid(),))
