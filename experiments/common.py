@@ -31,6 +31,7 @@ def define_common_flags(runs: int = 100, seed: int = 0):
                     "skip compilation (see --compilation_cache_dir).")
   flags.DEFINE_string("compilation_cache_dir", DEFAULT_CACHE_DIR, "Directory of the persistent compilation cache.")
   flags.mark_flag_as_required("out")
+  flags.register_validator("data", lambda v: v is None or os.path.isfile(v), message="no such file")
   # Runs when the flags are parsed, before main and before anything is compiled.
   flags.register_multi_flags_validator(["compilation_cache", "compilation_cache_dir"], _enable_cache)
 
@@ -255,12 +256,17 @@ def run_study(study, write):
   index, count = hosts_flags()
   for cell in study.cells:
     if cell.runs < count:
-      raise app.UsageError(f"{cell.runs} data sets cannot be shared by {count} processes")
+      fail(f"{cell.runs} data sets cannot be shared by {count} processes")
   options = runner.Options(FLAGS.resume, FLAGS.svm_workers, FLAGS.progress, FLAGS.keep_checkpoints, index, count)
   try:
     return runner.execute(study, FLAGS.out, write, options)
   except (pipeline.StudyError, checkpoint.CheckpointError) as e:
-    sys.exit(f"error: {e}")
+    fail(str(e))
+
+
+def fail(message: str):
+  """End the binary with "error: MESSAGE" on stderr and exit status 1 (no traceback)."""
+  sys.exit(f"error: {message}")
 
 
 def is_writer() -> bool:

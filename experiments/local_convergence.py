@@ -20,6 +20,7 @@ from absl import flags
 import numpy as np
 
 from experiments import common
+from svmattn.data import datasets as data_lib
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import local_convergence as e2
@@ -68,8 +69,10 @@ def main(argv):
   timer = common.Timer()
   common.start_hosts()
   fl = common.flag_values()
-  file_data = common.load_or_generate(None)[0] if FLAGS.data else None
-  study = e2.build(fl, file_data, common.identity())
+  try:
+    study = e2.build(fl, common.identity())
+  except data_lib.DataError as e:
+    common.fail(f"--data: {e}")
 
   def write(output):
     arrays, summary = e2.reduce(fl, output.cells[0])

@@ -58,10 +58,12 @@ def token_scores(batch: data_lib.Dataset) -> np.ndarray:
   return np.asarray(_token_scores(batch.v, batch.X, batch.Y), np.float64)
 
 
-def build(fl: dict, file_data: data_lib.Dataset | None = None, identity: dict | None = None) -> pipeline.Study:
-  """The E2 study of flag values ``fl``; ``file_data``: the --data file's data sets (else generated)."""
+def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  """The E2 study of flag values ``fl``: the data sets of fl["data"] (a .npz file; raises
+  ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones."""
   spec, configs = setup(fl)
   dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+  file_data = data_lib.load_npz(fl["data"], dtype) if fl.get("data") else None
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
 
   def load(cell, runs):
