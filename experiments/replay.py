@@ -1,20 +1,20 @@
-r"""Replay one data set of an E2 run alone, step by step, and check it against the batch.
+r"""Replay one data set of any study alone, and check it against the run's own record.
 
-    python -m experiments.replay --out=DIR --run=I            # from step 0
-    python -m experiments.replay --out=DIR --run=I --step=K   # from the newest checkpoint at or before K
+    python -m experiments.replay --out=DIR --run=I                 # cell 0 (studies without a grid)
+    python -m experiments.replay --out=DIR --cell=n=5,d=3 --run=I  # a cell by its label (or its index)
+    python -m experiments.replay --out=DIR --run=I --step=K        # training from the newest checkpoint <= K
 
-DIR is the --out of `python -m experiments.local_convergence`, finished (its summary.json)
-or partial (its work/run.json). Data set I is rebuilt from the run's seed and index (or
-taken from its --data file) and trained alone with every step recorded. Trained in a block
-of the run's --block_size (copies of itself), its arithmetic is the batch's, so the replay
-matches the batch result bit for bit; the binary checks that against results.npz (or the
-partial run's trajectory and checkpoint files) and says so. Writes DIR/replay_I.npz:
-steps (S,), and per parameterization P: W_P (S,d,d) (W or K Q^T at every step), max_prob_P,
-loss_P (S,), attention_P (n,T), plus the comparison in DIR/replay_I.json.
+DIR is the --out of any experiment binary, finished (DIR/runs/) or partial (DIR/work/). Data
+set I of the cell is rebuilt from the run's seed (or its --data file), run through the cell's
+device stages alone and analyzed alone; every per-run array must equal the batch's bit for
+bit (a training stage trains it in a block of its block size, so its arithmetic is the
+batch's), and the binary says which arrays do. Training stages are also recorded at every
+step. Writes DIR/replay_I.npz (steps (S,), and per training stage P: W_P (S,d,d) (W or
+K Q^T), max_prob_P, loss_P (S,), attention_P (n,T)) and the comparison in DIR/replay_I.json.
+Exit status 1 when an array differs from the batch.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -23,78 +23,20 @@ from absl import flags
 import numpy as np
 
 from experiments import common
-from svmattn.io import checkpoint as ckpt_lib
+from svmattn import studies
 from svmattn.data import datasets as data_lib
+from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import results
-from svmattn.train import loop as train_lib
+from svmattn.study import replay
+from svmattn.study import stages as stages_lib
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("out", None, "Results directory of an E2 run (finished or partial).")
-flags.DEFINE_integer("run", None, "Index of the data set to replay.")
-flags.DEFINE_integer("step", None, "Start from the newest checkpoint at or before this step (partial runs).")
+flags.DEFINE_string("out", None, "Results directory of a run of any experiment (finished or partial).")
+flags.DEFINE_integer("run", None, "Index of the data set to replay (within its cell).", lower_bound=0)
+flags.DEFINE_string("cell", "0", "The data set's cell: its index, or its label such as n=5,d=3.")
+flags.DEFINE_integer("step", None, "Training stages start from the newest checkpoint at or before this step "
+                     "(partial runs).", lower_bound=0)
 flags.mark_flags_as_required(["out", "run"])
-
-
-def run_flags(out):
-  summary = os.path.join(out, "summary.json")
-  partial = os.path.join(out, "work", "run.json")
-  for path, pick in ((summary, lambda j: j["flags"]), (partial, lambda j: j["identity"])):
-    if os.path.exists(path):
-      try:
-        with open(path) as f:
-          return pick(json.load(f)), path
-      except (OSError, ValueError, KeyError) as e:
-        sys.exit(f"error: {path}: unreadable run description ({e})")
-  sys.exit(f"error: {out} holds no E2 run (neither summary.json nor work/run.json)")
-
-
-def batch_reference(out, fl, run, name):
-  """The batch's own record of this run: (steps, W snapshots, final attention) or None."""
-  path = os.path.join(out, "results.npz")
-  if os.path.exists(path):
-    with np.load(path, allow_pickle=False) as f:
-      if f"W_final_{name}" in f.files:
-        return {"W_final": f[f"W_final_{name}"][run], "attention": f[f"attention_{name}"][run],
-                "max_prob": f[f"max_prob_{name}"][run], "steps": f["steps"], "where": path}
-  bs = fl.get("batch_size", 1000)
-  k, j = divmod(run, bs)
-  path = os.path.join(out, "work", f"batch_{k:05d}_{name}.npz")
-  if os.path.exists(path):
-    with np.load(path, allow_pickle=False) as f:
-      return {"W": f["W"][j], "W_final": f["W"][j, -1], "attention": f["attention"][j], "steps": f["steps"],
-              "max_prob": f["max_prob"][j], "where": path}
-  return None
-
-
-def start_from_checkpoint(out, fl, run, name, config, step):
-  """(step, State of this run alone) from the newest checkpoint of its batch at or before ``step``."""
-  bs = fl.get("batch_size", 1000)
-  k, j = divmod(run, bs)
-  ckdir = os.path.join(out, "work", f"ckpt_{k:05d}_{name}")
-  if not os.path.isdir(ckdir):
-    return None
-  ident = {k2: v for k2, v in fl.items()}
-  ckpt = ckpt_lib.Checkpoints(ckdir, {"batch": k, "config": name, **ckpt_lib._normalize({"identity": ident})})
-  plan = train_lib.schedule(config.steps, config.snapshot_every, config.chunk_steps)
-  ends = np.cumsum([0] + [every * n for every, n in plan])      # training step at the end of chunk c
-  usable = [c for c in ckpt.steps() if ends[c] <= step]
-  if not usable:
-    return None
-  c = max(usable)
-  tree = ckpt.restore(c)
-  trainer = train_lib.make_trainer(config)
-  import jax
-  template = jax.eval_shape(lambda: trainer.init_one(jax.random.PRNGKey(0), _dummy(fl, config)))
-  treedef = jax.tree_util.tree_structure(template)
-  leaves = [np.asarray(tree["state"][str(i)])[j:j + 1] for i in range(treedef.num_leaves)]
-  return int(ends[c]), jax.tree_util.tree_unflatten(treedef, leaves)
-
-
-def _dummy(fl, config):
-  import jax.numpy as jnp
-  n, T, d = fl["n"], fl["T"], fl["d"]
-  dt = jnp.float32 if fl.get("precision") == "float32" else jnp.float64
-  return data_lib.Dataset(jnp.zeros((n, T, d), dt), jnp.ones((n,), dt), jnp.zeros((n, d), dt), jnp.zeros((d,), dt))
 
 
 def main(argv):
@@ -102,64 +44,56 @@ def main(argv):
   common.quiet_logs()
   common.enable_compilation_cache()
   out, run = FLAGS.out, FLAGS.run
-  fl, source = run_flags(out)
-  fl = dict(fl)
-  fl.setdefault("block_size", 64)
-  spec, configs = common.e2_setup(fl)
-  dtype = np.float32 if fl.get("precision") == "float32" else np.float64
-  if fl.get("data"):
-    try:
-      all_data = data_lib.load_npz(fl["data"], dtype)
-    except data_lib.DataError as e:
-      sys.exit(f"error: the run's --data: {e}")
-    total = all_data.X.shape[0]
-  else:
-    total = fl["runs"]
-  if not 0 <= run < total:
-    sys.exit(f"error: --run={run}: the run in {out} has data sets 0..{total - 1}")
-  if fl.get("data"):
-    one = data_lib.take(all_data, np.array([run]))
-  else:
-    one = data_lib.generate(spec, fl["seed"], [run])
-    one = data_lib.Dataset(*(np.asarray(a).astype(dtype) for a in one))
-  keys = train_lib.init_keys(fl["seed"], [run])
-
-  arrays, report = {}, {"run": run, "source": source, "parameterizations": {}}
-  for name, config in configs:
+  try:
+    study, source = studies.rebuild(out)
+    c = replay.find_cell(study, FLAGS.cell)
+    replay.check_run(study, c, run)
+  except replay.ReplayError as e:
+    common.fail(str(e))
+  except data_lib.DataError as e:
+    common.fail(f"the run's --data: {e}")
+  try:
+    data, _, result = replay.run_one(study, c, run)
+  except ckpt_lib.CheckpointError as e:
+    common.fail(str(e))
+  label = ",".join(f"{k}={v}" for k, v in study.cells[c].label.items())
+  report = {"study": study.name, "cell": c, "label": study.cells[c].label, "run": run, "source": source,
+            "stages": {}}
+  arrays = {}
+  for stage in study.stages(study.cells[c]):
+    if not isinstance(stage, stages_lib.Train):
+      continue
     start = None
     if FLAGS.step is not None:
       try:
-        start = start_from_checkpoint(out, fl, run, name, config, FLAGS.step)
+        start = replay.start_from_checkpoint(out, study, c, run, data, stage, FLAGS.step)
       except ckpt_lib.CheckpointError as e:
-        sys.exit(f"error: {e}")
+        common.fail(str(e))
       if start is None:
-        print(f"{name}: no checkpoint at or before step {FLAGS.step}; replaying from step 0")
-    per_step = train_lib.TrainConfig(**{**config.__dict__, "snapshot_every": 1})
-    traj = train_lib.train(per_step, one, keys, start=start)
+        print(f"{stage.name}: no checkpoint at or before step {FLAGS.step}; replaying from step 0")
+    traj = replay.every_step(study, c, data, stage, start)
     arrays["steps"] = traj.steps
-    arrays[f"W_{name}"], arrays[f"max_prob_{name}"] = traj.W[0], traj.max_prob[0]
-    arrays[f"loss_{name}"], arrays[f"attention_{name}"] = traj.loss[0], traj.attention[0]
-    entry = {"from_step": int(traj.steps[0])}
-    ref = batch_reference(out, fl, run, name)
-    if ref is None:
-      entry["compared"] = "nothing to compare with yet (the run's batch has not finished this parameterization)"
-    else:
-      where = np.searchsorted(traj.steps, ref["steps"])
-      inside = (where < len(traj.steps)) & (traj.steps[np.minimum(where, len(traj.steps) - 1)] == ref["steps"])
-      entry["compared_with"] = ref["where"]
-      entry["final_W_identical"] = bool(np.array_equal(traj.W[0, -1], ref["W_final"]))
-      entry["final_attention_identical"] = bool(np.array_equal(traj.attention[0], ref["attention"]))
-      entry["max_prob_identical"] = bool(np.array_equal(traj.max_prob[0][where[inside]], ref["max_prob"][inside]))
-      entry["max_abs_diff_final_W"] = float(np.max(np.abs(traj.W[0, -1] - ref["W_final"])))
-    report["parameterizations"][name] = entry
-    status = ("identical to the batch" if entry.get("final_W_identical") and entry.get("max_prob_identical")
-              else entry.get("compared", "DIFFERS from the batch"))
-    print(f"run {run} {name}: {len(traj.steps)} steps from step {entry['from_step']} -> {status}")
+    arrays[f"W_{stage.name}"], arrays[f"max_prob_{stage.name}"] = traj.W[0], traj.max_prob[0]
+    arrays[f"loss_{stage.name}"], arrays[f"attention_{stage.name}"] = traj.loss[0], traj.attention[0]
+    report["stages"][stage.name] = {"from_step": int(traj.steps[0])}
+    print(f"run {run} {stage.name}: {len(traj.steps)} steps from step {int(traj.steps[0])}")
+  ref = replay.reference(out, study, c, run)
+  where = f"cell {c} ({label})" if label else "the run"
+  if ref is None:
+    report["compared"] = "nothing to compare with yet (the run's batch has not been analyzed)"
+    print(f"run {run} of {where}: replayed; {report['compared']}")
+  else:
+    same = replay.compare(result, ref[0])
+    report["compared_with"] = ref[1]
+    report["identical"] = same
+    differ = sorted(k for k, ok in same.items() if not ok)
+    report["differ"] = differ
+    print(f"run {run} of {where}: {len(same) - len(differ)}/{len(same)} per-run arrays identical to the batch"
+          + (f"; DIFFER: {differ}" if differ else ""))
   results.write_npz(os.path.join(out, f"replay_{run}.npz"), arrays)
   results.write_json(os.path.join(out, f"replay_{run}.json"), report)
-  mismatch = [n for n, e in report["parameterizations"].items()
-              if "final_W_identical" in e and not (e["final_W_identical"] and e["max_prob_identical"])]
-  return 1 if mismatch else 0
+  sys.stdout.flush()
+  return 1 if report.get("differ") else 0
 
 
 if __name__ == "__main__":

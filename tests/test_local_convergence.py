@@ -82,7 +82,7 @@ def _load(out):
 
 
 def _check_outputs(out, B):
-  assert sorted(os.listdir(out)) == ["correlation.png", "results.npz", "softmax.png", "summary.json"]
+  assert sorted(os.listdir(out)) == ["correlation.png", "results.npz", "runs", "softmax.png", "summary.json"]
   for png in ("softmax.png", "correlation.png"):
     assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   arrays, summary = _load(out)

@@ -37,7 +37,7 @@ def partial(tmp_path_factory):
   out = _copy(unfinished_run(tmp_path_factory), tmp_path_factory.mktemp("replay") / "partial")
   ckpts = {}
   for name in os.listdir(out / "work"):
-    m = re.fullmatch(r"ckpt_(\d+)_(\w+)", name)
+    m = re.fullmatch(r"ckpt_c0000_b(\d+)_(\w+)", name)
     steps = [int(s) for s in os.listdir(out / "work" / name) if s.isdigit()] if m else []
     if steps:
       ckpts[(int(m.group(1)), m.group(2))] = max(steps)
@@ -66,16 +66,18 @@ def test_replays_are_identical_to_the_batch(finished):
   out, ref, replays = finished
   assert RUNS - 1 in replays and len(replays) == 2
   for run, (proc, report, arrays) in replays.items():
-    assert report["run"] == run and report["source"] == str(out / "summary.json")
+    assert report["run"] == run and report["source"] == str(out / "runs" / "study.json")
+    assert report["study"] == "local_convergence" and report["cell"] == 0
+    assert report["compared_with"] == str(out / "runs" / "cell_0000.npz")
+    assert report["differ"] == [] and all(report["identical"].values()) and len(report["identical"]) > 20
+    assert f"run {run} of the run: {len(report['identical'])}/{len(report['identical'])} per-run arrays " \
+           "identical to the batch" in proc.stdout
     np.testing.assert_array_equal(arrays["steps"], np.arange(STEPS + 1))
     at = np.searchsorted(arrays["steps"], ref["steps"])
     np.testing.assert_array_equal(arrays["steps"][at], ref["steps"])
     for p in PARAMS:
-      entry = report["parameterizations"][p]
-      assert entry["from_step"] == 0 and entry["compared_with"] == str(out / "results.npz")
-      assert entry["final_W_identical"] is True and entry["max_prob_identical"] is True, entry
-      assert entry["final_attention_identical"] is True and entry["max_abs_diff_final_W"] == 0.0
-      assert f"run {run} {p}: {STEPS + 1} steps from step 0 -> identical to the batch" in proc.stdout
+      assert report["stages"][p]["from_step"] == 0
+      assert f"run {run} {p}: {STEPS + 1} steps from step 0" in proc.stdout
       # the replay's per-step record, read at the snapshot steps, is the batch's record bit for bit
       W = arrays[f"W_{p}"]
       assert W.shape == (STEPS + 1, 5, 5)
@@ -103,7 +105,7 @@ def test_replay_from_a_checkpoint_continues_the_same_trajectory(partial, finishe
   _, _, from_zero = replays[run]
   for p in PARAMS:
     first = CHUNK * newest[p] if newest[p] else 0
-    assert report["parameterizations"][p]["from_step"] == first
+    assert report["stages"][p]["from_step"] == first
     if not newest[p]:
       assert f"{p}: no checkpoint at or before step {ask}; replaying from step 0" in proc.stdout
     W = arrays[f"W_{p}"]
@@ -118,12 +120,12 @@ def test_run_out_of_range(tmp_path, tmp_path_factory):
   out = _copy(finished_run(tmp_path_factory), tmp_path / "out")
   proc = replay(out, RUNS)
   assert proc.returncode != 0
-  assert f"error: --run={RUNS}: the run in {out} has data sets 0..{RUNS - 1}" in proc.stderr, proc.stderr[-3000:]
+  assert f"error: --run={RUNS}: the study's cell 0 has data sets 0..{RUNS - 1}" in proc.stderr, proc.stderr[-3000:]
   assert not os.path.exists(out / f"replay_{RUNS}.npz")
 
 
 def test_directory_without_a_run(tmp_path):
   proc = replay(tmp_path, 0)
   assert proc.returncode != 0
-  assert f"error: {tmp_path} holds no E2 run" in proc.stderr, proc.stderr[-3000:]
+  assert f"error: {tmp_path} holds no study run" in proc.stderr, proc.stderr[-3000:]
   assert os.listdir(tmp_path) == []

@@ -212,7 +212,7 @@ def reference(tmp_path_factory):
 
 def has_checkpoint(paths):
   """A finished checkpoint step of a batch still in training exists."""
-  return any(re.fullmatch(r"ckpt_\d+_\w+/\d+", p) for p in paths)
+  return any(re.fullmatch(r"ckpt_c\d+_b\d+_\w+/\d+", p) for p in paths)
 
 
 def test_killed_three_times_then_resumed_equals_uninterrupted(reference, tmp_path):
@@ -252,7 +252,7 @@ def test_killed_three_times_then_resumed_equals_uninterrupted(reference, tmp_pat
       break
     kills.append(killed)
   for i, k in enumerate(kills):  # shown with pytest -s
-    print(f"kill {i + 1}:", [p for p in k if re.fullmatch(r"ckpt_\d+_\w+/\d+|[^/]*\.npz|[^/]*tmp[^/]*", p)])
+    print(f"kill {i + 1}:", [p for p in k if re.fullmatch(r"ckpt_c\d+_b\d+_\w+/\d+|[^/]*\.npz|[^/]*tmp[^/]*", p)])
   assert kills and has_checkpoint(kills[0]), kills
   if not finished:
     proc = e2(out, "--resume")

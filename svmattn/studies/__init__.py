@@ -11,6 +11,12 @@ what ``experiments.replay`` does for any single run of any study.
 from __future__ import annotations
 
 import importlib
+import json
+import os
+
+from svmattn.study import pipeline
+from svmattn.study import replay
+from svmattn.study import runner
 
 NAMES = ("paths_2d", "local_convergence", "svm_rank", "overparam", "multi_token", "lambda_head", "reg_path",
          "seq_causal", "feasibility")
@@ -23,3 +29,20 @@ def get(name: str):
   if name not in NAMES:
     raise ValueError(f"unknown study {name!r}; known: {', '.join(NAMES)}")
   return importlib.import_module(f"svmattn.studies.{name}")
+
+
+def rebuild(out: str) -> tuple[pipeline.Study, str]:
+  """(the study of the run in ``out``, the file it was read from): finished or partial run."""
+  for path in (runner.record_path(out), os.path.join(out, "work", "run.json")):
+    if os.path.exists(path):
+      try:
+        with open(path) as f:
+          saved = json.load(f)
+        name, flags = saved["study"], saved["identity"]
+      except (OSError, ValueError, KeyError, TypeError) as e:
+        raise replay.ReplayError(f"{path}: unreadable run description ({e})") from None
+      try:
+        return get(name).build(dict(flags)), path
+      except (ValueError, OSError) as e:
+        raise replay.ReplayError(f"{path}: cannot rebuild study {name!r} ({e})") from None
+  raise replay.ReplayError(f"{out} holds no study run (neither runs/study.json nor work/run.json)")

@@ -1,0 +1,123 @@
+"""Replay one data set of any study alone and compare it with the run's own record.
+
+    study, source = studies.rebuild(OUT)            # from OUT/runs/study.json or OUT/work/run.json
+    data, stage_arrays, result = replay.run_one(study, cell, run)
+    report = replay.compare(result, replay.reference(OUT, study, cell, run))
+
+A data set is rebuilt from the study's seed, its cell and its run index (``study.load``),
+run through the cell's stages alone (a training stage trains it in a block of its block
+size, copies of itself, so its arithmetic is the batch's) and analyzed alone; the per-run
+arrays are then the batch's bit for bit. The reference is the finished run's per-run record
+(OUT/runs/cell_CCCC.npz) or, for a partial run, its analyzed batch in OUT/work.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from svmattn.io import checkpoint as ckpt_lib
+from svmattn.study import pipeline
+from svmattn.study import runner
+from svmattn.study import stages as stages_lib
+from svmattn.train import loop as train_lib
+
+
+class ReplayError(RuntimeError):
+  """A run that cannot be replayed as asked, with the reason."""
+
+
+def find_cell(study: pipeline.Study, cell: str) -> int:
+  """The index of a cell given as an index ("3") or a label ("n=5,d=3")."""
+  if cell.strip().isdigit():
+    c = int(cell)
+    if c >= len(study.cells):
+      raise ReplayError(f"--cell={cell}: the study has cells 0..{len(study.cells) - 1}")
+    return c
+  try:
+    want = dict(item.split("=", 1) for item in cell.split(",") if item)
+  except ValueError:
+    raise ReplayError(f"--cell={cell!r}: expected an index or name=value pairs such as n=5,d=3") from None
+  for c, x in enumerate(study.cells):
+    if {k: str(v) for k, v in x.label.items()} == {k.strip(): v.strip() for k, v in want.items()}:
+      return c
+  raise ReplayError(f"--cell={cell!r}: no such cell; cells: "
+                    + "; ".join(",".join(f"{k}={v}" for k, v in x.label.items()) or "(one cell)"
+                                for x in study.cells[:12]))
+
+
+def check_run(study: pipeline.Study, c: int, run: int) -> None:
+  if not 0 <= run < study.cells[c].runs:
+    raise ReplayError(f"--run={run}: the study's cell {c} has data sets 0..{study.cells[c].runs - 1}")
+
+
+def run_one(study: pipeline.Study, c: int, run: int):
+  """(data, {stage: arrays}, per-run results) of data set ``run`` of cell ``c``, alone."""
+  check_run(study, c, run)
+  cell, runs = study.cells[c], np.array([run])
+  data = {**study.load(cell, runs), "runs": runs}
+  arrays = {s.name: s.run(data, runs, study.seed, None, None)[0] for s in study.stages(cell)}
+  return data, arrays, study.analyze(cell.label, data, arrays)
+
+
+def reference(out: str, study: pipeline.Study, c: int, run: int) -> tuple[dict, str] | None:
+  """(the run's per-run arrays in the run's own record, where) or None if not analyzed yet."""
+  path = runner.record_path(out, c)
+  row = run
+  if not os.path.exists(path):
+    k, row = pipeline.unit_of(study, c, run)
+    path = os.path.join(out, "work", pipeline.Unit(c, k, np.array([run])).tag + ".npz")
+    if not os.path.exists(path):
+      return None
+  arrays = pipeline.load_npz(path)
+  return {key: a[row] for key, a in arrays.items()}, path
+
+
+def compare(result: dict, ref: dict) -> dict:
+  """{key: identical?} for every per-run array of the replay (result: leading axis 1)."""
+  same = {}
+  for key, a in result.items():
+    if key not in ref:
+      same[key] = False
+      continue
+    a, b = np.asarray(a)[0], np.asarray(ref[key])
+    nan = np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.complexfloating)
+    same[key] = bool(a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b, equal_nan=nan))
+  return same
+
+
+def every_step(study: pipeline.Study, c: int, data: dict, stage: stages_lib.Train, start=None):
+  """The trajectory of a training stage at every step (a ``train.loop.Trajectory``), from
+  step 0 or from ``start`` = (step, State)."""
+  config = train_lib.TrainConfig(**{**stage.config.__dict__, "snapshot_every": 1})
+  runs = np.asarray(data["runs"])
+  return train_lib.train(config, stage.dataset(data), train_lib.init_keys(study.seed, runs), start=start)
+
+
+def start_from_checkpoint(out: str, study: pipeline.Study, c: int, run: int, data: dict,
+                          stage: stages_lib.Train, step: int):
+  """(step, State of this run alone) from the newest checkpoint of its batch at or before
+  ``step``, or None (a partial one-process run's checkpoints, OUT/work/ckpt_<unit>_<stage>)."""
+  import jax
+  k, j = pipeline.unit_of(study, c, run)
+  unit = pipeline.Unit(c, k, np.array([run]))
+  ckdir = os.path.join(out, "work", f"ckpt_{unit.tag}_{stage.name}")
+  if not os.path.isdir(ckdir):
+    return None
+  ckpt = ckpt_lib.Checkpoints(ckdir, {"cell": c, "batch": k, "stage": stage.name,
+                                      **ckpt_lib._normalize({"identity": study.identity})})
+  config = stage.config
+  plan = train_lib.schedule(config.steps, config.snapshot_every, config.chunk_steps)
+  ends = np.cumsum([0] + [every * n for every, n in plan])      # training step at the end of chunk i
+  usable = [i for i in ckpt.steps() if ends[i] <= step]
+  if not usable:
+    return None
+  i = max(usable)
+  tree = ckpt.restore(i)
+  trainer = train_lib.make_trainer(config)
+  one = jax.tree_util.tree_map(lambda a: a[0], stage.dataset(data))
+  template = jax.eval_shape(lambda: trainer.init_one(jax.random.PRNGKey(0), one))
+  treedef = jax.tree_util.tree_structure(template)
+  leaves = [np.asarray(tree["state"][str(x)])[j:j + 1] for x in range(treedef.num_leaves)]
+  return int(ends[i]), jax.tree_util.tree_unflatten(treedef, leaves)
