@@ -53,7 +53,7 @@ flags.register_multi_flags_validator(["d_min", "d_max"], lambda v: v["d_min"] <=
 flags.register_validator("data", lambda v: v is None, message="is not supported by E4: it sweeps n and d")
 
 TYPES = e4.TYPES
-TYPE_COLORS = {"global": "tab:green", "local": "tab:blue", "not-local": "tab:red"}
+TYPE_COLORS = {"global": "tab:green", "local": "tab:blue", "not-local": "tab:red", "tie": "tab:gray"}
 
 
 def main(argv):
@@ -100,11 +100,11 @@ def draw(shares, n_values, ds, T, out):
 
 def report(summary):
   lines = [f"E4 over-parameterization: {summary['runs_per_cell']} runs per cell, T={summary['T']}"]
-  lines.append("      n   d  global  local  not-local  infeasible  corr")
+  lines.append("      n   d  global  local  not-local  tie  infeasible  corr")
   for x in summary["cells"]:
     corr = f"{x['corr_mean']:.4f}" if x["corr_mean"] is not None else "  -  "
     lines.append(f"    {x['n']:3d} {x['d']:3d}  {100 * x['share_global']:5.1f}% {100 * x['share_local']:5.1f}% "
-                 f"{100 * x['share_not-local']:6.1f}%  {x['svm_infeasible']:6d}     {corr}")
+                 f"{100 * x['share_not-local']:6.1f}% {100 * x['share_tie']:4.1f}% {x['svm_infeasible']:6d}     {corr}")
   common.print_report(lines, summary)
 
 

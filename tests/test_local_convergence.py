@@ -156,3 +156,24 @@ def test_binary_bad_data_file(e2e_data, tmp_path):
   assert proc.returncode != 0
   assert f"{bad}: not a readable .npz data file" in proc.stderr
   assert not os.path.exists(out / "results.npz") and not os.path.exists(out / "summary.json")
+
+
+def test_identical_tokens_are_ties_not_global(tmp_path):
+  """A data file whose tokens are all identical: every optimal token is tied, every SVM is
+  infeasible, and the runs are counted as ties (never as global convergence)."""
+  D = data_lib.generate(data_lib.DataSpec(3, 4, 5), 0, np.arange(3))
+  X = np.repeat(np.asarray(D.X)[:, :, :1], 4, axis=2)          # token 0 copied to every position
+  path = tmp_path / "ties.npz"
+  data_lib.save_npz(path, data_lib.Dataset(X, np.asarray(D.Y), np.asarray(D.Z), np.asarray(D.v)))
+  out = tmp_path / "out"
+  proc = subprocess.run([sys.executable, "-m", "experiments.local_convergence", f"--out={out}", f"--data={path}",
+                         "--steps=20", "--chunk_steps=20", "--noprogress"], cwd=REPO_ROOT, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  with open(out / "summary.json") as f:
+    summary = json.load(f)
+  for p in ("W", "KQ"):
+    assert summary["convergence_types"][p]["tie"] == 1.0 and summary["convergence_types"][p]["global"] == 0.0
+    assert summary["svm_status"][f"fro_{p}"]["infeasible"] == 3
+  with np.load(out / "results.npz") as a:
+    assert set(a["convergence_type_W"]) == {"tie"}

@@ -139,8 +139,8 @@ def test_convergence_type_with_two_sequences():
 
 def test_type_fractions():
   fr = metrics.type_fractions(["global", "local", "global", "not-local"])
-  assert fr == {"global": 0.5, "local": 0.25, "not-local": 0.25}
-  assert metrics.type_fractions([]) == {"global": 0.0, "local": 0.0, "not-local": 0.0}
+  assert fr == {"global": 0.5, "local": 0.25, "not-local": 0.25, "tie": 0.0}
+  assert metrics.type_fractions([]) == {"global": 0.0, "local": 0.0, "not-local": 0.0, "tie": 0.0}
 
 
 # ----------------------------------------------------------------------------
@@ -166,3 +166,21 @@ def test_mean_std_ignores_nan():
   mean, std = metrics.mean_std(x)
   np.testing.assert_allclose(mean, [2.0, 2.0])
   np.testing.assert_allclose(std, [1.0, 0.0])
+
+
+def test_ties_in_the_optimal_token_are_their_own_type():
+  """A sequence whose largest score is not unique has no opt: 'tie', never 'global', even
+  when the selection is argmax's first index and whatever the SVM says."""
+  r = svm.att_svm(X, Z, np.array([2]))
+  tied = np.array([[0.0, 2.0, 2.0]])
+  assert metrics.has_tie(tied) and not metrics.has_tie(np.array([[0.0, 1.0, 2.0]]))
+  assert metrics.convergence_type(tied, np.array([1]), r) == "tie"
+  assert metrics.convergence_type(tied, np.array([2]), r) == "tie"
+  # within rounding of the largest score counts as tied; a clear gap does not
+  assert metrics.has_tie(np.array([[1.0, 1.0 + 1e-15, 0.0]]))
+  assert not metrics.has_tie(np.array([[1.0, 1.0 + 1e-9, 0.0]]))
+  # batched: one tied sequence is enough
+  batch = np.stack([np.array([[0.0, 1.0, 2.0], [3.0, 3.0, 0.0]]), np.array([[0.0, 1.0, 2.0], [3.0, 1.0, 0.0]])])
+  np.testing.assert_array_equal(metrics.has_tie(batch), [True, False])
+  fr = metrics.type_fractions(["tie", "global", "global", "local"])
+  assert fr == {"global": 0.5, "local": 0.25, "not-local": 0.0, "tie": 0.25}

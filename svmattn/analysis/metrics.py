@@ -9,7 +9,9 @@ import numpy as np
 
 from svmattn.svm import att_svm as svm_lib
 
-CONVERGENCE_TYPES = ("global", "local", "not-local")
+CONVERGENCE_TYPES = ("global", "local", "not-local", "tie")
+# Token scores within this relative distance of a sequence's largest count as tied with it.
+TIE_RTOL = 1e-12
 
 
 def corr(A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -27,6 +29,20 @@ def corr(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 def optimal_tokens(gamma: np.ndarray) -> np.ndarray:
   """opt_i = argmax_t gamma_it: (..., n, T) -> (..., n)."""
   return np.argmax(gamma, axis=-1)
+
+
+def has_tie(gamma: np.ndarray, allowed: np.ndarray | None = None) -> np.ndarray:
+  """Does some sequence have more than one optimal token? (..., n, T) -> (...,) bool.
+
+  Tied: within TIE_RTOL * max(1, |top|) of the sequence's largest score (duplicated tokens,
+  all tokens identical). ``allowed``: optional (..., T) or broadcastable mask of the tokens
+  that compete (causal attention); a sequence with one allowed token has no tie."""
+  gamma = np.asarray(gamma, np.float64)
+  if allowed is not None:
+    gamma = np.where(allowed, gamma, -np.inf)
+  top = np.max(gamma, axis=-1, keepdims=True)
+  near = gamma >= top - TIE_RTOL * np.maximum(1.0, np.abs(top))
+  return np.any(np.sum(near, axis=-1) > 1, axis=-1)
 
 
 def selected_tokens(s: np.ndarray) -> np.ndarray:
@@ -47,8 +63,12 @@ def is_locally_optimal(gamma: np.ndarray, alpha: np.ndarray, result: svm_lib.SVM
 
 
 def convergence_type(gamma: np.ndarray, alpha_hat: np.ndarray, result: svm_lib.SVMResult) -> str:
-  """"global" when alpha_hat = opt, "local" when alpha_hat is locally optimal but not
-  opt, "not-local" otherwise (an infeasible SVM included). result: Att-SVM(alpha_hat), fro."""
+  """"tie" when some sequence's optimal token is not unique (``has_tie``: then there is no
+  opt to converge to, and Att-SVM(opt) is infeasible); else "global" when alpha_hat = opt,
+  "local" when alpha_hat is locally optimal but not opt, "not-local" otherwise (an
+  infeasible SVM included). result: Att-SVM(alpha_hat), fro."""
+  if has_tie(gamma):
+    return "tie"
   if np.array_equal(alpha_hat, optimal_tokens(gamma)):
     return "global"
   return "local" if is_locally_optimal(gamma, alpha_hat, result) else "not-local"

@@ -39,6 +39,7 @@ from svmattn.models import heads as heads_lib
 from svmattn.svm import att_svm as svm_lib
 
 MODES = ("seq2seq", "causal")
+TIE_RTOL = 1e-12   # as analysis.metrics.TIE_RTOL
 
 
 def _check_mode(mode: str) -> bool:
@@ -208,9 +209,18 @@ def selects_optimal(gamma: np.ndarray, alpha: np.ndarray, mode: str = "seq2seq")
 
 def convergence_type(gamma: np.ndarray, alpha_hat: np.ndarray, result: svm_lib.SVMResult,
                      mode: str = "seq2seq") -> str:
-  """"global" when alpha_hat = opt at every scored position; "local" when the SVM at
-  alpha_hat is feasible and gamma_{ik,alpha_ik} > gamma_ikt for every support token t;
-  "not-local" otherwise. gamma (n,K,T), alpha_hat (n,K), result: ``svm(..., alpha_hat)``."""
+  """"tie" when some scored position's optimal token is not unique (``metrics.has_tie``
+  over its allowed tokens); else "global" when alpha_hat = opt at every scored position;
+  "local" when the SVM at alpha_hat is feasible and gamma_{ik,alpha_ik} > gamma_ikt for
+  every support token t; "not-local" otherwise. gamma (n,K,T), alpha_hat (n,K), result:
+  ``svm(..., alpha_hat)``."""
+  gamma = np.asarray(gamma, np.float64)
+  K, T = gamma.shape[-2], gamma.shape[-1]
+  scored = scored_positions(K, T, mode)
+  masked = np.where(allowed_tokens(K, T, mode), gamma, -np.inf)[..., scored, :]
+  top = masked.max(-1, keepdims=True)
+  if np.any(np.sum(masked >= top - TIE_RTOL * np.maximum(1.0, np.abs(top)), axis=-1) > 1):
+    return "tie"
   if np.all(selects_optimal(gamma, alpha_hat, mode)):
     return "global"
   if not result.ok:
