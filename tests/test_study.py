@@ -1,0 +1,235 @@
+"""The study pipeline (svmattn.study): grids of cells, early stops, workers that die with their
+parent, flags checked before any work, and E4 (a grid with training) killed and resumed or
+shared by two processes, equal to one uninterrupted process."""
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT
+from svmattn.study import pipeline
+from test_sweep import ENV, assert_same_results, kill_when, listing, load
+
+# ----------------------------------------------------------------------------
+# The pipeline on a host-only toy study (no JAX): grids, early stop, resume
+# ----------------------------------------------------------------------------
+
+
+def _load(cell, runs):
+  rng = [np.random.default_rng([cell.label["k"], int(r)]) for r in runs]
+  return {"x": np.array([g.normal() for g in rng])}
+
+
+def _analyze(label, data, stages):
+  return {"run": data["runs"], "x": data["x"], "k": np.full(len(data["runs"]), label["k"])}
+
+
+def _enough(label, arrays):
+  return int(np.sum(arrays["x"] > 0)) >= 3
+
+
+def _toy(batch_size, enough=None, runs=10):
+  cells = tuple(pipeline.Cell({"k": k}, runs) for k in (1, 2))
+  return pipeline.Study("toy", cells, _load, lambda cell: (), _analyze, batch_size, 0, {"batch": "any"}, enough)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 10])
+def test_cells_are_the_same_whatever_the_batch_size(tmp_path, batch_size):
+  out = pipeline.run(_toy(batch_size), str(tmp_path), workers=0, show_progress=False)
+  for k, arrays in zip((1, 2), out.cells):
+    np.testing.assert_array_equal(arrays["run"], np.arange(10))
+    np.testing.assert_array_equal(arrays["x"], _load(pipeline.Cell({"k": k}, 10), np.arange(10))["x"])
+  assert os.path.exists(tmp_path / "work" / "run.json")   # finish() removes it, not run()
+
+
+@pytest.mark.parametrize("batch_size, workers", [(1, 0), (2, 0), (4, 2)])
+def test_early_stop_keeps_the_first_batches_that_suffice(tmp_path, batch_size, workers):
+  """A cell stops at the first batch after which ``enough`` holds; extra batches trained while
+  workers were busy are not used, so the results depend on the batch size only through that."""
+  study = _toy(batch_size, _enough, runs=40)
+  out = pipeline.run(study, str(tmp_path), workers=workers, show_progress=False)
+  for c, arrays in enumerate(out.cells):
+    x = _load(study.cells[c], np.arange(40))["x"]
+    third = int(np.flatnonzero(x > 0)[2])           # the run at which 3 positives are reached
+    end = -(-(third + 1) // batch_size) * batch_size  # the end of that run's batch
+    np.testing.assert_array_equal(arrays["run"], np.arange(min(end, 40)))
+
+
+def test_resume_refuses_another_study(tmp_path):
+  pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)
+  with pytest.raises(pipeline.StudyError, match="unfinished run"):
+    pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)
+  with pytest.raises(pipeline.StudyError, match="another run"):
+    pipeline.run(_toy(4), str(tmp_path), resume=True, workers=0, show_progress=False)
+  again = pipeline.run(_toy(3), str(tmp_path), resume=True, workers=0, show_progress=False)
+  np.testing.assert_array_equal(again.cells[1]["run"], np.arange(10))
+
+
+def test_a_corrupt_batch_file_is_a_clear_error(tmp_path):
+  pipeline.run(_toy(5), str(tmp_path), workers=0, show_progress=False)
+  (tmp_path / "work" / "c0000_b00001.npz").write_bytes(b"not a zip")
+  with pytest.raises(pipeline.StudyError, match="c0000_b00001.npz: unreadable"):
+    pipeline.run(_toy(5), str(tmp_path), resume=True, workers=0, show_progress=False)
+
+
+# ----------------------------------------------------------------------------
+# Worker processes exit when their parent is killed
+# ----------------------------------------------------------------------------
+
+
+def _children(pid):
+  """Every descendant process of ``pid`` (from /proc)."""
+  parent = {}
+  for name in os.listdir("/proc"):
+    if name.isdigit():
+      try:
+        with open(f"/proc/{name}/stat") as f:
+          parent[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
+      except (OSError, IndexError, ValueError):
+        pass
+  found, frontier = set(), {pid}
+  while frontier:
+    frontier = {p for p, pp in parent.items() if pp in frontier} - found
+    found |= frontier
+  return found
+
+
+def _alive(pid):
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+  except OSError:
+    return False
+
+
+def test_no_worker_outlives_its_parents_sigkill(tmp_path):
+  args = ["--n=3", "--T=4", "--d=5", "--runs=40", "--batch_size=4", "--block_size=4", "--steps=400",
+          "--chunk_steps=100", "--svm_workers=2", "--noprogress"]
+  proc = subprocess.Popen([sys.executable, "-m", "experiments.local_convergence", f"--out={tmp_path / 'out'}",
+                           *args], cwd=REPO_ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  try:
+    deadline, workers = time.monotonic() + 120, set()
+    while time.monotonic() < deadline and proc.poll() is None:
+      workers = _children(proc.pid)
+      if len(workers) >= 2:
+        break
+      time.sleep(0.05)
+    assert len(workers) >= 2, f"no worker processes started: {proc.poll()} {workers}"
+    time.sleep(0.3)
+    workers = _children(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)          # the main process only, not its process group
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in workers):
+      time.sleep(0.1)
+    left = [p for p in workers if _alive(p)]
+    assert not left, f"{len(left)} of {len(workers)} processes outlived their parent"
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+    for p in _children(os.getpid()):
+      if p != proc.pid:
+        try:
+          os.kill(p, signal.SIGKILL)
+        except OSError:
+          pass
+
+
+# ----------------------------------------------------------------------------
+# Bad flags: one error line naming the flag, nothing written, no traceback
+# ----------------------------------------------------------------------------
+
+BAD_E2 = ["--n=0", "--T=1", "--m=0", "--lr=nan", "--lr=-1", "--steps=-5", "--optimizer=bogus", "--batch_size=0",
+          "--svm_workers=-1", "--params=V", "--query_pos=8", "--runs=0", "--loss_scale=x", "--block_size=0",
+          "--num_processes=2"]
+
+
+def test_bad_flags_of_local_convergence(tmp_path):
+  procs = {}
+  for i, flag in enumerate(BAD_E2):
+    procs[flag] = subprocess.Popen([sys.executable, "-m", "experiments.local_convergence",
+                                    f"--out={tmp_path / str(i)}", flag], cwd=REPO_ROOT, env=ENV,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  for i, (flag, p) in enumerate(procs.items()):
+    _, err = p.communicate(timeout=120)
+    name = flag.split("=")[0]
+    assert p.returncode != 0, flag
+    assert "Traceback" not in err, (flag, err[-2000:])
+    assert name in err or (flag == "--num_processes=2" and "--coordinator_address" in err), (flag, err[-2000:])
+    assert not os.path.exists(tmp_path / str(i)), flag
+
+
+# ----------------------------------------------------------------------------
+# E4: a grid with training, killed and resumed; two processes of two devices
+# ----------------------------------------------------------------------------
+
+E4_FLAGS = ("--runs=6", "--n_values=2,3", "--T=3", "--d_min=2", "--d_max=3", "--steps=200", "--chunk_steps=50",
+            "--batch_size=4", "--noprogress")
+
+
+def _e4(out, *args, env=ENV, timeout=300):
+  return subprocess.run([sys.executable, "-m", "experiments.overparam", f"--out={out}", *E4_FLAGS, *args],
+                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def e4_reference(tmp_path_factory):
+  out = tmp_path_factory.mktemp("e4_reference")
+  proc = _e4(out)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert not os.path.exists(out / "work")
+  return out
+
+
+def test_e4_killed_at_random_moments_then_resumed_equals_uninterrupted(e4_reference, tmp_path):
+  rng = random.Random(4)
+  out = tmp_path / "killed"
+  kills = 0
+  for attempt in range(3):
+    log = open(tmp_path / f"log_{attempt}.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.overparam", f"--out={out}", *E4_FLAGS,
+                             *(["--resume"] if attempt else [])], cwd=REPO_ROOT, env=ENV, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    proc.log = log
+    before, seen = set(listing(out)), []
+    delay = rng.uniform(0.0, 1.5)
+
+    def condition(paths, before=before, seen=seen, delay=delay):
+      if not seen and set(paths) - before:
+        seen.append(time.monotonic())
+      return bool(seen) and time.monotonic() >= seen[0] + delay
+    if kill_when(proc, out, condition) is None:
+      break
+    kills += 1
+  assert kills >= 1
+  if os.path.exists(out / "work"):
+    proc = _e4(out, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+  assert not os.path.exists(out / "work")
+  assert_same_results(out, e4_reference)
+  for c in range(4):
+    a, b = load(out / "runs" / f"cell_{c:04d}.npz"), load(e4_reference / "runs" / f"cell_{c:04d}.npz")
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f") for k in a)
+
+
+def test_e4_two_processes_of_two_devices_equal_one_process(e4_reference, tmp_path):
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+  env = dict(ENV, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  procs = [subprocess.Popen([sys.executable, "-m", "experiments.overparam", f"--out={tmp_path}", *E4_FLAGS,
+                             f"--coordinator_address=localhost:{port}", "--num_processes=2", f"--process_id={p}"],
+                            cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+           for p in range(2)]
+  for p in procs:
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]
+  assert not os.path.exists(tmp_path / "work")
+  assert_same_results(tmp_path, e4_reference)
