@@ -103,21 +103,38 @@ def pooled_token(s: jax.Array, X: jax.Array) -> jax.Array:
   return x_ref[:, 0] + jnp.einsum("nt,ntd->nd", s, X - x_ref)
 
 
-def predict(head: heads_lib.Head, W, X, Z, v) -> tuple[jax.Array, jax.Array]:
+def pooled_token_plain(s: jax.Array, X: jax.Array) -> jax.Array:
+  """r_i = X_i^T s_i as written (the authors' numerics): loses the gradient to rounding once
+  the softmax saturates (see ``pooled_token``)."""
+  return jnp.einsum("nt,ntd->nd", s, X)
+
+
+NUMERICS = ("exact", "authors")
+POOLING = {"exact": pooled_token, "authors": pooled_token_plain}
+
+
+def get_pooling(numerics: str) -> Callable:
+  """The pooled token of ``numerics``: "exact" (``pooled_token``) or "authors" (X^T s)."""
+  if numerics not in POOLING:
+    raise ValueError(f"numerics must be one of {NUMERICS}, got {numerics!r}")
+  return POOLING[numerics]
+
+
+def predict(head: heads_lib.Head, W, X, Z, v, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   """(f (n,), s (n,T)): predictions and attention of one data set."""
   s = attention(W, X, Z)
-  r = pooled_token(s, X)
+  r = pool(s, X)
   f = jax.vmap(head.apply, (None, 0))(v, r)
   return f, s
 
 
-def predict_single_query(head: heads_lib.Head, W, data) -> tuple[jax.Array, jax.Array]:
+def predict_single_query(head: heads_lib.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   """One query per sequence (cross- or self-attention): f (n,), s (n,T); labels Y (n,)."""
-  return predict(head, W, data.X, data.Z, data.v)
+  return predict(head, W, data.X, data.Z, data.v, pool)
 
 
-# A model maps (head, W, one data set) to (predictions f, attention s) with f of
-# the shape of data.Y and s (..., T); new architectures are new entries.
+# A model maps (head, W, one data set, pool=pooled token function) to (predictions f,
+# attention s) with f of the shape of data.Y and s (..., T); new architectures are new entries.
 MODELS: dict[str, Callable] = {"single_query": predict_single_query}
 
 
@@ -129,8 +146,11 @@ def get_model(name: str) -> Callable:
 
 def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callable = "logistic",
               ridge: float | None = None, model: str = "single_query",
-              loss_scale: float | str = 1.0) -> Callable[[Params, Any], jax.Array]:
+              loss_scale: float | str = 1.0, numerics: str = "exact") -> Callable[[Params, Any], jax.Array]:
   """The training objective of one data set: loss(params, data) -> scalar.
+
+  numerics: "exact" pools with ``pooled_token`` (free of cancellation), "authors" with X^T s
+  as the paper's code does (``pooled_token_plain``).
 
   loss_scale (normalized GD is invariant to any positive scale of the loss, so
   scaling changes nothing in exact arithmetic, only what rounding keeps):
@@ -153,6 +173,7 @@ def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callabl
   ell = losses_lib.get_loss(loss) if isinstance(loss, str) else loss
   lam = param.ridge if ridge is None else ridge
   forward = get_model(model)
+  pool = get_pooling(numerics)
   auto = isinstance(loss_scale, str)
   if auto and loss_scale != "auto":
     raise ValueError(f"loss_scale must be a positive finite number or 'auto', got {loss_scale!r}")
@@ -168,7 +189,7 @@ def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callabl
     return sum(jnp.sum(p * p) for p in jax.tree_util.tree_leaves(params))
 
   def objective(params, data):
-    f, _ = forward(head, param.to_W(params), data)
+    f, _ = forward(head, param.to_W(params), data, pool=pool)
     value = jnp.mean(ell(data.Y * f))
     if lam:
       value = value + lam * ridge_sum(params)
@@ -179,10 +200,10 @@ def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callabl
 
   # "auto": the models' logits and readouts, with the softmax (and its scaling) taken here.
   def readout_single(s, data):
-    return jax.vmap(head.apply, (None, 0))(data.v, pooled_token(s, data.X))
+    return jax.vmap(head.apply, (None, 0))(data.v, pool(s, data.X))
 
   def readout_seq(s, data):
-    r = jax.vmap(pooled_token, in_axes=(1, None), out_axes=1)(s, data.X)
+    r = jax.vmap(pool, in_axes=(1, None), out_axes=1)(s, data.X)
     return jax.vmap(jax.vmap(head.apply, (None, 0)), (None, 0))(data.v, r)
 
   pieces = {
@@ -245,25 +266,25 @@ def seq2seq_attention(W: jax.Array, X: jax.Array, Z: jax.Array, causal: bool = F
   return jax.nn.softmax(seq2seq_logits(W, X, Z, causal), axis=-1)
 
 
-def _predict_seq(head: heads_lib.Head, W, data, causal: bool) -> tuple[jax.Array, jax.Array]:
+def _predict_seq(head: heads_lib.Head, W, data, causal: bool, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   s = seq2seq_attention(W, data.X, data.Z, causal)                        # (n,K,T)
-  r = jax.vmap(pooled_token, in_axes=(1, None), out_axes=1)(s, data.X)    # (n,K,d) r_ik = X_i^T s_ik
+  r = jax.vmap(pool, in_axes=(1, None), out_axes=1)(s, data.X)            # (n,K,d) r_ik = X_i^T s_ik
   f = jax.vmap(jax.vmap(head.apply, (None, 0)), (None, 0))(data.v, r)     # (n,K) f_ik = h(r_ik)
   return f, s
 
 
-def predict_seq2seq(head: heads_lib.Head, W, data) -> tuple[jax.Array, jax.Array]:
+def predict_seq2seq(head: heads_lib.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   """Sequence-to-sequence attention: every position is a query (data.Z (n,T,d) = X).
 
   f_ik = h(X_i^T softmax(X_i W z_ik)): f (n,T) (labels Y (n,T)), s (n,T,T)."""
-  return _predict_seq(head, W, data, causal=False)
+  return _predict_seq(head, W, data, False, pool)
 
 
-def predict_causal(head: heads_lib.Head, W, data) -> tuple[jax.Array, jax.Array]:
+def predict_causal(head: heads_lib.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   """Causal attention: as ``predict_seq2seq`` with position k attending to t <= k only.
 
   f (n,T), s (n,T,T) with s_ikt = 0 exactly for t > k."""
-  return _predict_seq(head, W, data, causal=True)
+  return _predict_seq(head, W, data, True, pool)
 
 
 MODELS["seq2seq"] = predict_seq2seq
@@ -315,11 +336,11 @@ def _linear_head_grad(param: Parameterization, loss: str, lam: float):
 
 def make_grad(param: Parameterization, head: heads_lib.Head, loss: str | Callable = "logistic",
               ridge: float | None = None, model: str = "single_query",
-              loss_scale: float | str = 1.0) -> Callable[[Params, Any], Params]:
+              loss_scale: float | str = 1.0, numerics: str = "exact") -> Callable[[Params, Any], Params]:
   """grad(params, data) of ``make_loss(...)``: the closed form for the single-query model with
-  the linear head and a named loss (unscaled), autodiff for everything else."""
+  the linear head and a named loss (unscaled, exact numerics), autodiff for everything else."""
   lam = param.ridge if ridge is None else ridge
-  if (model == "single_query" and head.name == "linear" and isinstance(loss, str) and loss in LOSS_DERIVATIVES
+  if (numerics == "exact" and model == "single_query" and head.name == "linear" and isinstance(loss, str) and loss in LOSS_DERIVATIVES
       and not isinstance(loss_scale, str) and loss_scale == 1.0 and param.name in ("W", "KQ")):
     return _linear_head_grad(param, loss, lam)
-  return jax.grad(make_loss(param, head, loss, ridge, model, loss_scale))
+  return jax.grad(make_loss(param, head, loss, ridge, model, loss_scale, numerics))

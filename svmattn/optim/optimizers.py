@@ -3,6 +3,8 @@
   normalize_by_leaf_norm():  g_p -> g_p / ||g_p||_F for every parameter p
                              (0 where ||g_p|| = 0)
   normalized_gd(lr):         p <- p - lr * g_p / ||g_p||_F   (the paper's NGD)
+  normalize_plus_eps(eps):   g_p -> g_p / (||g_p||_F + eps)   (the authors' code, eps = float64 epsilon)
+  normalized_gd_eps(lr):     p <- p - lr * g_p / (||g_p||_F + eps)
   gd(lr):                    p <- p - lr * g_p
   get_optimizer(name, lr):   the above, or any optax optimizer by name (adam, ...)
 """
@@ -44,6 +46,31 @@ def normalized_gd(learning_rate: float) -> optax.GradientTransformation:
   return optax.chain(normalize_by_leaf_norm(), optax.scale(-learning_rate))
 
 
+# The epsilon of the authors' normalization: float64 machine epsilon (whatever the dtype).
+AUTHORS_EPS = 2.220446049250313e-16
+
+
+def normalize_plus_eps(eps: float = AUTHORS_EPS) -> optax.GradientTransformation:
+  """Divide each parameter's update by its Frobenius norm plus ``eps``, as the authors' code
+  does. Not normalized GD once ||g|| falls to ~eps: the step lr ||g|| / (||g|| + eps) then
+  shrinks far below lr and training freezes."""
+
+  def init_fn(params):
+    del params
+    return optax.EmptyState()
+
+  def update_fn(updates, state, params=None):
+    del params
+    return jax.tree_util.tree_map(lambda g: g / (jnp.sqrt(jnp.sum(g * g)) + eps), updates), state
+
+  return optax.GradientTransformation(init_fn, update_fn)
+
+
+def normalized_gd_eps(learning_rate: float, eps: float = AUTHORS_EPS) -> optax.GradientTransformation:
+  """p <- p - lr * grad_p / (||grad_p||_F + eps): the authors' normalized GD."""
+  return optax.chain(normalize_plus_eps(eps), optax.scale(-learning_rate))
+
+
 def gd(learning_rate: float) -> optax.GradientTransformation:
   """Plain gradient descent p <- p - lr * grad_p."""
   return optax.sgd(learning_rate)
@@ -52,8 +79,14 @@ def gd(learning_rate: float) -> optax.GradientTransformation:
 OPTIMIZERS = {"normalized_gd": normalized_gd, "ngd": normalized_gd, "gd": gd}
 
 
-def get_optimizer(name: str, learning_rate: float) -> optax.GradientTransformation:
-  """normalized_gd (alias ngd), gd, or the name of any optax optimizer (adam, sgd, lion, ...)."""
+def get_optimizer(name: str, learning_rate: float, numerics: str = "exact") -> optax.GradientTransformation:
+  """normalized_gd (alias ngd), gd, or the name of any optax optimizer (adam, sgd, lion, ...).
+
+  numerics="authors": normalized_gd divides by ||g|| + float64 epsilon (``normalized_gd_eps``)."""
+  if numerics not in ("exact", "authors"):
+    raise ValueError(f"numerics must be 'exact' or 'authors', got {numerics!r}")
+  if numerics == "authors" and name in ("normalized_gd", "ngd"):
+    return normalized_gd_eps(learning_rate)
   if name in OPTIMIZERS:
     return OPTIMIZERS[name](learning_rate)
   factory = getattr(optax, name, None)

@@ -55,6 +55,7 @@ class TrainConfig:
   model: str = "single_query"       # see model.MODELS
   block_size: int = 64              # data sets per vectorized block (see module docstring)
   loss_scale: float | str = 1.0     # a number multiplies the objective; "auto": see model.make_loss
+  numerics: str = "exact"           # "authors": X^T s pooling and g / (||g|| + eps) (see README, Numerics)
 
   def validate(self) -> "TrainConfig":
     model_lib.get_parameterization(self.param)
@@ -62,7 +63,7 @@ class TrainConfig:
     model_lib.get_model(self.model)
     from svmattn.models import losses
     losses.get_loss(self.loss)
-    optim_lib.get_optimizer(self.optimizer, self.lr)
+    optim_lib.get_optimizer(self.optimizer, self.lr, self.numerics)
     if self.init not in model_lib.INIT_SCHEMES:
       raise ValueError(f"TrainConfig.init must be one of {model_lib.INIT_SCHEMES}, got {self.init!r}")
     for name in ("steps", "snapshot_every", "chunk_steps", "block_size"):
@@ -154,9 +155,9 @@ def make_trainer(config: TrainConfig) -> Trainer:
   config.validate()
   param = model_lib.get_parameterization(config.param)
   head = heads_lib.get_head(config.head)
-  args = (param, head, config.loss, config.ridge, config.model, config.loss_scale)
-  return Trainer(config, param, head, model_lib.make_loss(*args), optim_lib.get_optimizer(config.optimizer, config.lr),
-                 model_lib.make_grad(*args))
+  args = (param, head, config.loss, config.ridge, config.model, config.loss_scale, config.numerics)
+  return Trainer(config, param, head, model_lib.make_loss(*args),
+                 optim_lib.get_optimizer(config.optimizer, config.lr, config.numerics), model_lib.make_grad(*args))
 
 
 def init_keys(seed: int, runs) -> jax.Array:
