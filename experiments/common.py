@@ -206,6 +206,14 @@ OPERATIONAL = {"out", "resume", "progress", "svm_workers", "keep_checkpoints", "
                "compilation_cache_dir", "coordinator_address", "num_processes", "process_id"}
 
 
+def define_numerics_flag() -> None:
+  """--numerics: exact (default) or authors (the paper's code; see README, Numerics)."""
+  flags.DEFINE_enum("numerics", "exact", ["exact", "authors"],
+                    "exact: normalized GD as written (g / ||g||) with a pooled token free of cancellation; "
+                    "authors: as the paper's code, g / (||g|| + float64 epsilon) and the pooled token X^T s "
+                    "(training freezes once ||g|| falls to about the epsilon).")
+
+
 def define_pipeline_flags(batch_size: int = 1000, hosts: bool = True) -> None:
   """--batch_size, --resume, --svm_workers, --keep_checkpoints and (``hosts``) the multi-host flags."""
   flags.DEFINE_integer("batch_size", batch_size, "Data sets per pipeline batch: a batch trains on device while "

@@ -29,6 +29,7 @@ from svmattn.svm import att_svm as svm_lib
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)
 common.define_pipeline_flags(batch_size=1000)
+common.define_numerics_flag()
 flags.DEFINE_integer("n", 6, "Sequences per data set.", lower_bound=1)
 flags.DEFINE_integer("T", 8, "Tokens per sequence.", lower_bound=2)
 flags.DEFINE_integer("d", 10, "Embedding dimension.", lower_bound=1)

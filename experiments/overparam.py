@@ -38,6 +38,7 @@ from svmattn.studies import overparam as e4
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=500)
 common.define_pipeline_flags(batch_size=1000)
+common.define_numerics_flag()
 flags.DEFINE_list("n_values", ["5", "10"], "Numbers of sequences n (one panel each).")
 flags.DEFINE_integer("T", 5, "Tokens per sequence.", lower_bound=2)
 flags.DEFINE_integer("d_min", 2, "Smallest embedding dimension d.", lower_bound=1)

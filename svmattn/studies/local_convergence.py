@@ -44,7 +44,8 @@ def setup(fl: dict):
   configs = tuple((p, train_lib.TrainConfig(
       param=p, m=fl["m"], loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"], steps=fl["steps"],
       snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl["block_size"],
-      loss_scale=loss_scale(fl.get("loss_scale", "default"), fl.get("precision", "float64"))).validate())
+      loss_scale=loss_scale(fl.get("loss_scale", "default"), fl.get("precision", "float64")),
+      numerics=fl.get("numerics", "exact")).validate())
       for p in fl["params"])
   return spec, configs
 
@@ -107,7 +108,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   params = [p for p, _ in configs]
   n, T = arrays["token_scores"].shape[1:3]
   d = arrays[f"W_final_{params[0]}"].shape[-1]
-  summary = {"experiment": "E2 local convergence", "data_sets": len(arrays["runs"]),
+  summary = {"experiment": "E2 local convergence", "numerics": fl.get("numerics", "exact"), "data_sets": len(arrays["runs"]),
              "shape": {"n": int(n), "T": int(T), "d": int(d)}, "final_corr": {}, "convergence_types": {},
              "svm_status": {}, "diverged_runs": {}}
   for p in params:

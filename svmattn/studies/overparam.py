@@ -34,7 +34,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   n_values, ds = grid(fl)
   every = min(fl["chunk_steps"], fl["steps"]) if fl["steps"] > 0 else 1
   config = train_lib.TrainConfig(param="W", lr=fl["lr"], steps=fl["steps"], snapshot_every=every,
-                                 chunk_steps=every).validate()
+                                 chunk_steps=every, numerics=fl.get("numerics", "exact")).validate()
   dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
   cells = tuple(pipeline.Cell({"n": n, "d": int(d)}, fl["runs"]) for n in n_values for d in ds)
 
@@ -103,7 +103,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict, dict]:
   arrays.update({"n_values": np.array(n_values), "ds": ds, "runs": np.arange(R), "types": types, "corr": corr,
                  "svm_status": svm_status, "finite": finite, "feasible_opt": feasible_opt,
                  **{f"share_{t.replace('-', '_')}": shares[t] for t in TYPES}})
-  summary = {"experiment": "E4 over-parameterization", "T": T, "n_values": n_values, "ds": ds,
+  summary = {"experiment": "E4 over-parameterization", "numerics": fl.get("numerics", "exact"), "T": T, "n_values": n_values, "ds": ds,
              "runs_per_cell": R, "cells": summary_cells, "checks": checks(shares, n_values, ds, T)}
   return arrays, summary, shares
 
