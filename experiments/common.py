@@ -43,6 +43,8 @@ def quiet_logs() -> None:
   """absl logging at WARNING unless --verbosity was given: orbax and jax log a lot at INFO."""
   if FLAGS["verbosity"].using_default_value:
     logging.set_verbosity(logging.WARNING)
+    import logging as python_logging
+    python_logging.getLogger("jax").setLevel(python_logging.WARNING)   # e.g. "Unable to initialize backend 'tpu'"
 
 
 def _enable_cache(values) -> bool:

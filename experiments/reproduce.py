@@ -41,18 +41,32 @@ class Experiment:
   title: str
   quick: tuple[str, ...] = ()
   paper: tuple[str, ...] = ()
+  variant: str = ""                 # e.g. "authors": the same experiment with --numerics=authors
+  args: tuple[str, ...] = ()        # flags of the variant
+
+  @property
+  def key(self) -> str:
+    return self.id + (f"-{self.variant}" if self.variant else "")
+
+  @property
+  def dir(self) -> str:
+    return self.module + (f"_{self.variant}" if self.variant else "")
 
 
 EXPERIMENTS = (
     Experiment("E1", "paths_2d", "2-D picture of global convergence"),
     Experiment("E2", "local_convergence", "Local convergence of normalized GD (W and (K,Q))",
                quick=("--runs=30",)),
+    Experiment("E2", "local_convergence", "Local convergence, the authors' numerics (g / (||g|| + eps), X^T s)",
+               quick=("--runs=30",), variant="authors", args=("--numerics=authors",)),
     Experiment("E3", "svm_rank", "Rank of Frobenius vs nuclear SVM solutions",
                quick=("--runs=10", "--ds=1,2,5,10", "--shapes=5:5,10:5")),
     Experiment("E4", "overparam", "Over-parameterization: global / local / not-local convergence",
                quick=("--runs=100", "--n_values=5", "--d_max=8")),
     Experiment("E5", "multi_token", "Multi-token selection with a ReLU head (Gen-SVM)",
-               quick=("--runs=20", "--batch=500")),
+               quick=("--runs=20", "--batch_size=500")),
+    Experiment("E5", "multi_token", "Multi-token selection, the authors' numerics (g / (||g|| + eps), X^T s)",
+               quick=("--runs=20", "--batch_size=500"), variant="authors", args=("--numerics=authors",)),
     Experiment("E6", "lambda_head", "Lambda head: tokens selected vs lambda",
                quick=("--runs=20", "--lams=0,0.1,0.2,0.4,0.75,1.5")),
     Experiment("E7", "reg_path", "Regularization paths RP-W and RP-KQ", quick=("--runs=20", "--num_r=16")),
@@ -66,32 +80,68 @@ def selected():
   if not FLAGS.only:
     return list(EXPERIMENTS)
   wanted = {w.strip() for w in FLAGS.only}
-  known = {e.id for e in EXPERIMENTS} | {e.module for e in EXPERIMENTS}
+  known = {e.id for e in EXPERIMENTS} | {e.key for e in EXPERIMENTS} | {e.module for e in EXPERIMENTS}
   unknown = wanted - known
   if unknown:
     raise app.UsageError(f"--only: unknown experiment(s) {sorted(unknown)}; known: "
                          f"{', '.join(e.id + '=' + e.module for e in EXPERIMENTS)}")
-  return [e for e in EXPERIMENTS if e.id in wanted or e.module in wanted]
+  return [e for e in EXPERIMENTS if e.id in wanted or e.key in wanted or e.module in wanted]
+
+
+NUMERICS_NOTE = (
+    "The paper's code normalizes each gradient as g / (||g|| + eps) with eps the float64 machine epsilon, "
+    "and pools the tokens as X^T s. That is not normalized GD once ||g|| falls to about eps: every step "
+    "then shrinks far below eta, ||W|| stops growing and the run freezes. In E5 a frozen W leaves a dead "
+    "Y = -1 sequence (no gradient through its ReLU) with all its tokens above tau_H, which W^SVMeq's "
+    "equality constraints describe well; with exact numerics W keeps growing, the other sequences sharpen "
+    "that dead sequence onto 2-3 tokens, Gen-SVM predicts it poorly, and the tail of 1 - corr is heavier. "
+    "X^T s also loses the gradient to rounding once the softmax saturates (our pooled token does not). "
+    "Both columns are shown; `exact` is the default of every binary (--numerics).")
+
+
+def numerics_rows(records) -> list[list[str]]:
+  """[statistic, exact, authors] rows for E2 and E5, from the runs of both numerics."""
+  by = {(r["id"].split("-")[0], r.get("variant") or "exact"): r.get("summary", {}) for r in records
+        if r.get("returncode") == 0}
+  rows = []
+  for key, name in (("W_vs_fro", "corr(W, Frobenius SVM)"), ("KQ_vs_nuc", "corr(KQ^T, nuclear SVM)")):
+    vals = [by.get(("E2", v), {}).get("final_corr", {}).get(key, {}).get("mean") for v in ("exact", "authors")]
+    if any(v is not None for v in vals):
+      rows.append([f"E2 mean final {name}"] + [_fmt(v) if v is not None else "-" for v in vals])
+  per = {v: by.get(("E5", v), {}).get("per_d", {}) for v in ("exact", "authors")}
+  for d in sorted(set(per["exact"]) | set(per["authors"]), key=int):
+    for obj, label in (("svmeq", "W^SVMeq"), ("mm", "W^mm"), ("1token", "W^1token")):
+      for stat, sname in (("mean", "1 - mean corr"), ("median", "median 1 - corr"), ("q75", "upper quartile")):
+        if obj != "svmeq" and stat != "mean":
+          continue
+        vals = [per[v].get(d, {}).get("final_one_minus_corr", {}).get(obj, {}).get(stat) for v in ("exact", "authors")]
+        rows.append([f"E5 d={d}: {label} {sname}"] + [_fmt(v) if v is not None else "-" for v in vals])
+    norms = [per[v].get(d, {}).get("final_W_norm") for v in ("exact", "authors")]
+    if any(norms):
+      rows.append([f"E5 d={d}: final ||W||_F median (10th-90th pct)"] + [
+          f"{n['median']:.1f} ({n['p10']:.0f}-{n['p90']:.0f})" if n and n.get("median") is not None else "-"
+          for n in norms])
+  return rows
 
 
 def run_one(exp: Experiment, out: str) -> dict:
-  target = os.path.join(out, exp.module)
-  extra = exp.quick if FLAGS.quick else exp.paper
+  target = os.path.join(out, exp.dir)
+  extra = (exp.quick if FLAGS.quick else exp.paper) + exp.args
   cmd = [sys.executable, "-m", f"experiments.{exp.module}", f"--out={target}", f"--seed={FLAGS.seed}",
          "--noprogress", *extra]
-  print(f"[{exp.id}] {exp.title}: {' '.join(cmd[1:])}", flush=True)
+  print(f"[{exp.key}] {exp.title}: {' '.join(cmd[1:])}", flush=True)
   t0 = time.perf_counter()
   proc = subprocess.run(cmd, capture_output=True, text=True)
   wall = time.perf_counter() - t0
-  record = {"id": exp.id, "module": exp.module, "title": exp.title, "command": " ".join(cmd[1:]),
-            "wall_s": wall, "returncode": proc.returncode, "dir": exp.module}
+  record = {"id": exp.key, "module": exp.module, "title": exp.title, "command": " ".join(cmd[1:]),
+            "wall_s": wall, "returncode": proc.returncode, "dir": exp.dir, "variant": exp.variant}
   os.makedirs(target, exist_ok=True)
   with results.atomic_path(os.path.join(target, "log.txt")) as tmp:
     with open(tmp, "w") as f:
       f.write(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
   if proc.returncode != 0:
     record["error"] = proc.stderr.strip()[-2000:]
-    print(f"[{exp.id}] FAILED after {wall:.1f}s (see {target}/log.txt)", flush=True)
+    print(f"[{exp.key}] FAILED after {wall:.1f}s (see {target}/log.txt)", flush=True)
     return record
   try:
     with open(os.path.join(target, "summary.json")) as f:
@@ -100,11 +150,12 @@ def run_one(exp: Experiment, out: str) -> dict:
     record["returncode"], record["error"] = -1, f"no readable summary.json: {e}"
     return record
   record["checks"] = summary.get("checks", [])
+  record["summary"] = {k: summary[k] for k in ("final_corr", "per_d", "numerics") if k in summary}
   record["timings_s"] = summary.get("timings_s", {})
   record["figures"] = sorted(os.path.relpath(p, out) for p in glob.glob(os.path.join(target, "*.png")))
   record["stdout"] = proc.stdout.strip()[-3000:]
   ok = sum(bool(c.get("ok")) for c in record["checks"])
-  print(f"[{exp.id}] done in {wall:.1f}s: {ok}/{len(record['checks'])} checks as expected", flush=True)
+  print(f"[{exp.key}] done in {wall:.1f}s: {ok}/{len(record['checks'])} checks as expected", flush=True)
   return record
 
 
@@ -128,6 +179,10 @@ def write_markdown(path, records, meta):
     for c in r.get("checks", []):
       lines.append(f"| {r['id']} | {c['name']} | {_fmt(c['value'])} | {c['expected']} | "
                    f"{'yes' if c.get('ok') else '**no**'} |")
+  rows = numerics_rows(records)
+  if rows:
+    lines += ["", "## Numerics: exact against the authors' (E2, E5)", "", NUMERICS_NOTE, "",
+              "| statistic | exact | authors |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
   lines += ["", "## Wall time per experiment", "", "| exp. | title | wall (s) | status |", "|---|---|---|---|"]
   for r in records:
     lines.append(f"| {r['id']} | {r['title']} | {r['wall_s']:.1f} | "
@@ -168,6 +223,11 @@ def write_html(path, records, meta, out):
       parts.append(f"<tr><td>{r['id']}</td><td>{esc(c['name'])}</td><td>{esc(_fmt(c['value']))}</td>"
                    f"<td>{esc(str(c['expected']))}</td><td class='{'yes' if ok else 'no'}'>"
                    f"{'yes' if ok else 'no'}</td></tr>")
+  rows = numerics_rows(records)
+  if rows:
+    parts.append("</table><h2>Numerics: exact against the authors' (E2, E5)</h2>"
+                 f"<p>{esc(NUMERICS_NOTE)}</p><table><tr><th>statistic</th><th>exact</th><th>authors</th></tr>"
+                 + "".join(f"<tr><td>{esc(a)}</td><td>{esc(b)}</td><td>{esc(c)}</td></tr>" for a, b, c in rows))
   parts.append("</table><h2>Wall time per experiment</h2><table><tr><th>exp.</th><th>title</th>"
                "<th>wall (s)</th><th>status</th></tr>")
   for r in records:
@@ -194,6 +254,7 @@ def write_html(path, records, meta, out):
 
 def main(argv):
   del argv
+  common.quiet_logs()
   experiments = selected()
   out = FLAGS.out
   os.makedirs(out, exist_ok=True)
