@@ -10,17 +10,17 @@ left alone): ``train.train`` splits the data sets over the devices, so training 
 every core of a CPU, with results bit for bit those of one device. It has no effect
 once JAX has created its CPU backend, and none on GPU/TPU devices.
 
-Layout (device side first, host side last; they meet at NumPy arrays):
-  data      data sets: the paper's generator, .npz load/save and validation
-  heads     prediction heads h(r) and token scores
-  losses    logistic / exponential / correlation losses
-  model     W and (K,Q) parameterizations, attention, the loss of one data set
-  optim     normalized GD and optimizers by name (optax)
-  train     the training loop: lax.scan over steps, vmap over data sets
-  svm       Att-SVM solvers (host: NumPy, SciPy NNLS, cvxpy)
-  metrics   correlations, optimal/selected tokens, convergence types, ranks
-  results   atomic writing of results files
-  progress  progress bars and log lines
+Layout (the data flow, one way; imports only point down this list):
+  rng        PRNG keys and flat random draws (ground floor)
+  io/        atomic results files, orbax checkpoints, progress display, figures (ground floor)
+  models/    attention (parameterizations, pooled token, loss and gradient), heads, losses
+  optim/     normalized GD and optimizers by name (optax)
+  data/      datasets: the paper's generator, .npz files, validation
+  train/     device: the blocked lax.scan / vmap training loop, regularization paths
+  svm/       host: Att-SVM solvers, Gen-SVM, seq2seq SVMs, feasibility (NumPy, SciPy, cvxpy)
+  analysis/  metrics and comparisons of trained weights with the SVMs
+  study/     the pipeline every study runs on: batches, checkpoints, resume, workers, hosts, replay
+  studies/   one module per experiment (E1-E9): its study, per-batch analysis and reduction
 """
 import os
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from svmattn.data import datasets as data_lib
+from svmattn import rng
 from svmattn.models import heads as heads_lib
 from svmattn.models import losses as losses_lib
 
@@ -52,7 +52,7 @@ def _init_w(key, d, m, dtype, scheme="uniform"):
   if scheme == "zero":
     return {"W": jnp.zeros((d, d), dtype)}
   b = 1.0 / jnp.sqrt(d)
-  return {"W": data_lib.uniform(key, (d, d), jnp.float64, -b, b).astype(dtype)}
+  return {"W": rng.uniform(key, (d, d), jnp.float64, -b, b).astype(dtype)}
 
 
 def _init_kq(key, d, m, dtype, scheme="uniform"):
@@ -62,10 +62,10 @@ def _init_kq(key, d, m, dtype, scheme="uniform"):
   _check_scheme(scheme)
   kk, kq = jax.random.split(key)
   if scheme == "zero":
-    return {"K": (0.1 * data_lib.normal(kk, (d, m), jnp.float64)).astype(dtype), "Q": jnp.zeros((d, m), dtype)}
+    return {"K": (0.1 * rng.normal(kk, (d, m), jnp.float64)).astype(dtype), "Q": jnp.zeros((d, m), dtype)}
   b = 1.0 / jnp.sqrt(d)
-  return {"K": data_lib.uniform(kk, (d, m), jnp.float64, -b, b).astype(dtype),
-          "Q": data_lib.uniform(kq, (d, m), jnp.float64, -b, b).astype(dtype)}
+  return {"K": rng.uniform(kk, (d, m), jnp.float64, -b, b).astype(dtype),
+          "Q": rng.uniform(kq, (d, m), jnp.float64, -b, b).astype(dtype)}
 
 
 W_PARAM = Parameterization("W", _init_w, lambda p: p["W"], "fro", 0.0)
