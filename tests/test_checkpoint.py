@@ -193,3 +193,23 @@ def test_restore_of_a_missing_step_raises(tmp_path):
   with pytest.raises(ckpt_lib.CheckpointError, match=r"no checkpoint .*7.*steps present: \[1, 2\]"):
     ckpt.restore(7)
   ckpt.close()
+
+
+def test_an_unreadable_step_is_saved_again_over_it(tmp_path, caplog):
+  """Training that fell back from an unreadable newest step (corrupt files) reaches that step
+  again and must be able to save it: the unreadable one is replaced (orbax alone refuses:
+  'Checkpoint for step 2 already exists')."""
+  _saved(tmp_path, [1, 2])
+  _corrupt(tmp_path / "2", "garbage")
+  ckpt = ckpt_lib.Checkpoints(str(tmp_path), META)
+  with caplog.at_level(logging.WARNING):
+    step, _ = ckpt.restore_latest(_template())
+    assert step == 1
+    ckpt.save(2, _tree(20))
+  assert any("replacing" in r.getMessage() for r in caplog.records)
+  ckpt.close()
+  ckpt = ckpt_lib.Checkpoints(str(tmp_path), META)
+  step, tree = ckpt.restore_latest(_template())
+  assert step == 2
+  _assert_same_tree(tree, _tree(20))
+  ckpt.close()

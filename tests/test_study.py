@@ -233,3 +233,16 @@ def test_e4_two_processes_of_two_devices_equal_one_process(e4_reference, tmp_pat
     assert p.returncode == 0, err[-3000:]
   assert not os.path.exists(tmp_path / "work")
   assert_same_results(tmp_path, e4_reference)
+
+
+def test_a_directory_in_use_is_refused(tmp_path):
+  """Two processes never run one study in one directory (e.g. --resume while the first run is
+  still alive): the second is refused, the first's files are untouched."""
+  work, lock = pipeline._prepare(str(tmp_path), _toy(3), False, 0, 1)   # this "process" holds the run
+  before = sorted(os.listdir(work))
+  with pytest.raises(pipeline.StudyError, match="in use by another running process"):
+    pipeline.run(_toy(3), str(tmp_path), resume=True, workers=0, show_progress=False)
+  assert sorted(os.listdir(work)) == before
+  os.close(lock)                                                         # it ended
+  out = pipeline.run(_toy(3), str(tmp_path), resume=True, workers=0, show_progress=False)
+  np.testing.assert_array_equal(out.cells[0]["run"], np.arange(10))

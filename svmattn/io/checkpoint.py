@@ -74,7 +74,18 @@ class Checkpoints:
     return sorted(self._manager.all_steps())
 
   def save(self, step: int, tree: Any) -> None:
+    """Save ``tree`` as ``step``, replacing a checkpoint of that step that could not be read
+    (a save killed half-way, corrupt files): training that went back to an older step
+    writes it again."""
     manager, ocp = self._manager, self._ocp
+    where = os.path.join(self.directory, str(int(step)))
+    if int(step) in manager.all_steps():
+      log.warning("checkpoint %s: replacing an unreadable checkpoint of the same step", where)
+      manager.delete(int(step))
+    if os.path.exists(where):
+      log.warning("checkpoint %s: replacing an unfinished save", where)
+      shutil.rmtree(where)
+      manager.reload()
     manager.save(int(step), args=ocp.args.Composite(state=ocp.args.StandardSave(tree),
                                                  meta=ocp.args.JsonSave(self.meta)), force=True)
     manager.wait_until_finished()

@@ -125,12 +125,28 @@ def identity(study: Study, process_index: int = 0, process_count: int = 1) -> di
                               "process": [process_index, process_count]})
 
 
+def _lock(work: str):
+  """An exclusive lock on ``work`` for this process's lifetime (released by the kernel when it
+  dies, even by SIGKILL): two processes never run the same study in one directory."""
+  import fcntl
+  fd = os.open(os.path.join(work, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    os.close(fd)
+    raise StudyError(f"{work} is in use by another running process: wait for it to end (or kill it) "
+                     "before --resume") from None
+  return fd
+
+
 def _prepare(out: str, study: Study, resume: bool, process_index: int, process_count: int) -> str:
   work = work_dir(out, process_index, process_count)
   meta_path = os.path.join(work, "run.json")
   ident = identity(study, process_index, process_count)
   if os.path.isdir(work):
+    lock = _lock(work)
     if not resume:
+      os.close(lock)
       raise StudyError(f"{out} holds an unfinished run ({work}): pass --resume to continue it, "
                        "or choose another --out")
     try:
@@ -140,6 +156,7 @@ def _prepare(out: str, study: Study, resume: bool, process_index: int, process_c
       raise StudyError(f"{meta_path}: cannot read the run's identity ({e}); remove {work} to start afresh") from e
     diff = ckpt_lib._differences(saved, ident, ("the run in " + out, "this command"))
     if diff:
+      os.close(lock)
       raise StudyError(f"--resume: {out} holds another run: " + "; ".join(diff[:6]))
   else:
     if resume:
@@ -150,8 +167,9 @@ def _prepare(out: str, study: Study, resume: bool, process_index: int, process_c
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     results.write_json(os.path.join(tmp, "run.json"), ident)
+    lock = _lock(tmp)        # the lock file moves with the directory
     os.replace(tmp, work)
-  return work
+  return work, lock
 
 
 def load_npz(path: str) -> dict:
@@ -186,7 +204,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
   """Run every unit of ``study`` (this process's share); see the module docstring."""
   if study.enough is not None and process_count > 1:
     raise StudyError(f"{study.name}: a study whose cells stop early runs on one process")
-  work = _prepare(out, study, resume, process_index, process_count)
+  work, lock = _prepare(out, study, resume, process_index, process_count)
   todo = units(study, process_index, process_count)
   stages = {c: tuple(study.stages(cell)) for c, cell in enumerate(study.cells)}
   sets = sum(len(u.runs) for u in todo)
@@ -202,6 +220,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
   path = lambda u, name=None: os.path.join(work, u.tag + (f"_{name}" if name else "") + ".npz")  # noqa: E731
   finished: dict[int, list] = {c: [] for c in range(len(study.cells))}   # analyzed units per cell, in order
   stopped: set[int] = set()
+  started: set[str] = set()     # units the loop has reached
 
   def cleanup(u):
     for name in [s.name for s in stages[u.cell]] + ["data"]:
@@ -215,6 +234,11 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
       if [x.batch for x in done] == list(range(len(done))):   # a prefix of the cell's batches
         if study.enough(study.cells[u.cell].label, _concat([load_npz(path(x)) for x in done])):
           stopped.add(u.cell)
+          for later in todo:     # the display counts only what will still run
+            if later.cell == u.cell and later.tag not in started:
+              bar.total["svm"] -= len(later.runs)
+              if "train" in bar.total:
+                bar.total["train"] -= sum(s.steps for s in stages[later.cell])
 
   def collect(block: bool):
     for u in list(pending):
@@ -236,6 +260,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
   try:
     for u in todo:
       cell = study.cells[u.cell]
+      started.add(u.tag)
       if os.path.exists(path(u)):
         for s in stages[u.cell]:
           bar.update("train", s.steps)
@@ -284,6 +309,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
     if pool is not None:
       pool.shutdown(wait=True, cancel_futures=True)
     bar.close()
+    os.close(lock)       # finish() removes the directory; a kill releases the lock by itself
 
   cells = []
   for c in range(len(study.cells)):
