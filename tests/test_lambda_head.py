@@ -1,5 +1,6 @@
 """E6 binary end to end at tiny size: orthonormal tokens, the predicted optimum, the
-selected sets and the Gen-SVM objects recorded for each lambda; and bad flags."""
+selected sets and the Gen-SVM objects recorded for each lambda, the same data sets at
+every lambda, float32, the study rebuilt from its summary's flags; and bad flags."""
 import json
 import os
 import subprocess
@@ -9,12 +10,13 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from svmattn.svm import gensvm
 from svmattn.analysis import metrics
+from svmattn.studies import lambda_head as e6
+from svmattn.svm import gensvm
 
 LAMS = [0.0, 0.4]
 FLAGS = ["--runs=3", "--lams=0,0.4", "--n=2", "--T=3", "--d=5", "--steps=300", "--snapshot_every=100",
-         "--lr=0.5", "--noprogress"]
+         "--lr=0.5", "--batch_size=2", "--noprogress"]   # 2 batches per lambda
 
 
 def _run(*args):
@@ -78,7 +80,47 @@ def test_summary_and_figures(output):
   assert (path / "tokens.png").stat().st_size > 0 and (path / "correlation.png").stat().st_size > 0
 
 
+def test_every_lambda_sees_the_same_data_sets_and_the_study_is_rebuilt_from_its_flags(output):
+  path, r, summary = output
+  study = e6.build(summary["flags"])
+  saved = json.loads((path / "runs" / "study.json").read_text())
+  assert [[c.label, c.runs] for c in study.cells] == [[c["label"], c["runs"]] for c in saved["cells"]]
+  assert [c.label for c in study.cells] == [{"lam": lam} for lam in LAMS]
+  assert (study.batch_size, study.seed) == (saved["batch_size"], saved["seed"]) == (2, 0)
+  records = [np.load(path / "runs" / f"cell_{c:04d}.npz") for c in range(len(LAMS))]
+  for rec in records:
+    np.testing.assert_array_equal(rec["runs"], np.arange(3))
+    for key in ("X", "Z", "v", "Y"):
+      np.testing.assert_array_equal(rec[key], r[key])
+  # the data sets of the study rebuilt from the flags are the run's
+  data = study.load(study.cells[1], np.arange(3))
+  np.testing.assert_array_equal(data["X"], r["X"])
+
+
+def test_float32_runs(tmp_path):
+  """Rounded to float32 the tokens are orthonormal to about 1e-6 only: the analysis accepts that."""
+  proc = _run(f"--out={tmp_path}", "--runs=2", "--lams=0.4", "--n=2", "--T=3", "--d=5", "--steps=100",
+              "--snapshot_every=50", "--lr=0.5", "--precision=float32", "--noprogress")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  r = np.load(tmp_path / "results.npz")
+  assert r["X"].dtype == np.float64 and r["attention_l0"].shape == (2, 2, 3)
+  np.testing.assert_allclose(np.einsum("bntd,bnud->bntu", r["X"], r["X"]), np.broadcast_to(np.eye(3), (2, 2, 3, 3)),
+                             atol=1e-5)
+
+
 def test_more_tokens_than_dimensions_is_a_usage_error(tmp_path):
-  proc = _run(f"--out={tmp_path}", "--T=6", "--d=5", "--runs=1", "--lams=0")
+  out = tmp_path / "out"
+  proc = _run(f"--out={out}", "--T=6", "--d=5", "--runs=1", "--lams=0")
   assert proc.returncode != 0 and "T=6" in proc.stderr and "d=5" in proc.stderr
-  assert not (tmp_path / "summary.json").exists()
+  assert "Traceback" not in proc.stderr
+  assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", ["--lams=-1", "--lams=0,x", "--T=1"])
+def test_bad_flags_end_before_anything_is_written(tmp_path, flag):
+  out = tmp_path / "out"
+  proc = _run(f"--out={out}", "--noprogress", flag)
+  assert proc.returncode != 0
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert flag.split("=")[0] in proc.stderr, proc.stderr[-3000:]
+  assert not out.exists()

@@ -1,35 +1,44 @@
 """E5 binary end to end at tiny size: kept runs pass the rules, the recorded Gen-SVM
 objects and correlations are consistent with the recorded data, the counts add up,
-and the kept set does not depend on the batch size."""
+the results do not depend on the batch size, a run killed at a random moment and
+resumed gives the same results, the study is rebuilt from its summary's flags, and
+bad flags end the binary before it writes anything."""
 import json
 import os
+import random
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from svmattn.data import datasets as data_lib
-from svmattn.svm import gensvm
-from svmattn.models import heads
 from svmattn.analysis import metrics
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.studies import multi_token as e5
+from svmattn.svm import gensvm
+from test_sweep import ENV
+from test_sweep import assert_same_results
+from test_sweep import has_checkpoint
+from test_sweep import kill_when
 
-FLAGS = ["--ds=4", "--runs=3", "--steps=300", "--snapshot_every=50", "--lr=0.5", "--noprogress"]
+FLAGS = ["--ds=4", "--runs=3", "--steps=300", "--snapshot_every=50", "--chunk_steps=100", "--lr=0.5",
+         "--noprogress"]
 
 
 def _run(out, *args):
-  env = dict(os.environ, PYTHONPATH=REPO_ROOT)
   return subprocess.run([sys.executable, "-m", "experiments.multi_token", f"--out={out}", *FLAGS, *args],
-                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+                        cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=600)
 
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
   out = {}
-  for batch in (16, 5):
+  for batch, flag in ((16, "--batch_size"), (5, "--batch")):   # --batch: the old name of --batch_size
     path = tmp_path_factory.mktemp(f"e5_b{batch}")
-    proc = _run(path, f"--batch={batch}")
+    proc = _run(path, f"{flag}={batch}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     out[batch] = (path, proc.stdout)
   return out
@@ -69,11 +78,99 @@ def test_results_are_consistent(outputs):
   for check in summary["checks"]:
     assert set(check) == {"name", "value", "expected", "ok"} and isinstance(check["ok"], bool)
   assert (path / "correlation.png").stat().st_size > 0 and (path / "scatter.png").stat().st_size > 0
+  assert not (path / "work").exists()
 
 
-def test_kept_runs_do_not_depend_on_the_batch_size(outputs):
-  a, b = (np.load(outputs[k][0] / "results.npz") for k in (16, 5))
-  np.testing.assert_array_equal(a["runs_d4"], b["runs_d4"])
-  np.testing.assert_array_equal(a["trained_runs_d4"], b["trained_runs_d4"])
-  np.testing.assert_array_equal(a["trained_outcome_d4"], b["trained_outcome_d4"])
-  np.testing.assert_allclose(a["corr_svmeq_d4"], b["corr_svmeq_d4"], atol=1e-9)
+def test_per_draw_record_covers_the_draws_in_run_order(outputs):
+  """OUT/runs/cell_0000.npz: one row per analyzed draw, in run order; skipped draws are
+  those without a negative label, and the kept ones of results.npz are its first kept rows."""
+  path, _ = outputs[16]
+  rec, r = np.load(path / "runs" / "cell_0000.npz"), np.load(path / "results.npz")
+  np.testing.assert_array_equal(rec["runs"], np.arange(len(rec["runs"])))
+  assert len(rec["runs"]) % 16 == 0       # whole batches (the cell stops after the batch that has enough)
+  np.testing.assert_array_equal(rec["outcome"] == "skipped", ~np.any(rec["Y"] < 0, axis=1))
+  kept = np.flatnonzero(rec["outcome"] == "kept")[:3]
+  np.testing.assert_array_equal(kept, r["runs_d4"])
+  np.testing.assert_array_equal(rec["corr_svmeq"][kept], r["corr_svmeq_d4"])
+
+
+def test_results_do_not_depend_on_the_batch_size(outputs):
+  assert_same_results(outputs[5][0], outputs[16][0])
+
+
+def test_study_is_rebuilt_from_the_summary_flags(outputs):
+  """build(summary["flags"]) is the run's study: the same cells, and a draw (kept or skipped)
+  loaded, trained and analyzed alone equals its row of the run's record bit for bit."""
+  path, _ = outputs[16]
+  fl = json.loads((path / "summary.json").read_text())["flags"]
+  saved = json.loads((path / "runs" / "study.json").read_text())
+  study = e5.build(fl)
+  assert [[c.label, c.runs] for c in study.cells] == [[c["label"], c["runs"]] for c in saved["cells"]]
+  assert (study.batch_size, study.seed) == (saved["batch_size"], saved["seed"]) == (16, 0)
+  rec = dict(np.load(path / "runs" / "cell_0000.npz"))
+  cell = study.cells[0]
+  kept, skipped = (np.flatnonzero(rec["outcome"] == o) for o in ("kept", "skipped"))
+  assert len(kept) and len(skipped)   # draw 14 of d=4 has no negative label
+  for run in (int(kept[-1]), int(skipped[0])):
+    runs = np.array([run])
+    data = {**study.load(cell, runs), "runs": runs}
+    arrays = {s.name: s.run(data, runs, study.seed, None, None)[0] for s in study.stages(cell)}
+    got = e5.analyze(cell.label, data, arrays)
+    assert sorted(got) == sorted(rec)
+    for key, want in rec.items():
+      a, w = got[key], want[run:run + 1]
+      assert a.dtype == w.dtype and a.shape == w.shape, key
+      assert np.array_equal(a, w, equal_nan=np.issubdtype(w.dtype, np.floating)), (run, key)
+
+
+def _start(out, *args, log):
+  log = open(log, "w")
+  proc = subprocess.Popen([sys.executable, "-m", "experiments.multi_token", f"--out={out}", *FLAGS, *args],
+                          cwd=REPO_ROOT, env=ENV, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+  proc.log = log
+  return proc
+
+
+def test_killed_at_a_random_moment_then_resumed_equals_uninterrupted(outputs, tmp_path):
+  """Batches of 2 draws (several batches, 3 checkpointed chunks each), one SVM worker:
+  SIGKILL of the process group (its SVM worker too) at a random moment after the first
+  checkpoint appeared; --resume to the end gives the uninterrupted run's results array by array."""
+  seed = random.randrange(1 << 30)
+  delay = random.Random(seed).uniform(0.0, 1.0)
+  print(f"kill seed {seed}: {delay:.3f}s after the first checkpoint")
+  out = tmp_path / "killed"
+  args = ("--batch_size=2", "--svm_workers=1")
+  seen = []
+
+  def condition(paths):
+    if not seen and has_checkpoint(paths):
+      seen.append(time.monotonic())
+    return bool(seen) and time.monotonic() >= seen[0] + delay
+
+  killed = kill_when(_start(out, *args, log=tmp_path / "log.txt"), out, condition)
+  print("killed at:", killed)
+  assert killed is not None, "the run finished before it could be killed"
+  assert os.path.exists(out / "work" / "run.json") and not (out / "results.npz").exists()
+  proc = _run(out, *args, "--resume")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert not (out / "work").exists()
+  assert_same_results(out, outputs[16][0])
+
+
+@pytest.mark.parametrize("flag", ["--ds=0", "--ds=4,x", "--tau_L=0.01"])
+def test_bad_flags_end_before_anything_is_written(tmp_path, flag):
+  out = tmp_path / "out"
+  proc = subprocess.run([sys.executable, "-m", "experiments.multi_token", f"--out={out}", "--noprogress", flag],
+                        cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+  assert proc.returncode != 0
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert flag.split("=")[0] in proc.stderr, proc.stderr[-3000:]
+  assert not out.exists()
+
+
+def test_help_text_speaks_of_the_science():
+  proc = subprocess.run([sys.executable, "-m", "experiments.multi_token", "--helpfull"], cwd=REPO_ROOT, env=ENV,
+                        capture_output=True, text=True, timeout=120)
+  text = proc.stdout + proc.stderr
+  assert "--target" in text and "W^SVMeq" in text
+  assert "issue" not in text.lower()

@@ -1,0 +1,220 @@
+"""E6: the lambda head selects more tokens as lambda grows (SCIENCE.md sections 6, 8).
+
+Head h(r) = v^T r - lambda ||r||^2 (v unit Gaussian); the tokens of each sequence are
+orthonormal (X_i X_i^T = I, T <= d), queries unit Gaussian, labels Y = +1. One cell per
+lambda (``{"lam": lam}``), each the same ``runs`` data sets (data set r from
+fold_in(PRNGKey(seed), r), or row r of the data file fl["data"]); W trained by normalized GD.
+
+With orthonormal tokens h(X_i^T s) = a_i^T s - lambda ||s||^2 (a_i = X_i v), so the
+attention that maximizes h over the simplex is s*_i = Proj_simplex(a_i / (2 lambda))
+(argmax_t a_it at lambda = 0): its support is the predicted selected set.
+
+Per run and lambda: the selected sets O_i = {t: s_it >= tau_H} of the final softmax, the
+outcome of the Gen-SVM thresholds rule, and for the evaluated runs W^SVMeq, W^mm, W^1token
+with 1 - corr(W_GD, .) (final W) and the distance of the final softmax to s* on the selected
+entries. Evaluated: runs the rule keeps, plus (``keep_intermediate``) those it discards as
+"intermediate", whose Gen-SVM objects are optimal; runs with nothing masked ("finite") never.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from svmattn.analysis import metrics
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.study import pipeline
+from svmattn.study import stages
+from svmattn.svm import gensvm
+from svmattn.train import loop as train_lib
+
+NAME = "lambda_head"
+OBJECTS = ("svmeq", "mm", "1token")
+# Tokens count as orthonormal when max |X_i X_i^T - I| <= this, per precision of the stored
+# tokens (float32 rounding alone leaves about 1e-6).
+ORTHONORMAL_ATOL = {np.dtype(np.float64): 1e-6, np.dtype(np.float32): 1e-4}
+SHARED = ("X", "Z", "v", "Y")   # the same data sets at every lambda: written once
+
+
+def orthonormal_tokens(key: jax.Array, spec: data_lib.DataSpec, head: heads.Head, dtype=jnp.float64):
+  """Sampler (the signature of data.unit_gaussian): the T tokens of each sequence are the
+  rows of a Haar-random d x T orthonormal frame (QR of a Gaussian matrix, signs fixed by
+  diag R), so X_i X_i^T = I; queries unit Gaussian (or x_{i,query_pos} for self-attention);
+  labels +1 ("positive") or +-1 ("random"); head parameters from head.init."""
+  if spec.T > spec.d:
+    raise ValueError(f"orthonormal_tokens: need T <= d for orthonormal tokens, got T={spec.T}, d={spec.d}")
+  kx, kz, ky, kv = jax.random.split(key, 4)
+  G = data_lib.normal(kx, (spec.n, spec.d, spec.T), dtype)
+  Q, R = jnp.linalg.qr(G)                                          # Q (n,d,T), R (n,T,T)
+  signs = jnp.sign(jnp.diagonal(R, axis1=-2, axis2=-1))
+  X = jnp.swapaxes(Q * jnp.where(signs == 0, 1.0, signs)[:, None, :], 1, 2)   # (n,T,d)
+  if spec.attention == "self":
+    Z = X[:, spec.query_pos]
+  else:
+    Z = data_lib.normal(kz, (spec.n, spec.d), dtype)
+    Z = Z / jnp.linalg.norm(Z, axis=-1, keepdims=True)
+  if spec.labels == "positive":
+    Y = jnp.ones((spec.n,), dtype)
+  else:
+    Y = jnp.where(jax.random.bernoulli(ky, 0.5, (spec.n,)), 1.0, -1.0).astype(dtype)
+  return data_lib.Dataset(X, Y, Z, head.init(kv, spec.d, dtype))
+
+
+def lams_of(fl: dict) -> list[float]:
+  return [float(x) for x in fl["lams"]]
+
+
+def dtype_of(fl: dict):
+  return np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+
+
+def load_data_file(path: str, dtype) -> data_lib.Dataset:
+  """A --data file for E6 (raises ``data.datasets.DataError``): orthonormal tokens, v (B, d)."""
+  data = data_lib.load_npz(path, dtype)
+  B, _, T, d = data.X.shape
+  gram = np.einsum("bntd,bnud->bntu", data.X, data.X)
+  err = float(np.max(np.abs(gram - np.eye(T))))
+  if data.v.shape != (B, d) or err > ORTHONORMAL_ATOL[np.dtype(dtype)]:
+    raise data_lib.DataError(f"{path}: E6 needs orthonormal tokens (X_i X_i^T = I) and v of shape (B, d) = "
+                             f"({B}, {d}); got v {data.v.shape}, max |X_i X_i^T - I| {err:.2g}")
+  return data
+
+
+def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  """The E6 study of flag values ``fl`` (a dict as in summary.json "flags"): one cell per
+  lambda of fl["lams"], each the same data sets (generated, or those of the file fl["data"];
+  raises ``data.datasets.DataError`` for a bad one, ValueError for bad sizes)."""
+  dtype = dtype_of(fl)
+  lams = lams_of(fl)
+  if any(not np.isfinite(lam) or lam < 0 for lam in lams) or not lams:
+    raise ValueError(f"lams must be finite numbers >= 0, got {fl['lams']}")
+  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"], labels="positive").validate()
+  if spec.T > spec.d:
+    raise ValueError(f"T={spec.T} must be <= d={spec.d} (orthonormal tokens)")
+  if not 0 < fl["tau_L"] < fl["tau_H"] < 1:
+    raise ValueError(f"need 0 < tau_L < tau_H < 1, got tau_L={fl['tau_L']}, tau_H={fl['tau_H']}")
+  configs = {lam: train_lib.TrainConfig(param="W", head=heads.lambda_head(lam).name, lr=fl["lr"], steps=fl["steps"],
+                                        snapshot_every=fl["snapshot_every"],
+                                        chunk_steps=fl["chunk_steps"]).validate() for lam in lams}
+  file_data = load_data_file(fl["data"], dtype) if fl.get("data") else None
+  runs = int(file_data.X.shape[0]) if file_data is not None else int(fl["runs"])
+  params = {"tau_L": np.asarray(float(fl["tau_L"])), "tau_H": np.asarray(float(fl["tau_H"])),
+            "keep_intermediate": np.asarray(bool(fl["keep_intermediate"]))}
+
+  def load(cell, runs):
+    if file_data is not None:
+      batch = data_lib.take(file_data, np.asarray(runs))
+    else:
+      batch = data_lib.generate(spec, fl["seed"], runs, heads.lambda_head(cell.label["lam"]),
+                                sampler=orthonormal_tokens, dtype=dtype)
+    return {**{f: np.asarray(a) for f, a in batch._asdict().items()}, **params}
+
+  cells = tuple(pipeline.Cell({"lam": lam}, runs) for lam in lams)
+  return pipeline.Study(NAME, cells, load, lambda cell: (stages.Train("W", configs[cell.label["lam"]]),), analyze,
+                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+
+
+def analyze(label: dict, data: dict, trajs: dict) -> dict:
+  """Per run at lambda = label["lam"]: final softmax, optimum s*, selected and predicted sets,
+  the thresholds rule, Gen-SVM objects and final 1 - corr (NaN where not evaluated)."""
+  lam = float(label["lam"])
+  tau_L, tau_H = float(data["tau_L"]), float(data["tau_H"])
+  keep_intermediate = bool(data["keep_intermediate"])
+  tr = trajs["W"]
+  atol = ORTHONORMAL_ATOL[np.asarray(data["X"]).dtype]
+  X, Z, v = (np.asarray(data[k], np.float64) for k in ("X", "Z", "v"))
+  s, W = np.asarray(tr["attention"], np.float64), np.asarray(tr["W"][:, -1], np.float64)
+  B = len(X)
+  rule = np.array([gensvm.discard_reason(s[b], tau_L, tau_H).split(":")[0] for b in range(B)], "<U12")
+  res = [gensvm.gen_svm(X[b], Z[b], s[b], W[b], tau_L, tau_H, apply_discard=False) for b in range(B)]
+  s_star = np.stack([gensvm.lambda_head_optimum(X[b], v[b], lam, atol=atol) for b in range(B)])
+  st = gensvm.stack(res, X.shape[-1])
+  usable = (rule == "") | ((rule == "intermediate") & keep_intermediate)
+  kept = usable & (st["status"] == "optimal")     # the runs evaluated
+  O = gensvm.selected_sets(s, tau_H)
+  predicted = s_star > 0
+  match = np.all(O == predicted, axis=-1)                                   # (B, n)
+  gap = np.where(O, np.abs(s - s_star), 0.0).max(axis=(-2, -1))             # (B,) on the selected entries
+  out = {"runs": np.asarray(data["runs"]), "attention": s, "s_star": s_star, "selected": O, "predicted": predicted,
+         "match": match, "gap": gap, "status": st["status"].astype("<U10"), "rule": rule, "kept": kept,
+         "C": st["C"], "max_masked": st["max_masked"], "W_gd": W}
+  for obj, key in (("svmeq", "W_svmeq"), ("mm", "W_mm"), ("1token", "W_1token")):
+    out[f"W_{obj}"] = st[key]
+    out[f"final_{obj}"] = np.where(kept, 1 - metrics.corr(W, st[key]), np.nan)  # NaN where not evaluated
+  out.update(X=X, Z=Z, v=v, Y=np.asarray(data["Y"], np.float64))
+  return out
+
+
+def stats(x):
+  x = np.asarray(x, np.float64)
+  x = x[np.isfinite(x)]
+  if not x.size:
+    return {"count": 0, "median": None, "q25": None, "q75": None, "mean": None}
+  q25, med, q75 = np.percentile(x, [25, 50, 75])
+  return {"count": int(x.size), "median": float(med), "q25": float(q25), "q75": float(q75), "mean": float(x.mean())}
+
+
+def reduce(fl: dict, cells: list) -> tuple[dict, dict, list]:
+  """(results.npz arrays, summary, per-lambda arrays) from the per-run arrays of every cell
+  (one per lambda, in the order of fl["lams"])."""
+  lams = lams_of(fl)
+  per = []
+  for cell in cells:
+    p = dict(cell)
+    for key in ("rule", "status"):   # the dtype of a list of the names, as the previous binary wrote it
+      p[key] = np.array(p[key].tolist())
+    per.append(p)
+  runs = per[0]["runs"]
+  arrays = {"lams": np.array(lams), "runs": runs}
+  for i, p in enumerate(per):
+    for k, v in p.items():
+      if k == "runs" or (k in SHARED and i > 0):
+        continue
+      arrays[k if k in SHARED else f"{k}_l{i}"] = v
+  T = int(fl["T"])
+  summary = {"experiment": "E6 lambda head (orthonormal tokens, Y=+1)",
+             "shape": {"n": fl["n"], "T": fl["T"], "d": fl["d"]}, "data_sets": len(runs),
+             "lambda_index": {f"l{i}": lam for i, lam in enumerate(lams)}, "per_lambda": {}}
+  for lam, p in zip(lams, per):
+    kept = p["kept"]
+    sizes = p["selected"].sum(-1)
+    summary["per_lambda"][repr(lam)] = {
+        "evaluated": int(kept.sum()),
+        "thresholds_rule": {"kept": int(np.sum(p["rule"] == "")),
+                            "intermediate": int(np.sum(p["rule"] == "intermediate")),
+                            "finite": int(np.sum(p["rule"] == "finite"))},
+        "svm_status": {k: int(np.sum(p["status"][p["rule"] != "finite"] == k)) for k in gensvm.STATUSES},
+        "mean_selected_all_runs": float(sizes.mean()),
+        "mean_selected_evaluated": float(sizes[kept].mean()) if kept.any() else None,
+        "mean_predicted": float(p["predicted"].sum(-1).mean()),
+        "selected_histogram": {str(k): int(np.sum(sizes == k)) for k in range(1, T + 1)},
+        "match_predicted_evaluated": float(p["match"][kept].mean()) if kept.any() else None,
+        "match_predicted_all": float(p["match"].mean()),
+        "median_gap_to_optimum_evaluated": stats(p["gap"][kept])["median"],
+        "final_one_minus_corr": {obj: stats(p[f"final_{obj}"][kept]) for obj in OBJECTS},
+    }
+  summary["checks"] = checks(summary, lams)
+  return arrays, summary, per
+
+
+def checks(summary: dict, lams) -> list:
+  per = [summary["per_lambda"][repr(lam)] for lam in lams]
+  out = []
+  means = [p["mean_selected_all_runs"] for p in per]
+  out.append({"name": "mean |O_i| (all runs) vs lambda", "value": ", ".join(f"{m:.2f}" for m in means),
+              "expected": "nondecreasing in lambda, 1 at lambda = 0",
+              "ok": bool(np.all(np.diff(means) >= 0) and (lams[0] > 0 or means[0] == 1))})
+  match = [p["match_predicted_evaluated"] for p in per if p["match_predicted_evaluated"] is not None]
+  if match:
+    out.append({"name": "O_i = support of argmax_s h(X_i^T s) (evaluated runs), worst lambda", "value": min(match),
+                "expected": ">= 0.95 of sequences (theory: all)", "ok": bool(min(match) >= 0.95)})
+  for lam, p in zip(lams, per):
+    f = p["final_one_minus_corr"]
+    if f["svmeq"]["median"] is None or not p["mean_selected_evaluated"] > 1:
+      continue  # Gen-SVM = the 1-token SVM when every |O_i| = 1
+    for other in ("1token", "mm"):
+      out.append({"name": f"lambda={lam:g}: median final 1-corr, W^SVMeq vs W^{other}",
+                  "value": f"{f['svmeq']['median']:.3g} vs {f[other]['median']:.3g}",
+                  "expected": f"W^SVMeq below W^{other}", "ok": bool(f["svmeq"]["median"] < f[other]["median"])})
+  return out

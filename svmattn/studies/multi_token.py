@@ -1,0 +1,305 @@
+"""E5: multi-token selection with a ReLU head, and the general SVM equivalence (SCIENCE.md sections 6, 8).
+
+Head h(r) = 1^T ReLU(V^T r), V Gaussian with ||V||_F = 1; n sequences of T unit tokens,
+unit queries, labels +-1; W trained by normalized GD from the uniform initialization.
+
+One cell per d (``{"d": d}``): its runs are the draws 0, 1, ... of that d (data set r from
+fold_in(PRNGKey(seed), r)), at most ``max_draws`` of them, analyzed in run order until
+``runs`` of them are KEPT (``Study.enough``):
+  skipped    no negative label (the authors' rule: with only Y = +1 the convex head
+             selects one token per sequence); not trained
+  discarded  by the Gen-SVM thresholds rule on the final softmax (some s_it in
+             (tau_L, tau_H], or no s_it <= tau_L), or an SVM that is infeasible/failed
+The reduction keeps the first ``runs`` kept draws in run order: a draw's outcome does not
+depend on the batch it ran in, so neither does the kept set. With a data file (fl["data"])
+the cell is the file's d and its rows are the draws.
+
+Per kept run: W^fin, W^mm, W^SVMeq = W^fin + C W^mm (C fitted to the FINAL W_GD) and
+W^1token = Att-SVM(argmax s) from the FINAL softmax, and 1 - corr(W(k), object) at every
+snapshot k against these final-step objects (as in the authors' notebook).
+
+A sequence is "dead" when every ReLU unit is off at its final pooled token (h = 0 there,
+a minimum for Y = -1): its gradient vanishes and the margins W^mm asks of its masked
+tokens stop growing, so W^SVMeq mispredicts W_GD by a constant; the summary reports such
+runs apart.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from svmattn.analysis import metrics
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.study import pipeline
+from svmattn.study import stages
+from svmattn.svm import gensvm
+from svmattn.train import loop as train_lib
+
+NAME = "multi_token"
+OBJECTS = ("svmeq", "mm", "1token")
+# Outcome of a trained draw; "skipped" for a draw without a negative label (not trained).
+OUTCOMES = ("kept", "intermediate", "finite", "infeasible", "failed")
+OUTCOME_DTYPE = "<U12"
+# The per-kept-run arrays of results.npz (``<key>_d<d>``), in the order they are written.
+KEPT_KEYS = ("runs", "W_gd", "attention", "selected", "C", "max_masked", "fin_residual", "mm_min_margin",
+             "W_svmeq", "corr_svmeq", "W_mm", "corr_mm", "W_1token", "corr_1token", "W_fin", "dead", "Y", "V",
+             "X", "Z")
+CORR_REFERENCE = ("1 - corr(W(k), X) at every snapshot k against the Gen-SVM objects of the FINAL softmax and W "
+                  "(as the authors do); figures show median and quartiles (the authors plot the mean)")
+
+
+def dtype_of(fl: dict):
+  return np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+
+
+def config(fl: dict) -> train_lib.TrainConfig:
+  return train_lib.TrainConfig(param="W", head=heads.RELU.name, lr=fl["lr"], steps=fl["steps"],
+                               snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"]).validate()
+
+
+def snapshot_steps(fl: dict) -> np.ndarray:
+  return train_lib.snapshot_steps(train_lib.schedule(fl["steps"], fl["snapshot_every"], fl["chunk_steps"]))
+
+
+def has_negative_label(Y) -> np.ndarray:
+  """(B,) the draws that are trained: some Y_i = -1."""
+  return np.any(np.asarray(Y) < 0, axis=1)
+
+
+def load_data_file(path: str, dtype) -> data_lib.Dataset:
+  """A --data file for E5 (raises ``data.datasets.DataError``): the ReLU head needs V (B, d, d)."""
+  data = data_lib.load_npz(path, dtype)
+  d = data.X.shape[-1]
+  if data.v.shape[1:] != (d, d):
+    raise data_lib.DataError(f"{path}: the ReLU head needs v of shape (B, d, d) = (B, {d}, {d}) (the matrix V), "
+                             f"got {data.v.shape}")
+  return data
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainNegative(stages.Train):
+  """``stages.Train`` on the draws with a negative label only (the others are skipped):
+  every array has the batch's leading axis B, NaN / 0 / False in the rows of skipped draws.
+  A draw's trajectory does not depend on the others trained with it (``train.loop``)."""
+
+  def run(self, batch: dict, runs: np.ndarray, seed: int, progress, checkpoints):
+    data = self.dataset(batch)
+    runs = np.asarray(runs)
+    B = len(runs)
+    mask = has_negative_label(data.Y)
+    if not mask.any():   # nothing to train: the arrays of B skipped draws
+      if progress is not None:
+        progress(self.steps)
+      c = self.config
+      steps = train_lib.snapshot_steps(train_lib.schedule(c.steps, c.snapshot_every, c.chunk_steps))
+      n, T, d = data.X.shape[1:]
+      f = data.X.dtype
+      return {"W": np.full((B, len(steps), d, d), np.nan, f), "max_prob": np.full((B, len(steps)), np.nan, f),
+              "loss": np.full((B, len(steps)), np.nan, f), "attention": np.full((B, n, T), np.nan, f),
+              "selected": np.zeros((B, n), np.int64), "finite": np.zeros(B, bool), "steps": steps}, 0.0
+    traj = train_lib.train(self.config, data_lib.take(data, mask), train_lib.init_keys(seed, runs[mask]), progress,
+                           checkpoints)
+    arrays = {"W": traj.W, "max_prob": traj.max_prob, "loss": traj.loss, "attention": traj.attention,
+              "selected": traj.selected, "finite": traj.finite}
+    out = {}
+    for key, a in arrays.items():
+      a = np.asarray(a)
+      fill = np.nan if np.issubdtype(a.dtype, np.floating) else 0
+      full = np.full((B,) + a.shape[1:], fill, a.dtype)
+      full[mask] = a
+      out[key] = full
+    out["steps"] = traj.steps
+    return out, traj.compile_seconds
+
+
+def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  """The E5 study of flag values ``fl`` (a dict as in summary.json "flags"): one cell per d of
+  fl["ds"], or the d of the data file fl["data"] (raises ``data.datasets.DataError`` for a bad one)."""
+  dtype = dtype_of(fl)
+  cfg = config(fl)
+  if not 0 < fl["tau_L"] < fl["tau_H"] < 1:
+    raise ValueError(f"need 0 < tau_L < tau_H < 1, got tau_L={fl['tau_L']}, tau_H={fl['tau_H']}")
+  file_data = load_data_file(fl["data"], dtype) if fl.get("data") else None
+  if file_data is not None:
+    cells = (pipeline.Cell({"d": int(file_data.X.shape[-1])}, int(file_data.X.shape[0])),)
+    want = min(int(fl["runs"]), int(has_negative_label(file_data.Y).sum()))
+  else:
+    cells = tuple(pipeline.Cell({"d": int(d)}, int(fl["max_draws"])) for d in fl["ds"])
+    want = int(fl["runs"])
+    for cell in cells:
+      data_lib.DataSpec(fl["n"], fl["T"], cell.label["d"]).validate()
+  taus = {"tau_L": np.asarray(float(fl["tau_L"])), "tau_H": np.asarray(float(fl["tau_H"]))}
+
+  def load(cell, runs):
+    if file_data is not None:
+      batch = data_lib.take(file_data, np.asarray(runs))
+    else:
+      spec = data_lib.DataSpec(fl["n"], fl["T"], cell.label["d"]).validate()
+      batch = data_lib.generate(spec, fl["seed"], runs, heads.RELU, dtype=dtype)
+    return {**{f: np.asarray(a) for f, a in batch._asdict().items()}, **taus}
+
+  def enough(label, arrays):
+    return int(np.sum(arrays["outcome"] == "kept")) >= want
+
+  return pipeline.Study(NAME, cells, load, lambda cell: (TrainNegative("W", cfg),), analyze,
+                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl, enough)
+
+
+def dead_sequences(X, V, s):
+  """(K, n) bool: sequence i is dead when every ReLU unit is off at its final pooled token,
+  max_j (V^T r_i)_j < 0 with r_i = X_i^T s_i: then h = 0 nearby and grad h(r_i) = 0, so the
+  sequence sends no gradient and its logits stop moving (its masked margins no longer grow)."""
+  r = np.einsum("knt,kntd->knd", s, X)
+  return np.einsum("knd,kde->kne", r, V).max(axis=-1) < 0
+
+
+def outcome(res: gensvm.GenSVMResult) -> str:
+  if res.ok:
+    return "kept"
+  if res.status == "discarded":
+    return res.reason.split(":")[0]
+  return res.status
+
+
+def analyze(label: dict, data: dict, trajs: dict) -> dict:
+  """Per draw of the batch: its outcome ("skipped" or one of ``OUTCOMES``), the Gen-SVM objects
+  and 1 - corr curves (NaN where not solved), dead sequences and the data set."""
+  tau_L, tau_H = float(data["tau_L"]), float(data["tau_H"])
+  X, Y, Z, V = (np.asarray(data[k]) for k in ("X", "Y", "Z", "v"))
+  B, n, T, d = X.shape
+  tr = trajs["W"]
+  W_traj = np.asarray(tr["W"])
+  s = np.asarray(tr["attention"], np.float64)
+  W_final = np.asarray(W_traj[:, -1], np.float64)
+  X64, Z64 = np.asarray(X, np.float64), np.asarray(Z, np.float64)
+  candidate = has_negative_label(Y)
+  outcomes = np.full(B, "skipped", OUTCOME_DTYPE)
+  res = []
+  for b in range(B):
+    if not candidate[b]:
+      r = gensvm.GenSVMResult("skipped", "no negative label", np.zeros((n, T), bool), np.zeros(n, int))
+    elif not np.all(np.isfinite(W_final[b])) or not np.all(np.isfinite(s[b])):
+      r = gensvm.GenSVMResult("failed", "training diverged (non-finite W or softmax)", np.zeros((n, T), bool),
+                              np.zeros(n, int))
+    else:
+      r = gensvm.gen_svm(X64[b], Z64[b], s[b], W_final[b], tau_L, tau_H)
+    if candidate[b]:
+      outcomes[b] = outcome(r)
+    res.append(r)
+  st = gensvm.stack(res, d)
+  out = {"runs": np.asarray(data["runs"]), "outcome": outcomes, "W_gd": W_traj[:, -1], "attention": s,
+         "selected": st["selected"], "C": st["C"], "max_masked": st["max_masked"],
+         "fin_residual": st["fin_residual"], "mm_min_margin": st["mm_min_margin"]}
+  for obj, key in (("svmeq", "W_svmeq"), ("mm", "W_mm"), ("1token", "W_1token")):
+    out[f"W_{obj}"] = st[key]
+    out[f"corr_{obj}"] = metrics.corr(W_traj, st[key][:, None])
+  out["W_fin"] = st["W_fin"]
+  with np.errstate(invalid="ignore"):
+    out["dead"] = dead_sequences(X, V, s)
+  out.update(Y=Y, V=V, X=X, Z=Z)
+  return out
+
+
+def stats(x):
+  x = np.asarray(x, np.float64)
+  x = x[np.isfinite(x)]
+  if not x.size:
+    return {"count": 0, "median": None, "q25": None, "q75": None, "mean": None}
+  q25, med, q75 = np.percentile(x, [25, 50, 75])
+  return {"count": int(x.size), "median": float(med), "q25": float(q25), "q75": float(q75), "mean": float(x.mean())}
+
+
+def _no_kept_runs(n, T, d, S) -> dict:
+  """The arrays of a d without kept runs (the shapes the previous binary wrote)."""
+  return {"runs": np.array([], int), "W_gd": np.zeros((0, d, d)), "attention": np.zeros((0, n, T)),
+          "selected": np.zeros((0,), bool), "C": np.zeros(0), "max_masked": np.zeros(0),
+          "fin_residual": np.zeros(0), "mm_min_margin": np.zeros(0),
+          **{f"W_{obj}": np.full((0, d, d), np.nan) for obj in OBJECTS}, "W_fin": np.full((0, d, d), np.nan),
+          **{f"corr_{obj}": np.zeros((0, S)) for obj in OBJECTS}, "dead": np.zeros((0, n), bool),
+          "Y": np.zeros((0, n)), "V": np.zeros((0, d, d)), "X": np.zeros((0, n, T, d)), "Z": np.zeros((0, n, d))}
+
+
+def reduce_cell(fl: dict, arrays: dict, S: int) -> tuple[dict, dict, dict]:
+  """(the kept runs' arrays, counts, (trained runs, their outcomes)) of one d from the per-draw
+  arrays of its analyzed draws (run order): the first ``runs`` kept draws; the counts cover the
+  draws up to the last kept one (all analyzed draws if fewer were kept)."""
+  runs, outcomes = np.asarray(arrays["runs"]), np.asarray(arrays["outcome"])
+  candidate = outcomes != "skipped"
+  want = int(fl["runs"])
+  if fl.get("data"):
+    want = min(want, int(candidate.sum()))
+  kept = np.flatnonzero(outcomes == "kept")[:want]
+  cutoff = int(runs[kept[-1]]) + 1 if len(kept) == want and len(kept) else len(runs)
+  in_range = runs < cutoff
+  trained = candidate & in_range
+  counts = {"drawn": int(cutoff), "skipped_no_negative_label": int(np.sum(~candidate & in_range)),
+            "trained": int(trained.sum())}
+  counts.update({o: int(np.sum(outcomes[trained] == o)) for o in OUTCOMES})
+  n, T, d = arrays["X"].shape[1:]
+  if len(kept):
+    out = {k: arrays[k][kept] for k in KEPT_KEYS}
+  else:
+    out = _no_kept_runs(n, T, d, S)
+  # the dtype of a list of the outcome names, as the previous binary wrote it
+  trained_outcome = np.array(outcomes[trained].tolist())
+  return out, counts, {"runs": runs[trained], "outcome": trained_outcome, "want": want}
+
+
+def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
+  """(results.npz arrays, summary) from the per-draw arrays of every cell (one per d)."""
+  steps = snapshot_steps(fl)
+  ds = [int(c["X"].shape[-1]) for c in cells]
+  n, T = int(fl["n"]), int(fl["T"])
+  arrays = {"steps": steps, "ds": np.array(ds)}
+  summary = {"experiment": "E5 multi-token selection (ReLU head, Gen-SVM)", "shape": {"n": n, "T": T, "ds": ds},
+             "per_d": {}, "corr_reference": CORR_REFERENCE}
+  for d, cell in zip(ds, cells):
+    a, counts, trained = reduce_cell(fl, cell, len(steps))
+    for k, v in a.items():
+      arrays[f"{k}_d{d}"] = v
+    arrays[f"trained_runs_d{d}"], arrays[f"trained_outcome_d{d}"] = trained["runs"], trained["outcome"]
+    K = len(a["runs"])
+    final = {obj: 1 - a[f"corr_{obj}"][:, -1] for obj in OBJECTS}
+    sizes = a["selected"].sum(-1) if K else np.zeros((0, n))
+    multi = np.any(sizes > 1, axis=1)
+    dead = np.any(a["dead"], axis=1)
+    summary["per_d"][str(d)] = {
+        "counts": counts, "kept": K, "wanted": trained["want"],
+        "final_one_minus_corr": {obj: stats(final[obj]) for obj in OBJECTS},
+        "selected_per_sequence": {str(k): int(np.sum(sizes == k)) for k in range(1, T + 1)},
+        "multi_token_runs": int(multi.sum()),
+        "multi_token_runs_with_negative_label": int(np.sum(np.any((sizes > 1) & (a["Y"] < 0), axis=1))),
+        "final_one_minus_corr_svmeq_multi_token_runs": stats(final["svmeq"][multi]),
+        "final_one_minus_corr_svmeq_single_token_runs": stats(final["svmeq"][~multi]),
+        "runs_with_dead_sequence": int(dead.sum()),
+        "final_one_minus_corr_svmeq_all_live_runs": stats(final["svmeq"][~dead]),
+        "final_one_minus_corr_svmeq_dead_runs": stats(final["svmeq"][dead]),
+        "median_C": stats(a["C"])["median"],
+        "max_fin_residual": float(np.nanmax(a["fin_residual"])) if K else None,
+        "min_mm_margin": float(np.nanmin(a["mm_min_margin"])) if np.any(np.isfinite(a["mm_min_margin"])) else None,
+    }
+  summary["checks"] = checks(fl, summary, ds)
+  return arrays, summary
+
+
+def checks(fl: dict, summary: dict, ds) -> list:
+  out = []
+  for d in ds:
+    per = summary["per_d"][str(d)]
+    med = {obj: per["final_one_minus_corr"][obj]["median"] for obj in OBJECTS}
+    out.append({"name": f"d={d}: kept runs", "value": per["kept"], "expected": f"{fl['runs']} (--runs)",
+                "ok": per["kept"] == fl["runs"]})
+    if med["svmeq"] is None:
+      continue
+    for other in ("mm", "1token"):
+      out.append({"name": f"d={d}: median final 1-corr, W^SVMeq vs W^{other}",
+                  "value": f"{med['svmeq']:.3g} vs {med[other]:.3g}",
+                  "expected": f"W^SVMeq below W^{other}", "ok": bool(med["svmeq"] < med[other])})
+    if d >= 6:
+      out.append({"name": f"d={d}: median final 1-corr(W_GD, W^SVMeq) after {fl['steps']} steps",
+                  "value": med["svmeq"],
+                  "expected": f"<= {fl['target']:g} (paper: ~2e-3 at d=6,8,10 after 2001 steps)",
+                  "ok": bool(med["svmeq"] <= fl["target"])})
+  return out
