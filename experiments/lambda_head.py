@@ -52,6 +52,7 @@ from svmattn.svm import gensvm
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)  # --runs: data sets, each trained at every lambda
 common.define_pipeline_flags(batch_size=1000)
+common.define_numerics_flag()
 flags.DEFINE_list("lams", ["0", "0.05", "0.1", "0.2", "0.3", "0.4", "0.5", "0.75", "1", "1.5"],
                   "Values of lambda in h(r) = v^T r - lambda ||r||^2.")
 flags.DEFINE_integer("n", 3, "Sequences per data set.", lower_bound=1)

@@ -53,6 +53,7 @@ from svmattn.svm import gensvm
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=500)  # --runs: KEPT runs per d
 common.define_pipeline_flags(batch_size=1000, hosts=False)   # a d stops once --runs are kept: one process
+common.define_numerics_flag()
 flags.DEFINE_alias("batch", "batch_size")
 flags.DEFINE_list("ds", ["4", "6", "8", "10"], "Embedding dimensions d.")
 flags.DEFINE_integer("n", 3, "Sequences per data set.", lower_bound=1)
@@ -160,14 +161,17 @@ def _fmt(x):
 
 
 def report(summary, ds):
-  lines = ["E5 multi-token selection (ReLU head): final 1 - corr(W_GD, .) over kept runs, median [mean]"]
+  lines = [f"E5 multi-token selection (ReLU head, {summary['numerics']} numerics): final 1 - corr(W_GD, .) over "
+           "kept runs, median [mean]; upper quartile of W^SVMeq; final ||W||_F median (10th-90th pct)"]
   for d in ds:
     per = summary["per_d"][str(d)]
     f = per["final_one_minus_corr"]
     c = per["counts"]
     parts = "  ".join(f"{obj} {f[obj]['median']:.2e} [{f[obj]['mean']:.2e}]" if f[obj]["median"] is not None
                       else f"{obj} -" for obj in OBJECTS)
-    lines.append(f"  d={d:<3} kept {per['kept']:4d}  {parts}")
+    q75, wn = f["svmeq"]["q75"], per["final_W_norm"]
+    norm = f"{wn['median']:.1f} ({wn['p10']:.0f}-{wn['p90']:.0f})" if wn["median"] is not None else "-"
+    lines.append(f"  d={d:<3} kept {per['kept']:4d}  {parts}  svmeq q75 {_fmt(q75)}  ||W|| {norm}")
     mt = per["final_one_minus_corr_svmeq_multi_token_runs"]["median"]
     st = per["final_one_minus_corr_svmeq_single_token_runs"]["median"]
     lines.append(f"         drawn {c['drawn']} skipped {c['skipped_no_negative_label']} discarded: intermediate "

@@ -96,7 +96,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     raise ValueError(f"need 0 < tau_L < tau_H < 1, got tau_L={fl['tau_L']}, tau_H={fl['tau_H']}")
   configs = {lam: train_lib.TrainConfig(param="W", head=heads.lambda_head(lam).name, lr=fl["lr"], steps=fl["steps"],
                                         snapshot_every=fl["snapshot_every"],
-                                        chunk_steps=fl["chunk_steps"]).validate() for lam in lams}
+                                        chunk_steps=fl["chunk_steps"],
+                                        numerics=fl.get("numerics", "exact")).validate() for lam in lams}
   file_data = load_data_file(fl["data"], dtype) if fl.get("data") else None
   runs = int(file_data.X.shape[0]) if file_data is not None else int(fl["runs"])
   params = {"tau_L": np.asarray(float(fl["tau_L"])), "tau_H": np.asarray(float(fl["tau_H"])),
@@ -173,7 +174,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict, list]:
         continue
       arrays[k if k in SHARED else f"{k}_l{i}"] = v
   T = int(fl["T"])
-  summary = {"experiment": "E6 lambda head (orthonormal tokens, Y=+1)",
+  summary = {"experiment": "E6 lambda head (orthonormal tokens, Y=+1)", "numerics": fl.get("numerics", "exact"),
              "shape": {"n": fl["n"], "T": fl["T"], "d": fl["d"]}, "data_sets": len(runs),
              "lambda_index": {f"l{i}": lam for i, lam in enumerate(lams)}, "per_lambda": {}}
   for lam, p in zip(lams, per):

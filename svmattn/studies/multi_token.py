@@ -56,7 +56,8 @@ def dtype_of(fl: dict):
 
 def config(fl: dict) -> train_lib.TrainConfig:
   return train_lib.TrainConfig(param="W", head=heads.RELU.name, lr=fl["lr"], steps=fl["steps"],
-                               snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"]).validate()
+                               snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"],
+                               numerics=fl.get("numerics", "exact")).validate()
 
 
 def snapshot_steps(fl: dict) -> np.ndarray:
@@ -211,6 +212,16 @@ def stats(x):
   return {"count": int(x.size), "median": float(med), "q25": float(q25), "q75": float(q75), "mean": float(x.mean())}
 
 
+def norm_stats(x):
+  """median and 10th / 90th percentiles of the final ||W_GD||_F over the kept runs."""
+  x = np.asarray(x, np.float64)
+  x = x[np.isfinite(x)]
+  if not x.size:
+    return {"median": None, "p10": None, "p90": None}
+  p10, med, p90 = np.percentile(x, [10, 50, 90])
+  return {"median": float(med), "p10": float(p10), "p90": float(p90)}
+
+
 def _no_kept_runs(n, T, d, S) -> dict:
   """The arrays of a d without kept runs (the shapes the previous binary wrote)."""
   return {"runs": np.array([], int), "W_gd": np.zeros((0, d, d)), "attention": np.zeros((0, n, T)),
@@ -253,7 +264,8 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   ds = [int(c["X"].shape[-1]) for c in cells]
   n, T = int(fl["n"]), int(fl["T"])
   arrays = {"steps": steps, "ds": np.array(ds)}
-  summary = {"experiment": "E5 multi-token selection (ReLU head, Gen-SVM)", "shape": {"n": n, "T": T, "ds": ds},
+  summary = {"experiment": "E5 multi-token selection (ReLU head, Gen-SVM)", "numerics": fl.get("numerics", "exact"),
+             "shape": {"n": n, "T": T, "ds": ds},
              "per_d": {}, "corr_reference": CORR_REFERENCE}
   for d, cell in zip(ds, cells):
     a, counts, trained = reduce_cell(fl, cell, len(steps))
@@ -276,6 +288,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
         "runs_with_dead_sequence": int(dead.sum()),
         "final_one_minus_corr_svmeq_all_live_runs": stats(final["svmeq"][~dead]),
         "final_one_minus_corr_svmeq_dead_runs": stats(final["svmeq"][dead]),
+        "final_W_norm": norm_stats(np.linalg.norm(a["W_gd"].reshape(K, -1), axis=-1) if K else np.zeros(0)),
         "median_C": stats(a["C"])["median"],
         "max_fin_residual": float(np.nanmax(a["fin_residual"])) if K else None,
         "min_mm_margin": float(np.nanmin(a["mm_min_margin"])) if np.any(np.isfinite(a["mm_min_margin"])) else None,
