@@ -16,6 +16,7 @@ Default sizes n=4, T=5, d=20 = n T: the n T queries are then linearly
 independent, so the SVM is feasible for every selection (seq2seq and causal).
 
 Writes to --out:
+  runs/           every data set's per-run arrays (one file for the study's one cell)
   results.npz     per mode m and parameterization p: W_final_{m}_{p}, selected_{m}_{p} (B,n,T),
                   svm_{m}_{p} (B,d,d) and _status, corr_{m}_{p} (B,S), max_prob_{m}_{p}, loss_{m}_{p},
                   optimal_{m} (B,n,T), global_{m}_{p} (B,) ; steps, runs, token_scores (B,n,T,T)
@@ -25,145 +26,80 @@ Writes to --out:
 
     python -m experiments.seq_causal --out=results/e8
     python -m experiments.seq_causal --out=results/e8_quick --runs=20
+    python -m experiments.seq_causal --out=results/e8 --resume      # after an interruption
+
+Each mode and parameterization trains as one stage of every batch of --batch_size data sets;
+--resume keeps finished batches and stages and continues the others from their checkpoints.
 """
 from __future__ import annotations
-
 
 from absl import app
 from absl import flags
 from absl import logging
-import jax
-import numpy as np
 
 from experiments import common
-from svmattn.models import heads
-from svmattn.analysis import metrics
+from svmattn.data import datasets as data_lib
 from svmattn.io import plots
-from svmattn.io import progress as progress_lib
 from svmattn.io import results
+from svmattn.studies import seq_causal as e8
 from svmattn.svm import seq2seq as s2s
-from svmattn.svm import att_svm as svm_lib
-from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)
-flags.DEFINE_integer("n", 4, "Sequences per data set.")
-flags.DEFINE_integer("T", 5, "Tokens (= query positions) per sequence.")
-flags.DEFINE_integer("d", 20, "Embedding dimension (d >= n T: every selection's SVM is feasible).")
-flags.DEFINE_integer("steps", 2000, "Optimizer steps.")
+common.define_pipeline_flags(batch_size=1000)
+flags.DEFINE_integer("n", 4, "Sequences per data set.", lower_bound=1)
+flags.DEFINE_integer("T", 5, "Tokens (= query positions) per sequence.", lower_bound=2)
+flags.DEFINE_integer("d", 20, "Embedding dimension (d >= n T: every selection's SVM is feasible).", lower_bound=1)
+flags.DEFINE_integer("steps", 2000, "Optimizer steps.", lower_bound=0)
 flags.DEFINE_float("lr", 0.1, "Learning rate (step size eta).")
 flags.DEFINE_list("modes", list(s2s.MODES), "Attention modes: seq2seq and/or causal.")
 flags.DEFINE_list("params", ["W"], "Parameterizations to train: W (vs Frobenius SVM), KQ (vs nuclear SVM).")
 flags.DEFINE_enum("loss", "logistic", ["logistic", "exponential", "correlation"], "Loss.")
 flags.DEFINE_string("optimizer", "normalized_gd", "normalized_gd, gd, or an optax optimizer name.")
 flags.DEFINE_enum("labels", "random", ["random", "positive"], "Labels Y_ik: uniform +-1 or all +1.")
-flags.DEFINE_integer("snapshot_every", 10, "Record W, softmax and loss every this many steps.")
-flags.DEFINE_integer("chunk_steps", 500, "Steps per jitted chunk (progress granularity).")
+flags.DEFINE_integer("snapshot_every", 10, "Record W, softmax and loss every this many steps.", lower_bound=1)
+flags.DEFINE_integer("chunk_steps", 500, "Steps per jitted chunk (progress granularity; a checkpoint is saved "
+                     "after each).", lower_bound=1)
+common.positive_float("lr")
+common.known_optimizer()
+common.known_params()
+flags.register_validator("modes", lambda v: bool(v) and all(m in s2s.MODES for m in v) and len(set(v)) == len(v),
+                         message=f"must list distinct modes among {list(s2s.MODES)}")
+flags.register_validator("params", lambda v: len(set(v)) == len(v), message="must not repeat a parameterization")
 
-OWN_NORM = common.own_norms()
-NORM_NAMES = {"fro": "Frobenius", "nuc": "nuclear"}
+OWN_NORM = e8.OWN_NORM
+NORM_NAMES = e8.NORM_NAMES
 MODE_COLORS = {"seq2seq": "tab:blue", "causal": "tab:orange"}
-CORR_TARGET = 0.99
-
-
-def _stats(x):
-  x = np.asarray(x, np.float64)
-  if not np.any(np.isfinite(x)):
-    return {"mean": None, "std": None, "min": None, "solved": 0}
-  return {"mean": float(np.nanmean(x)), "std": float(np.nanstd(x)), "min": float(np.nanmin(x)),
-          "solved": int(np.sum(np.isfinite(x)))}
 
 
 def main(argv):
   del argv
   timer = common.Timer()
-  common.check_params(FLAGS.params)
-  for m in FLAGS.modes:
-    if m not in s2s.MODES:
-      raise app.UsageError(f"--modes: unknown mode {m!r}; use {', '.join(s2s.MODES)}")
+  common.start_hosts()
   if FLAGS.precision == "float32":
     logging.warning("float32: gradients of saturated softmax underflow; see BUILD.md")
-  with timer("data"):
-    if FLAGS.data:
-      data = s2s.load_npz(FLAGS.data, common.dtype())
-      runs = np.arange(data.X.shape[0])
-    else:
-      if FLAGS.runs < 1:
-        raise app.UsageError(f"--runs must be >= 1, got {FLAGS.runs}")
-      spec = s2s.Seq2SeqSpec(FLAGS.n, FLAGS.T, FLAGS.d, FLAGS.labels).validate()
-      runs = np.arange(FLAGS.runs)
-      data = s2s.generate(spec, FLAGS.seed, runs, dtype=common.dtype())
-  B, n, T, d = data.X.shape
-  X = np.asarray(data.X, np.float64)
-  gamma = np.asarray(jax.vmap(lambda v, X, Y: s2s.token_scores(heads.LINEAR, v, X, Y))(
-      data.v, data.X, data.Y), np.float64)                                      # (B,n,T,T)
-  logging.info("E8: %d data sets, n=%d T=%d d=%d, modes %s, params %s", B, n, T, d, FLAGS.modes, FLAGS.params)
+  fl = common.flag_values()
+  try:
+    study = e8.build(fl, common.identity())
+  except data_lib.DataError as e:
+    common.fail(f"--data: {e}")
+  logging.info("E8: %d data sets, n=%d T=%d d=%d, modes %s, params %s", study.cells[0].runs, FLAGS.n, FLAGS.T,
+               FLAGS.d, FLAGS.modes, FLAGS.params)
 
-  arrays = {"runs": runs, "token_scores": gamma}
-  summary = {"experiment": "E8 seq2seq and causal attention", "flags": common.flag_values(),
-             "data_sets": B, "shape": {"n": n, "T": T, "d": d}, "final_corr": {}, "svm_status": {},
-             "global_selection": {}, "convergence_types": {}, "diverged_runs": {}}
-  checks, compile_s = [], {}
-  for mode in FLAGS.modes:
-    scored = int(n * np.sum(s2s.scored_positions(T, T, mode)))          # queries with >= 2 visible tokens
-    arrays[f"optimal_{mode}"] = s2s.optimal_tokens(gamma, mode)
-    for p in FLAGS.params:
-      name, norm = f"{mode}_{p}", OWN_NORM[p]
-      config = train_lib.TrainConfig(param=p, model=mode, loss=FLAGS.loss, optimizer=FLAGS.optimizer,
-                                     lr=FLAGS.lr, steps=FLAGS.steps, snapshot_every=FLAGS.snapshot_every,
-                                     chunk_steps=FLAGS.chunk_steps)
-      with timer(f"train_{name}"):
-        with progress_lib.Progress(f"train {mode} {p}", FLAGS.steps, "steps", enabled=FLAGS.progress) as bar:
-          tr = train_lib.train(config, data, train_lib.init_keys(FLAGS.seed, runs), bar.update)
-      compile_s[name] = tr.compile_seconds
-      selected = tr.selected                                                  # (B,n,T)
-      with timer(f"svm_{name}"):
-        with progress_lib.Progress(f"SVM {mode} {norm}", B, "solves", enabled=FLAGS.progress) as bar:
-          solved = s2s.svm_batch(X, selected, norm, mode=mode, progress=bar.update)
-      stacked = svm_lib.stack(solved, d)
-      curve = metrics.corr(tr.W, stacked["W"][:, None])                       # (B,S)
-      optimal = s2s.selects_optimal(gamma, selected, mode)                    # (B,n,T)
-      positions = s2s.scored_positions(T, T, mode)
-      all_opt = np.all(optimal, axis=(1, 2))
-      arrays.update({f"W_final_{name}": tr.W_final, f"selected_{name}": selected,
-                     f"svm_{name}": stacked["W"], f"svm_{name}_status": stacked["status"],
-                     f"corr_{name}": curve, f"max_prob_{name}": tr.max_prob, f"loss_{name}": tr.loss,
-                     f"global_{name}": all_opt})
-      arrays.setdefault("steps", tr.steps)
-      summary["diverged_runs"][name] = int(np.sum(~tr.finite))
-      summary["final_corr"][f"{name}_vs_{norm}"] = _stats(curve[:, -1])
-      status = {s: int(np.sum(stacked["status"] == s)) for s in svm_lib.STATUSES}
-      summary["svm_status"][f"{name}_{norm}"] = status
-      summary["global_selection"][name] = {
-          "runs_all_positions_optimal": float(np.mean(all_opt)),
-          "positions_optimal": float(np.mean(optimal[:, :, positions])),
-          "scored_positions_per_data_set": scored}
-      if norm == "fro":
-        types = [s2s.convergence_type(gamma[b], selected[b], solved[b], mode) for b in range(B)]
-        arrays[f"convergence_type_{name}"] = np.array(types)
-        summary["convergence_types"][name] = metrics.type_fractions(types)
+  def write(output):
+    arrays, summary = e8.reduce(fl, output.cells)
+    summary = {"experiment": summary.pop("experiment"), "flags": fl, **summary}
+    with timer("write"):
+      results.write_npz(f"{FLAGS.out}/results.npz", arrays)
+      draw(arrays, FLAGS.modes, FLAGS.params, FLAGS.out)
+    t = output.timings
+    summary["timings_s"] = {"compile": t["compile_s"], "train": t["train_s"], "svm": t["svm_s"],
+                            "pipeline_wall": t["wall_s"], **timer.seconds, "total": timer.total()}
+    summary["environment"] = common.environment()
+    results.write_json(f"{FLAGS.out}/summary.json", summary)
+    report(summary)
 
-      final = summary["final_corr"][f"{name}_vs_{norm}"]
-      checks.append({"name": f"{mode}: final corr({p}_GD, {NORM_NAMES[norm]} SVM at GD's selection), "
-                             f"mean over {final['solved']} feasible runs",
-                     "value": final["mean"] if final["mean"] is not None else "no feasible run",
-                     "expected": f">= {CORR_TARGET}",
-                     "ok": bool(final["mean"] is not None and final["mean"] >= CORR_TARGET)})
-      if d >= scored:
-        feasible = status["optimal"] / B
-        checks.append({"name": f"{mode}: share of runs whose SVM at GD's selection is solved ({p}, {norm})",
-                       "value": feasible,
-                       "expected": f"= 1 (d = {d} >= {scored} queries with a choice: every selection is feasible)",
-                       "ok": bool(feasible == 1.0)})
-
-  with timer("write"):
-    results.write_npz(f"{FLAGS.out}/results.npz", arrays)
-    draw(arrays, FLAGS.modes, FLAGS.params, FLAGS.out)
-  summary["checks"] = checks
-  summary["timings_s"] = {"compile": compile_s, **timer.seconds, "total": timer.total()}
-  summary["environment"] = common.environment()
-  results.write_json(f"{FLAGS.out}/summary.json", summary)
-  report(summary)
+  common.run_study(study, write)
 
 
 def draw(arrays, modes, params, out):

@@ -1,4 +1,5 @@
-"""E1 2-D paths: the binary end to end, and its data sampler (two_clusters)."""
+"""E1 2-D paths: the binary end to end (on the study pipeline), its data sampler (two_clusters)
+and its flag checks."""
 import json
 import os
 import subprocess
@@ -11,15 +12,17 @@ from conftest import REPO_ROOT
 from svmattn.analysis import metrics
 
 RUNS, STEPS = 24, 300
+ENV = dict(os.environ, PYTHONPATH=REPO_ROOT)
 
 
 @pytest.fixture(scope="module")
 def e1(tmp_path_factory):
   out = tmp_path_factory.mktemp("e1")
-  env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+  # three pipeline batches (10, 10, 4 data sets), analyzed by two worker processes
   proc = subprocess.run([sys.executable, "-m", "experiments.paths_2d", f"--out={out}", f"--runs={RUNS}",
-                         f"--steps={STEPS}", "--snapshot_every=10", "--noprogress"],
-                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+                         f"--steps={STEPS}", "--snapshot_every=10", "--batch_size=10", "--svm_workers=2",
+                         "--noprogress"],
+                        cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   with open(out / "summary.json") as f:
     summary = json.load(f)
@@ -32,6 +35,7 @@ def test_outputs(e1):
   out, proc, summary, arrays = e1
   assert (out / "paths.png").stat().st_size > 0
   assert "E1 2-D paths" in proc.stdout
+  assert not (out / "work").exists() and (out / "runs" / "cell_0000.npz").exists()
   for key in ("experiment", "flags", "timings_s", "environment", "checks", "final_corr"):
     assert key in summary
   assert arrays["X"].shape == (RUNS, 2, 3, 2)
@@ -73,3 +77,43 @@ def test_checks_are_computed_from_the_results(e1):
   first = metrics.corr(arrays["W_W"][:, 1], arrays["svm_fro"])
   assert np.mean(arrays["corr_W_fro"]) > np.mean(first)
   assert summary["drawn_data_set"] in range(RUNS)
+
+
+def test_record_holds_every_run(e1):
+  """OUT/runs/cell_0000.npz: the per-run arrays of every data set, in run order, as in results.npz."""
+  out, _, _, arrays = e1
+  with np.load(out / "runs" / "cell_0000.npz", allow_pickle=False) as f:
+    record = dict(f)
+  np.testing.assert_array_equal(record["runs"], np.arange(RUNS))
+  for key in ("X", "W_W", "W_KQ", "corr_W_fro", "svm_nuc", "selected_KQ"):
+    np.testing.assert_array_equal(record[key], arrays[key])
+
+
+BAD_FLAGS = ["--d=0", "--T=1", "--lr=0", "--snapshot_every=0", "--draw_run=16"]
+
+
+def test_bad_flags(tmp_path):
+  """Each bad value: exit status != 0, one error naming the flag, no traceback, no --out directory."""
+  procs = {flag: subprocess.Popen([sys.executable, "-m", "experiments.paths_2d", f"--out={tmp_path / str(i)}",
+                                   flag], cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+           for i, flag in enumerate(BAD_FLAGS)}
+  for i, (flag, p) in enumerate(procs.items()):
+    _, err = p.communicate(timeout=120)
+    assert p.returncode != 0, flag
+    assert "Traceback" not in err, (flag, err[-2000:])
+    assert flag.split("=")[0].lstrip("-") in err, (flag, err[-2000:])
+    assert not os.path.exists(tmp_path / str(i)), flag
+
+
+def test_draw_run_beyond_the_data_file(e1, tmp_path):
+  """--draw_run is checked against the data sets of a --data file too (known only once it is read)."""
+  _, _, _, arrays = e1
+  data = tmp_path / "data.npz"
+  np.savez(data, **{k: arrays[k][:3] for k in ("X", "Y", "Z", "v")})
+  out = tmp_path / "out"
+  proc = subprocess.run([sys.executable, "-m", "experiments.paths_2d", f"--out={out}", f"--data={data}",
+                         "--draw_run=3"], cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr
+  assert "--draw_run must be -1 (auto) or in [0, 3), got 3" in proc.stderr
+  assert not out.exists()

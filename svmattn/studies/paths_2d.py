@@ -1,0 +1,187 @@
+"""E1: the 2-D picture of global convergence (SCIENCE.md section 8, the paper's Figure 1), as a study.
+
+One cell of ``runs`` data sets (``two_clusters``: n=2 sequences of T=3 tokens in d=2, labels
++1, tokens 0.3 N(0,1) around (-1,0) and (+1,0); or the rows of a data file). W and (K,Q) are
+trained with normalized GD from W(0)=0 / Q(0)=0 (init scheme "zero"), every snapshot kept;
+the host analysis solves the Frobenius and the nuclear Att-SVM at the OPTIMAL tokens and
+correlates the final directions with them. The reduction picks the data set drawn in the
+figure (``pick_drawn``) and computes the checks.
+
+``fl`` below is a dict of the binary's flag values (``experiments.paths_2d``), or the
+"flags" of its summary.json: ``build`` rebuilds the same study from it.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from svmattn.analysis import metrics
+from svmattn.data import datasets as data_lib
+from svmattn.models import attention as model_lib
+from svmattn.models import heads
+from svmattn.study import pipeline
+from svmattn.study import stages
+from svmattn.studies import local_convergence
+from svmattn.svm import att_svm as svm_lib
+from svmattn.train import loop as train_lib
+
+NAME = "paths_2d"
+PARAMS = ("W", "KQ")
+NOISE = 0.3      # token noise scale
+SHIFT = 1.0      # |cluster centre|
+NORM_NAME = {"fro": "Frobenius", "nuc": "nuclear"}
+OWN_NORM = {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items()}
+
+
+def two_clusters(key: jax.Array, spec: data_lib.DataSpec, head: heads.Head, dtype=jnp.float64) -> data_lib.Dataset:
+  """E1 generator for one data set: x_it = 0.3 N(0, I_d) + c_i with cluster centres
+  c_i = (-1 + 2 i / (n - 1), 0, ..., 0) ((-1,0) and (+1,0) for n=2; c = 0 for n=1);
+  z_i and v unit Gaussian; Y = +1. X (n,T,d), Y (n,), Z (n,d), v from ``head.init``."""
+  kx, kz, kv = jax.random.split(key, 3)
+  n, d = spec.n, spec.d
+  centre = jnp.linspace(-SHIFT, SHIFT, n, dtype=dtype) if n > 1 else jnp.zeros((1,), dtype)
+  shift = jnp.zeros((n, 1, d), dtype).at[:, 0, 0].set(centre)
+  X = NOISE * data_lib.normal(kx, (n, spec.T, d), dtype) + shift
+  Z = data_lib.normal(kz, (n, d), dtype)
+  Z = Z / jnp.linalg.norm(Z, axis=-1, keepdims=True)
+  return data_lib.Dataset(X, jnp.ones((n,), dtype), Z, head.init(kv, d, dtype))
+
+
+def spec(fl: dict) -> data_lib.DataSpec:
+  return data_lib.DataSpec(fl["n"], fl["T"], fl["d"], labels="positive").validate()
+
+
+def configs(fl: dict) -> tuple:
+  """((parameterization, TrainConfig), ...): normalized GD from zero, every snapshot_every steps."""
+  return tuple((p, train_lib.TrainConfig(param=p, lr=fl["lr"], steps=fl["steps"],
+                                         snapshot_every=fl["snapshot_every"],
+                                         chunk_steps=max(fl["snapshot_every"], 500), init="zero").validate())
+               for p in PARAMS)
+
+
+def _dtype(fl: dict):
+  return np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+
+
+def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  """The E1 study of flag values ``fl``: the data sets of fl["data"] (a .npz file; raises
+  ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones (``two_clusters``)."""
+  sp, cfgs = spec(fl), configs(fl)
+  dtype = _dtype(fl)
+  file_data = data_lib.load_npz(fl["data"], dtype) if fl.get("data") else None
+  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
+
+  def load(cell, runs):
+    if file_data is not None:
+      batch = data_lib.take(file_data, runs)
+    else:   # drawn in the run's precision, as the E1 binary always did
+      batch = data_lib.generate(sp, fl["seed"], runs, heads.LINEAR, sampler=two_clusters, dtype=dtype)
+    batch = data_lib.Dataset(*(np.asarray(a) for a in batch))
+    return {**batch._asdict(), "gamma": local_convergence.token_scores(batch)}
+
+  return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
+                        lambda cell: tuple(stages.Train(p, c) for p, c in cfgs), analyze,
+                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+
+
+def analyze(label: dict, data: dict, trajs: dict) -> dict:
+  """Per run: the data (X, Z in float64), optimal tokens, the Frobenius and nuclear Att-SVM of
+  the optimal tokens, and per parameterization P every snapshot W_P, the selections, the loss
+  curve and the final correlations corr_P_norm."""
+  del label
+  X, Z = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64)
+  gamma = data["gamma"]
+  opt = metrics.optimal_tokens(gamma)
+  B, d = X.shape[0], X.shape[-1]
+  out = {"runs": data["runs"], "X": X, "Y": data["Y"], "Z": Z, "v": data["v"], "optimal_tokens": opt,
+         "token_scores": gamma}
+  svms = {norm: svm_lib.stack([svm_lib.att_svm(X[b], Z[b], opt[b], norm) for b in range(B)], d)
+          for norm in svm_lib.NORMS}
+  for norm in svm_lib.NORMS:
+    out[f"svm_{norm}"] = svms[norm]["W"]
+    out[f"svm_{norm}_status"] = svms[norm]["status"]
+  for p, t in trajs.items():
+    out[f"W_{p}"] = t["W"]
+    out[f"selected_{p}"] = t["selected"]
+    out[f"loss_{p}"] = t["loss"]
+    for norm in svm_lib.NORMS:
+      out[f"corr_{p}_{norm}"] = metrics.corr(t["W"][:, -1], svms[norm]["W"])
+  return out
+
+
+def steps(fl: dict) -> np.ndarray:
+  """(S,) the snapshot steps (the same for W and (K,Q))."""
+  c = configs(fl)[0][1]
+  return train_lib.snapshot_steps(train_lib.schedule(c.steps, c.snapshot_every, c.chunk_steps))
+
+
+KEYS = ("runs", "X", "Y", "Z", "v", "optimal_tokens", "token_scores")
+
+
+def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
+  """(results.npz arrays, summary) from the per-run arrays of the one cell; the summary holds
+  the data set drawn in the figure ("drawn_data_set") and the checks."""
+  a = cells[0]
+  opt = a["optimal_tokens"]
+  B, n, T, d = a["X"].shape
+  arrays = {k: a[k] for k in KEYS}
+  arrays["steps"] = steps(fl)
+  for norm in svm_lib.NORMS:
+    arrays[f"svm_{norm}"] = a[f"svm_{norm}"]
+    arrays[f"svm_{norm}_status"] = a[f"svm_{norm}_status"]
+  draw_run = fl.get("draw_run", -1)
+  drawn = draw_run if draw_run >= 0 else pick_drawn(arrays["Z"], a["svm_fro"], a["svm_nuc"])
+  summary = {"experiment": "E1 2-D paths", "data_sets": int(B), "shape": {"n": int(n), "T": int(T), "d": int(d)},
+             "drawn_data_set": int(drawn), "final_corr": {}, "selected_opt": {},
+             "svm_status": {norm: {s: int(np.sum(a[f"svm_{norm}_status"] == s)) for s in svm_lib.STATUSES}
+                            for norm in svm_lib.NORMS}}
+  for p in PARAMS:
+    arrays[f"W_{p}"] = a[f"W_{p}"]
+    arrays[f"selected_{p}"] = a[f"selected_{p}"]
+    arrays[f"loss_{p}"] = a[f"loss_{p}"]
+    summary["selected_opt"][p] = float(np.mean(np.all(a[f"selected_{p}"] == opt, axis=1)))
+    for norm in svm_lib.NORMS:
+      final = arrays[f"corr_{p}_{norm}"] = a[f"corr_{p}_{norm}"]
+      ok = np.isfinite(final)
+      summary["final_corr"][f"{p}_vs_{norm}"] = {
+          "mean": float(np.mean(final[ok])) if ok.any() else None,
+          "min": float(np.min(final[ok])) if ok.any() else None, "solved": int(ok.sum())}
+  summary["checks"] = checks(arrays, opt)
+  return arrays, summary
+
+
+def pick_drawn(Z: np.ndarray, fro: np.ndarray, nuc: np.ndarray, max_cos: float = 0.5,
+               max_corr: float = 0.98) -> int:
+  """The first data set whose picture separates the predictions: queries far apart in
+  direction (max_{i<j} |cos(z_i, z_j)| <= max_cos; when z_1 ~ z_2 the rays W z_i
+  coincide) and Frobenius and nuclear SVMs of distinct directions (corr <= max_corr;
+  otherwise solid and dashed rays coincide, e.g. for a rank-one W^mm). Z (B,n,d),
+  fro / nuc (B,d,d) (NaN where unsolved). 0 if no data set qualifies. The rule looks
+  at the data and the SVMs only, never at the trained paths."""
+  Zn = Z / np.linalg.norm(Z, axis=-1, keepdims=True)
+  n = Z.shape[1]
+  distinct = metrics.corr(fro, nuc) <= max_corr          # NaN (unsolved) -> False
+  for b in range(len(Z)):
+    cos = np.abs(Zn[b] @ Zn[b].T)[np.triu_indices(n, 1)]
+    if distinct[b] and (cos.size == 0 or np.max(cos) <= max_cos):
+      return b
+  return 0
+
+
+def checks(arrays, opt) -> list:
+  """Final-direction correlations with the SVMs of the optimal tokens, and global selection."""
+  out = []
+  for p, what in (("W", "W"), ("KQ", "K Q^T")):
+    norm = OWN_NORM[p]
+    corr = arrays[f"corr_{p}_{norm}"]
+    ok = np.isfinite(corr)
+    value = float(np.min(corr[ok])) if ok.all() else float("nan")
+    out.append({"name": f"min over data sets of corr(final {what}, {NORM_NAME[norm]} W^mm(opt))",
+                "value": value, "expected": ">= 0.99 (converges to the SVM direction)",
+                "ok": bool(ok.all() and value >= 0.99)})
+    share = float(np.mean(np.all(arrays[f"selected_{p}"] == opt, axis=1)))
+    out.append({"name": f"{p}: share of data sets whose final attention selects the optimal tokens",
+                "value": share, "expected": "1 (global convergence from W(0)=0 / Q(0)=0)",
+                "ok": bool(share == 1.0)})
+  return out

@@ -1,0 +1,178 @@
+"""E8: sequence-to-sequence and causal attention, GD versus their SVMs (SCIENCE.md sections 7-8), as a study.
+
+One cell of ``runs`` seq2seq data sets (``svm.seq2seq.generate``: every position k of
+sequence i is a query z_ik = x_ik with its own label Y_ik; or the rows of a data file). The
+modes are device stages: for each mode (seq2seq: all tokens visible; causal: position k sees
+t <= k) and parameterization P, a ``stages.Train`` named "{mode}_{P}" trains P with
+normalized GD on every data set. The host analysis reads off the tokens GD selected,
+solves the matching SVM (Frobenius for W, nuclear for (K,Q); ``seq2seq.svm_batch``) and
+correlates every snapshot with it; it also classifies each W run (global / local /
+not-local) and records whether GD selected the optimal tokens opt_ik = argmax_t Y_ik v^T x_it
+(causal: over t <= k; causal position 0 sees one token and is left out).
+
+``fl`` below is a dict of the binary's flag values (``experiments.seq_causal``), or the
+"flags" of its summary.json: ``build`` rebuilds the same study from it.
+"""
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from svmattn.analysis import metrics
+from svmattn.data import datasets as data_lib
+from svmattn.models import attention as model_lib
+from svmattn.models import heads
+from svmattn.study import pipeline
+from svmattn.study import stages
+from svmattn.svm import att_svm as svm_lib
+from svmattn.svm import seq2seq as s2s
+from svmattn.train import loop as train_lib
+
+NAME = "seq_causal"
+OWN_NORM = {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items()}
+NORM_NAMES = {"fro": "Frobenius", "nuc": "nuclear"}
+CORR_TARGET = 0.99
+
+
+def configs(fl: dict) -> tuple:
+  """(("{mode}_{P}", mode, P, TrainConfig), ...) for every mode of fl["modes"] and P of fl["params"]."""
+  out = []
+  for mode in fl["modes"]:
+    for p in fl["params"]:
+      config = train_lib.TrainConfig(param=p, model=mode, loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"],
+                                     steps=fl["steps"], snapshot_every=fl["snapshot_every"],
+                                     chunk_steps=fl["chunk_steps"]).validate()
+      out.append((f"{mode}_{p}", mode, p, config))
+  return tuple(out)
+
+
+def _dtype(fl: dict):
+  return np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+
+
+def token_scores(batch: data_lib.Dataset) -> np.ndarray:
+  """gamma (B,n,T,T) float64: gamma_ikt = Y_ik v^T x_it."""
+  return np.asarray(jax.vmap(lambda v, X, Y: s2s.token_scores(heads.LINEAR, v, X, Y))(batch.v, batch.X, batch.Y),
+                    np.float64)
+
+
+def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  """The E8 study of flag values ``fl``: the seq2seq data sets of fl["data"] (a .npz file; raises
+  ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones."""
+  for mode in fl["modes"]:
+    if mode not in s2s.MODES:
+      raise ValueError(f"unknown mode {mode!r}; use {', '.join(s2s.MODES)}")
+  cfgs = configs(fl)
+  dtype = _dtype(fl)
+  file_data = s2s.load_npz(fl["data"], dtype) if fl.get("data") else None
+  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
+  spec = None if file_data is not None else s2s.Seq2SeqSpec(fl["n"], fl["T"], fl["d"], fl["labels"]).validate()
+
+  def load(cell, runs):
+    if file_data is not None:
+      batch = data_lib.take(file_data, runs)
+    else:   # drawn in the run's precision, as the E8 binary always did
+      batch = s2s.generate(spec, fl["seed"], runs, dtype=dtype)
+    batch = data_lib.Dataset(*(np.asarray(a) for a in batch))
+    return {**batch._asdict(), "gamma": token_scores(batch)}
+
+  return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
+                        lambda cell: tuple(stages.Train(name, c) for name, _, _, c in cfgs), analyze,
+                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+
+
+def analyze(label: dict, data: dict, trajs: dict) -> dict:
+  """Per run, for each trained "{mode}_{P}": the final W, the selections (B,n,T), the SVM at
+  them (svm_{mode}_{P}, _status), corr of every snapshot with it, the softmax and loss
+  curves, whether every scored position selected the optimal token (global_), finite_ and,
+  for the Frobenius SVM, the convergence type; optimal_{mode} (B,n,T) per mode."""
+  del label
+  X = np.asarray(data["X"], np.float64)
+  gamma = data["gamma"]
+  d = X.shape[-1]
+  out = {"runs": data["runs"], "token_scores": gamma}
+  for name, t in trajs.items():
+    mode, p = name.rsplit("_", 1)
+    norm = OWN_NORM[p]
+    out.setdefault(f"optimal_{mode}", s2s.optimal_tokens(gamma, mode))
+    selected = t["selected"]                                                 # (B,n,T)
+    solved = s2s.svm_batch(X, selected, norm, mode=mode)
+    stacked = svm_lib.stack(solved, d)
+    optimal = s2s.selects_optimal(gamma, selected, mode)                     # (B,n,T)
+    out.update({f"W_final_{name}": t["W"][:, -1], f"selected_{name}": selected,
+                f"svm_{name}": stacked["W"], f"svm_{name}_status": stacked["status"],
+                f"corr_{name}": metrics.corr(t["W"], stacked["W"][:, None]),   # (B,S)
+                f"max_prob_{name}": t["max_prob"], f"loss_{name}": t["loss"],
+                f"global_{name}": np.all(optimal, axis=(1, 2)), f"finite_{name}": t["finite"]})
+    if norm == "fro":
+      out[f"convergence_type_{name}"] = np.array(
+          [s2s.convergence_type(gamma[b], selected[b], solved[b], mode) for b in range(len(X))])
+  return out
+
+
+def _stats(x) -> dict:
+  x = np.asarray(x, np.float64)
+  if not np.any(np.isfinite(x)):
+    return {"mean": None, "std": None, "min": None, "solved": 0}
+  return {"mean": float(np.nanmean(x)), "std": float(np.nanstd(x)), "min": float(np.nanmin(x)),
+          "solved": int(np.sum(np.isfinite(x)))}
+
+
+def steps(fl: dict) -> np.ndarray:
+  return train_lib.snapshot_steps(train_lib.schedule(fl["steps"], fl["snapshot_every"], fl["chunk_steps"]))
+
+
+def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
+  """(results.npz arrays, summary) from the per-run arrays of the one cell."""
+  a = cells[0]
+  gamma = a["token_scores"]
+  B, n, T, _ = gamma.shape
+  d = a[f"svm_{configs(fl)[0][0]}"].shape[-1]
+  arrays = {"runs": a["runs"], "token_scores": gamma}
+  summary = {"experiment": "E8 seq2seq and causal attention", "data_sets": int(B),
+             "shape": {"n": int(n), "T": int(T), "d": int(d)}, "final_corr": {}, "svm_status": {},
+             "global_selection": {}, "convergence_types": {}, "diverged_runs": {}}
+  out_checks = []
+  for mode in fl["modes"]:
+    scored = int(n * np.sum(s2s.scored_positions(T, T, mode)))          # queries with >= 2 visible tokens
+    arrays[f"optimal_{mode}"] = a[f"optimal_{mode}"]
+    for p in fl["params"]:
+      name, norm = f"{mode}_{p}", OWN_NORM[p]
+      for key in ("W_final", "selected", "svm"):
+        arrays[f"{key}_{name}"] = a[f"{key}_{name}"]
+      arrays[f"svm_{name}_status"] = status_arr = a[f"svm_{name}_status"]
+      for key in ("corr", "max_prob", "loss", "global"):
+        arrays[f"{key}_{name}"] = a[f"{key}_{name}"]
+      arrays.setdefault("steps", steps(fl))
+      curve, selected = a[f"corr_{name}"], a[f"selected_{name}"]
+      optimal = s2s.selects_optimal(gamma, selected, mode)
+      positions = s2s.scored_positions(T, T, mode)
+      all_opt = a[f"global_{name}"]
+      summary["diverged_runs"][name] = int(np.sum(~a[f"finite_{name}"]))
+      summary["final_corr"][f"{name}_vs_{norm}"] = _stats(curve[:, -1])
+      status = {s: int(np.sum(status_arr == s)) for s in svm_lib.STATUSES}
+      summary["svm_status"][f"{name}_{norm}"] = status
+      summary["global_selection"][name] = {
+          "runs_all_positions_optimal": float(np.mean(all_opt)),
+          "positions_optimal": float(np.mean(optimal[:, :, positions])),
+          "scored_positions_per_data_set": scored}
+      if norm == "fro":
+        types = a[f"convergence_type_{name}"]
+        arrays[f"convergence_type_{name}"] = types
+        summary["convergence_types"][name] = metrics.type_fractions(list(types))
+
+      final = summary["final_corr"][f"{name}_vs_{norm}"]
+      out_checks.append({"name": f"{mode}: final corr({p}_GD, {NORM_NAMES[norm]} SVM at GD's selection), "
+                                 f"mean over {final['solved']} feasible runs",
+                         "value": final["mean"] if final["mean"] is not None else "no feasible run",
+                         "expected": f">= {CORR_TARGET}",
+                         "ok": bool(final["mean"] is not None and final["mean"] >= CORR_TARGET)})
+      if d >= scored:
+        feasible = status["optimal"] / B
+        out_checks.append({"name": f"{mode}: share of runs whose SVM at GD's selection is solved ({p}, {norm})",
+                           "value": feasible,
+                           "expected": f"= 1 (d = {d} >= {scored} queries with a choice: every selection is "
+                                       "feasible)",
+                           "ok": bool(feasible == 1.0)})
+  summary["checks"] = out_checks
+  return arrays, summary
