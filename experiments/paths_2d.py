@@ -31,6 +31,7 @@ from svmattn.studies import paths_2d as e1
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=16)
 common.define_pipeline_flags(batch_size=1000)
+common.define_numerics_flag()
 flags.DEFINE_integer("n", 2, "Sequences per data set (cluster centres spread evenly over [-1, 1] x {0}).",
                      lower_bound=1)
 flags.DEFINE_integer("T", 3, "Tokens per sequence.", lower_bound=2)

@@ -47,6 +47,7 @@ from svmattn.svm import seq2seq as s2s
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)
 common.define_pipeline_flags(batch_size=1000)
+common.define_numerics_flag()
 flags.DEFINE_integer("n", 4, "Sequences per data set.", lower_bound=1)
 flags.DEFINE_integer("T", 5, "Tokens (= query positions) per sequence.", lower_bound=2)
 flags.DEFINE_integer("d", 20, "Embedding dimension (d >= n T: every selection's SVM is feasible).", lower_bound=1)

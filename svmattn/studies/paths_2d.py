@@ -56,7 +56,8 @@ def configs(fl: dict) -> tuple:
   """((parameterization, TrainConfig), ...): normalized GD from zero, every snapshot_every steps."""
   return tuple((p, train_lib.TrainConfig(param=p, lr=fl["lr"], steps=fl["steps"],
                                          snapshot_every=fl["snapshot_every"],
-                                         chunk_steps=max(fl["snapshot_every"], 500), init="zero").validate())
+                                         chunk_steps=max(fl["snapshot_every"], 500), init="zero",
+                                         numerics=fl.get("numerics", "exact")).validate())
                for p in PARAMS)
 
 
@@ -132,7 +133,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
     arrays[f"svm_{norm}_status"] = a[f"svm_{norm}_status"]
   draw_run = fl.get("draw_run", -1)
   drawn = draw_run if draw_run >= 0 else pick_drawn(arrays["Z"], a["svm_fro"], a["svm_nuc"])
-  summary = {"experiment": "E1 2-D paths", "data_sets": int(B), "shape": {"n": int(n), "T": int(T), "d": int(d)},
+  summary = {"experiment": "E1 2-D paths", "numerics": fl.get("numerics", "exact"), "data_sets": int(B), "shape": {"n": int(n), "T": int(T), "d": int(d)},
              "drawn_data_set": int(drawn), "final_corr": {}, "selected_opt": {},
              "svm_status": {norm: {s: int(np.sum(a[f"svm_{norm}_status"] == s)) for s in svm_lib.STATUSES}
                             for norm in svm_lib.NORMS}}

@@ -41,7 +41,7 @@ def configs(fl: dict) -> tuple:
     for p in fl["params"]:
       config = train_lib.TrainConfig(param=p, model=mode, loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"],
                                      steps=fl["steps"], snapshot_every=fl["snapshot_every"],
-                                     chunk_steps=fl["chunk_steps"]).validate()
+                                     chunk_steps=fl["chunk_steps"], numerics=fl.get("numerics", "exact")).validate()
       out.append((f"{mode}_{p}", mode, p, config))
   return tuple(out)
 
@@ -129,7 +129,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   B, n, T, _ = gamma.shape
   d = a[f"svm_{configs(fl)[0][0]}"].shape[-1]
   arrays = {"runs": a["runs"], "token_scores": gamma}
-  summary = {"experiment": "E8 seq2seq and causal attention", "data_sets": int(B),
+  summary = {"experiment": "E8 seq2seq and causal attention", "numerics": fl.get("numerics", "exact"), "data_sets": int(B),
              "shape": {"n": int(n), "T": int(T), "d": int(d)}, "final_corr": {}, "svm_status": {},
              "global_selection": {}, "convergence_types": {}, "diverged_runs": {}}
   out_checks = []
