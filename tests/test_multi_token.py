@@ -174,3 +174,20 @@ def test_help_text_speaks_of_the_science():
   text = proc.stdout + proc.stderr
   assert "--target" in text and "W^SVMeq" in text
   assert "issue" not in text.lower()
+
+
+def test_replay_of_one_kept_run_equals_its_batch(outputs):
+  """experiments.replay on a finished E5 run: one kept draw of d=4, alone, gives every per-run
+  array of its batch bit for bit (and says so)."""
+  path, _ = outputs[16]
+  rec = np.load(path / "runs" / "cell_0000.npz")
+  run = int(np.flatnonzero(rec["outcome"] == "kept")[1])
+  proc = subprocess.run([sys.executable, "-m", "experiments.replay", f"--out={path}", "--cell=d=4", f"--run={run}"],
+                        cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  report = json.loads((path / f"replay_{run}.json").read_text())
+  assert report["study"] == "multi_token" and report["label"] == {"d": 4} and report["differ"] == []
+  assert sorted(report["identical"]) == sorted(rec.files) and all(report["identical"].values())
+  assert f"{len(rec.files)}/{len(rec.files)} per-run arrays identical to the batch" in proc.stdout
+  W = np.load(path / f"replay_{run}.npz")["W_W"]
+  assert W.shape == (301, 4, 4) and np.array_equal(W[-1], rec["W_gd"][run])    # every step, ending at the batch's W
