@@ -59,27 +59,3 @@ def summarize_corr(final: np.ndarray) -> dict:
     return {"mean": None, "std": None, "min": None, "solved": 0}
   return {"mean": float(np.mean(final[ok])), "std": float(np.std(final[ok])), "min": float(np.min(final[ok])),
           "solved": int(np.sum(ok))}
-
-
-def e2_batch(data_path: str, traj_paths: dict[str, str]) -> dict[str, np.ndarray]:
-  """The per-run results of one E2 batch from its files (``svmattn.study.pipeline`` analyze step):
-  the SVM comparison plus the final W, selections, softmax and loss curves of each P."""
-  with np.load(data_path, allow_pickle=False) as f:
-    data = {k: f[k] for k in f.files}
-  trajs = {}
-  for p, path in traj_paths.items():
-    with np.load(path, allow_pickle=False) as f:
-      trajs[p] = {k: f[k] for k in f.files}
-  out = compare_with_svms(data["X"], data["Z"], data["gamma"], {p: t["W"] for p, t in trajs.items()},
-                          {p: t["selected"] for p, t in trajs.items()})
-  for p, t in trajs.items():
-    out[f"W_final_{p}"] = t["W"][:, -1]
-    out[f"selected_{p}"] = t["selected"]
-    out[f"max_prob_{p}"] = t["max_prob"]
-    out[f"loss_{p}"] = t["loss"]
-    out[f"attention_{p}"] = t["attention"]
-    out[f"finite_{p}"] = t["finite"]
-  out["runs"] = data["runs"]
-  out["token_scores"] = data["gamma"]
-  out["optimal_tokens"] = metrics.optimal_tokens(data["gamma"])
-  return out

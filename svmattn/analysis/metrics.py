@@ -93,3 +93,13 @@ def numerical_rank(W: np.ndarray, rtol: float = 1e-4) -> np.ndarray:
 def mean_std(x: np.ndarray, axis=0) -> tuple[np.ndarray, np.ndarray]:
   """nanmean and nanstd along ``axis``."""
   return np.nanmean(x, axis=axis), np.nanstd(x, axis=axis)
+
+
+def quantile_stats(x) -> dict:
+  """count, median, quartiles and mean of the finite entries of x (None where there are none)."""
+  x = np.asarray(x, np.float64)
+  x = x[np.isfinite(x)]
+  if not x.size:
+    return {"count": 0, "median": None, "q25": None, "q75": None, "mean": None}
+  q25, med, q75 = np.percentile(x, [25, 50, 75])
+  return {"count": int(x.size), "median": float(med), "q25": float(q25), "q75": float(q75), "mean": float(x.mean())}

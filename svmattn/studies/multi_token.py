@@ -203,13 +203,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
   return out
 
 
-def stats(x):
-  x = np.asarray(x, np.float64)
-  x = x[np.isfinite(x)]
-  if not x.size:
-    return {"count": 0, "median": None, "q25": None, "q75": None, "mean": None}
-  q25, med, q75 = np.percentile(x, [25, 50, 75])
-  return {"count": int(x.size), "median": float(med), "q25": float(q25), "q75": float(q75), "mean": float(x.mean())}
+stats = metrics.quantile_stats
 
 
 def norm_stats(x):
