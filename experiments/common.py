@@ -90,7 +90,8 @@ def load_or_generate(spec: data_lib.DataSpec, head=None):
 def flag_values() -> dict:
   """The values of the flags svmattn's binaries define (for summary.json)."""
   return {name: FLAGS[name].value for name in FLAGS
-          if name not in _ABSL_FLAGS and not FLAGS.find_module_defining_flag(name, "").startswith("absl")}
+          if name not in _ABSL_FLAGS and not FLAGS.find_module_defining_flag(name, "").startswith("absl")
+          and type(FLAGS[name]).__name__ != "_FlagAlias"}      # an alias (--batch) is its target's value
 
 
 def environment() -> dict:

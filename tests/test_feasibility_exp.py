@@ -43,3 +43,10 @@ def test_feasibility_experiment_end_to_end(tmp_path):
   checks = {c["name"]: c for c in summary["checks"]}
   key = f"feasible fraction at d >= max(T-1,n)=3, n={n} T={T}, alpha=opt (min)"
   assert checks[key]["value"] == 1.0 and checks[key]["ok"]
+
+
+def test_bad_flags_fail_cleanly(tmp_path):
+  from test_svm_rank import bad_flags_fail_cleanly
+  bad_flags_fail_cleanly("experiments.feasibility", ("--runs=2", "--shapes=3:3", "--d_max=3"), [
+      ("--runs=0", "runs"), ("--shapes=5:1", "shapes"), ("--d_min=3 --d_max=2", "flags d_min=3, d_max=2"),
+      ("--alphas=opt,best", "alphas"), ("--batch=0", "batch_size")], tmp_path / "out")

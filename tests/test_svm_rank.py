@@ -1,5 +1,6 @@
 """End-to-end test of experiments/svm_rank.py (E3) at a tiny size, in a subprocess."""
 import os
+import time
 
 import jax
 import numpy as np
@@ -62,3 +63,102 @@ def test_svm_rank_end_to_end(tmp_path):
   d1 = cells[0]
   assert not d1["complete"] and d1["draws"] == factor * runs   # d = 1, unit tokens: ties, always infeasible
   assert any("d=1" in s for s in summary["incomplete_cells"])
+
+
+# ----------------------------------------------------------------------------
+# Killed with SIGKILL at a random moment, then --resume: the results of an uninterrupted run
+# ----------------------------------------------------------------------------
+
+# Cells d = 1 (never feasible: 8 batches up to the cap of 16 draws), d = 2 (some feasible) and
+# d = 3 = max(T-1, n) (always feasible: it stops after its second batch of 2).
+KILL_FLAGS = ("--runs=4", "--shapes=3:3", "--ds=1,2,3", "--max_draws_factor=4", "--batch_size=2", "--seed=1",
+              "--noprogress")
+
+
+def _e3(out, *args):
+  import subprocess
+  import sys
+  from test_sweep import ENV
+  return subprocess.run([sys.executable, "-m", "experiments.svm_rank", f"--out={out}", *KILL_FLAGS, *args],
+                        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+def test_killed_then_resumed_equals_uninterrupted(tmp_path):
+  """SIGKILL (the whole process group: the SVM worker too) at a random moment after the first
+  batch was analyzed, then --resume until it ends: results.npz is an uninterrupted run's,
+  array by array. The uninterrupted run solves inline (--svm_workers=0), the killed one in a
+  worker: the worker count changes nothing either."""
+  import random
+  import re
+  import subprocess
+  import sys
+  from test_sweep import ENV, assert_finished, assert_same_results, kill_when, listing
+
+  reference = tmp_path / "reference"
+  proc = _e3(reference, "--svm_workers=0")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert_finished(reference)
+
+  rng = random.Random(7103)
+  out = tmp_path / "killed"
+  kills = []
+  for attempt in range(2):
+    log = open(tmp_path / f"log_{attempt}.txt", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.svm_rank", f"--out={out}", *KILL_FLAGS,
+                             "--svm_workers=1", *(["--resume"] if attempt else [])],
+                            cwd=ROOT, env=ENV, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc.log = log
+    before, seen, delay = set(listing(out)), [], rng.uniform(0.0, 0.4)
+
+    def condition(paths, before=before, seen=seen, delay=delay):
+      # an analyzed batch that was not there before, then a random delay
+      if not seen and any(re.fullmatch(r"c\d+_b\d+\.npz", p) for p in set(paths) - before):
+        seen.append(time.monotonic())
+      return bool(seen) and time.monotonic() >= seen[0] + delay
+
+    killed = kill_when(proc, out, condition)
+    if killed is None:       # it ended first
+      break
+    kills.append(killed)
+  assert kills, "the run ended before it could be killed"
+  print("killed with", [sorted(p for p in k if p.endswith(".npz")) for k in kills])   # pytest -s
+  assert not os.path.exists(out / "results.npz")
+  proc = _e3(out, "--resume", "--svm_workers=1")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert_finished(out)
+  assert_same_results(out, reference)
+  with np.load(out / "results.npz") as a:
+    assert list(a["draws"])[0] == 16 and np.all(a["kept_runs"][2] == np.arange(4))   # d=1 capped, d=3 all feasible
+
+
+# ----------------------------------------------------------------------------
+# Bad flags: one clear line, nothing written
+# ----------------------------------------------------------------------------
+
+
+def bad_flags_fail_cleanly(module, base, cases, out):
+  """Run ``module`` with each of ``cases`` ((flags, the flag named in the error), all at once):
+  exit status != 0, absl's one-line flag error naming the flag, no traceback, no ``out``."""
+  import subprocess
+  import sys
+  from test_sweep import ENV
+  procs = [(flag, named, subprocess.Popen([sys.executable, "-m", module, f"--out={out}", *base, *flag.split()],
+                                          cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+           for flag, named in cases]
+  for flag, named, proc in procs:
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode != 0, flag
+    assert "Traceback" not in stderr, stderr[-3000:]
+    error = f"FATAL Flags parsing error: {named}" if named.startswith("flags ") else \
+        f"FATAL Flags parsing error: flag --{named}="
+    assert error in stderr, stderr[-3000:]
+  assert not os.path.exists(out)
+
+
+def test_bad_flags_fail_cleanly(tmp_path):
+  data = tmp_path / "data.npz"
+  data.write_bytes(b"")
+  bad_flags_fail_cleanly("experiments.svm_rank", ("--runs=2", "--ds=2", "--shapes=3:3"), [
+      ("--runs=0", "runs"), ("--shapes=5:1", "shapes"), ("--ds=1,0", "ds"), ("--batch=0", "batch_size"),
+      (f"--data={data}", "data")],
+      tmp_path / "out")

@@ -156,7 +156,8 @@ def _solve_cvxpy(A: np.ndarray, d: int, norm: str, solver: str):
     return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
   prob, A_par, W, constraint = _cvxpy_problem(N, d, norm)
   A_par.value = A
-  kwargs = {"eps": 1e-9, "max_iters": 200_000} if solver == "SCS" else {}
+  # cold starts: a solution depends on its own data set only, not on what this process solved before
+  kwargs = {"eps": 1e-9, "max_iters": 200_000, "warm_start": False} if solver == "SCS" else {}
   try:
     prob.solve(solver=solver, **kwargs)
   except Exception as e:  # noqa: BLE001 - a solver failure is an outcome

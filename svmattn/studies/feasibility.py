@@ -1,0 +1,143 @@
+"""E9: feasibility of Att-SVM(alpha) versus d around max(T-1, n) (SCIENCE.md sections 3, 8), as a study.
+
+A grid of cells (n, T, d): every shape (n, T) of ``shapes`` with every d from ``d_min`` to
+``d_max``, ``runs`` data sets each (the paper's unit-Gaussian generator, linear head; data
+set r of a cell is run r of the seed with that shape). For every data set the host analysis
+asks whether Att-SVM(alpha) is feasible (``svm.feasibility.check``) for each token choice
+of ``alphas``: opt (the tokens of largest score gamma_it = Y_i v^T x_it) and random (uniform,
+drawn from the run's initialization key). Everything is host-side float64. Prediction: 100%
+feasible for every d >= max(T-1, n), below that possibly infeasible.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from svmattn.data import datasets as data_lib
+from svmattn.models import heads
+from svmattn.study import pipeline
+from svmattn.studies import svm_rank
+from svmattn.svm import feasibility as feas_lib
+
+NAME = "feasibility"
+ALPHAS = ("opt", "random")
+parse_shapes = svm_rank.parse_shapes   # "n:T" entries -> (n, T); ValueError for a bad one
+
+
+def grid(fl: dict) -> tuple[list[tuple[int, int]], np.ndarray, list[str]]:
+  """(shapes, ds, alphas) of flag values ``fl``; ValueError for bad ones."""
+  shapes = parse_shapes(fl["shapes"])
+  if not 1 <= int(fl["d_min"]) <= int(fl["d_max"]):
+    raise ValueError(f"need 1 <= d_min <= d_max, got {fl['d_min']}, {fl['d_max']}")
+  alphas = list(fl["alphas"])
+  if not alphas or any(a not in ALPHAS for a in alphas):
+    raise ValueError(f"alphas: use opt and/or random, got {alphas}")
+  return shapes, np.arange(int(fl["d_min"]), int(fl["d_max"]) + 1), alphas
+
+
+@functools.lru_cache(maxsize=None)
+def _alphas_fn(n, T):
+  """Jitted (seed, runs, v, X, Y) -> (opt (B,n), random (B,n))."""
+
+  def one(seed, run, v, X, Y):
+    gamma = heads.token_scores(heads.LINEAR, v, X, Y)
+    k_init = data_lib.split_run_key(data_lib.run_key(seed, run))[1]
+    return jnp.argmax(gamma, axis=-1), jax.random.randint(k_init, (n,), 0, T)
+
+  return jax.jit(jax.vmap(one, (None, 0, 0, 0, 0)))
+
+
+def token_choices(spec, seed, runs, data) -> dict:
+  """alpha = opt and a uniform random alpha (from each run's initialization key): (B, n) each."""
+  opt, rnd = _alphas_fn(spec.n, spec.T)(jnp.asarray(seed, jnp.uint32), jnp.asarray(runs, jnp.uint32),
+                                        data.v, data.X, data.Y)
+  return {"opt": np.asarray(opt), "random": np.asarray(rnd)}
+
+
+def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  """The E9 study of flag values ``fl`` (runs, seed, shapes, d_min, d_max, alphas, batch_size)."""
+  shapes, ds, alphas = grid(fl)
+  if int(fl["runs"]) < 1:
+    raise ValueError("runs must be >= 1")
+
+  def load(cell, runs):
+    label = cell.label
+    spec = data_lib.DataSpec(label["n"], label["T"], label["d"]).validate()
+    data = data_lib.generate(spec, fl["seed"], runs)             # host-side float64 checks
+    choice = token_choices(spec, fl["seed"], runs, data)
+    return {"X": np.asarray(data.X, np.float64), "Z": np.asarray(data.Z, np.float64),
+            **{f"alpha_{a}": choice[a] for a in dict.fromkeys(alphas)}}
+
+  cells = tuple(pipeline.Cell({"n": n, "T": T, "d": int(d)}, int(fl["runs"])) for n, T in shapes for d in ds)
+  return pipeline.Study(NAME, cells, load, lambda cell: (), analyze, fl.get("batch_size", 1000), fl["seed"],
+                        identity if identity is not None else fl)
+
+
+def analyze(label: dict, data: dict, stage_arrays: dict) -> dict:
+  """Per data set and token choice A (the batch's alpha_A): feasible_A (bool), status_A and
+  method_A (how it was decided: lstsq or nnls)."""
+  del label, stage_arrays
+  X, Z = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64)
+  out = {"run": np.asarray(data["runs"], np.int64)}
+  for key in sorted(k for k in data if k.startswith("alpha_")):
+    a = key[len("alpha_"):]
+    res = feas_lib.check(X, Z, np.asarray(data[key]))
+    out[f"feasible_{a}"] = np.asarray(res.feasible, bool)
+    out[f"status_{a}"] = np.asarray(res.status, "<U10")
+    out[f"method_{a}"] = np.asarray(res.method, "<U5")
+  return out
+
+
+def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
+  """(results.npz arrays, summary) from the per-run arrays of every cell (run order)."""
+  shapes, ds, alphas = grid(fl)
+  R, D = int(fl["runs"]), len(ds)
+  batch = int(fl.get("batch_size", 1000))
+  feasible = np.zeros((len(shapes), len(alphas), D, R), bool)
+  method = np.full((len(shapes), len(alphas), D, R), "", dtype="<U5")
+  status_counts = {}
+  for c, arrays in enumerate(cells):
+    si, di = divmod(c, D)
+    for ai, a in enumerate(alphas):
+      feasible[si, ai, di] = arrays[f"feasible_{a}"]
+      method[si, ai, di] = arrays[f"method_{a}"]
+    for lo in range(0, R, batch):    # counted in the order of the one-process run: batch, alpha, data set
+      for a in alphas:
+        for s in arrays[f"status_{a}"][lo:lo + batch]:
+          status_counts[str(s)] = status_counts.get(str(s), 0) + 1
+  fraction = feasible.mean(axis=-1)
+  arrays = {"feasible": feasible, "fraction": fraction, "method": method, "ns": np.array([s[0] for s in shapes]),
+            "Ts": np.array([s[1] for s in shapes]), "ds": ds, "alphas": np.array(alphas), "runs": np.arange(R)}
+  summary_cells, checks = [], []
+  for si, (n, T) in enumerate(shapes):
+    threshold = max(T - 1, n)
+    for ai, a in enumerate(alphas):
+      for di, d in enumerate(ds):
+        summary_cells.append({"n": n, "T": T, "d": int(d), "alpha": a,
+                              "feasible_fraction": float(fraction[si, ai, di]),
+                              "decided_by_nnls": int(np.sum(method[si, ai, di] == "nnls"))})
+      above = fraction[si, ai, ds >= threshold]
+      below = fraction[si, ai, ds < threshold]
+      if above.size:
+        checks.append({"name": f"feasible fraction at d >= max(T-1,n)={threshold}, n={n} T={T}, alpha={a} (min)",
+                       "value": float(above.min()), "expected": "== 1 (always feasible)",
+                       "ok": bool(above.min() == 1.0)})
+      if below.size:
+        checks.append({"name": f"feasible fraction at smallest d={int(ds[0])}, n={n} T={T}, alpha={a}",
+                       "value": float(below[0]), "expected": "< 0.9 (visibly below 100%)",
+                       "ok": bool(below[0] < 0.9)})
+  first_full = {}
+  for si, (n, T) in enumerate(shapes):
+    for ai, a in enumerate(alphas):
+      full = [j for j in range(D) if np.all(fraction[si, ai, j:] == 1.0)]
+      first_full[f"n={n},T={T},alpha={a}"] = int(ds[full[0]]) if full else None
+  summary = {"experiment": "E9 feasibility vs d", "shapes": shapes, "ds": ds, "runs_per_cell": R,
+             "cells": summary_cells, "status_counts": status_counts,
+             "smallest_d_feasible_from_then_on": first_full,
+             "decision": "svmattn.svm.feasibility.check: batched least-squares certificate, exact NNLS test "
+                         "(Lawson-Hanson, residual r = 0 <=> infeasible) where undecided",
+             "checks": checks}
+  return arrays, summary
