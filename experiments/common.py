@@ -275,6 +275,26 @@ def run_study(study, write):
     fail(str(e))
 
 
+STAGE_TIMINGS = {"compile_s": "compile", "train_s": "train", "svm_s": "svm", "wall_s": "pipeline_wall",
+                 "overlap": "overlap"}
+
+
+def write_summary(summary: dict, fl: dict, output, timer: "Timer", names: dict | None = None) -> dict:
+  """OUT/summary.json: the study's summary with the flags, the wall time of each stage (the
+  pipeline's ``output.timings`` named by ``names``, then the binary's own, then the total) and
+  the software environment. Returns it."""
+  t = output.timings
+  names = STAGE_TIMINGS if names is None else names
+  summary = dict(summary)
+  head = {"experiment": summary.pop("experiment"), "flags": fl}
+  summary = {**head, **summary,
+             "timings_s": {**{name: t[key] for key, name in names.items()}, **timer.seconds, "total": timer.total()},
+             "environment": environment()}
+  from svmattn.io import results
+  results.write_json(os.path.join(FLAGS.out, "summary.json"), summary)
+  return summary
+
+
 def fail(message: str):
   """End the binary with "error: MESSAGE" on stderr and exit status 1 (no traceback)."""
   sys.exit(f"error: {message}")

@@ -76,12 +76,7 @@ def main(argv):
     with timer("write"):
       results.write_npz(f"{FLAGS.out}/results.npz", arrays)
       draw(arrays["fraction"], shapes, alphas, ds, FLAGS.out)
-    t = output.timings
-    summary = {"experiment": summary.pop("experiment"), "flags": fl, **summary,
-               "timings_s": {"feasibility": t["svm_s"], "pipeline_wall": t["wall_s"], **timer.seconds,
-                             "total": timer.total()},
-               "environment": common.environment()}
-    results.write_json(f"{FLAGS.out}/summary.json", summary)
+    summary = common.write_summary(summary, fl, output, timer, {"svm_s": "feasibility", "wall_s": "pipeline_wall"})
     report(summary)
 
   common.run_study(study, write)

@@ -77,16 +77,10 @@ def main(argv):
 
   def write(output):
     arrays, summary = e2.reduce(fl, output.cells[0])
-    summary = {"experiment": summary.pop("experiment"), "flags": fl, **summary}
     with timer("write"):
       results.write_npz(f"{FLAGS.out}/results.npz", arrays)
       draw(arrays, FLAGS.params, FLAGS.out)
-    t = output.timings
-    summary["timings_s"] = {"compile": t["compile_s"], "train": t["train_s"], "svm": t["svm_s"],
-                            "pipeline_wall": t["wall_s"], "overlap": t["overlap"], **timer.seconds,
-                            "total": timer.total()}
-    summary["environment"] = common.environment()
-    results.write_json(f"{FLAGS.out}/summary.json", summary)
+    summary = common.write_summary(summary, fl, output, timer)
     report(summary)
 
   common.run_study(study, write)

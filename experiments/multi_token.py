@@ -103,12 +103,7 @@ def main(argv):
     with timer("write"):
       results.write_npz(f"{FLAGS.out}/results.npz", arrays)
       draw(arrays, ds, FLAGS.out)
-    t = output.timings
-    summary = {"experiment": summary.pop("experiment"), "flags": fl, **summary,
-               "timings_s": {"compile": t["compile_s"], "train": t["train_s"], "svm": t["svm_s"],
-                             "pipeline_wall": t["wall_s"], **timer.seconds, "total": timer.total()},
-               "environment": common.environment()}
-    results.write_json(f"{FLAGS.out}/summary.json", summary)
+    summary = common.write_summary(summary, fl, output, timer)
     report(summary, ds)
 
   common.run_study(study, write)

@@ -64,7 +64,6 @@ def main(argv):
 
   def write(output):
     arrays, summary = e1.reduce(fl, output.cells)
-    summary = {"experiment": summary.pop("experiment"), "flags": fl, **summary}
     d = arrays["X"].shape[-1]
     with timer("write"):
       results.write_npz(f"{FLAGS.out}/results.npz", arrays)
@@ -72,11 +71,7 @@ def main(argv):
         draw(arrays, summary["drawn_data_set"], FLAGS.out)
       else:
         logging.warning("d=%d: paths.png needs d = 2 and is not drawn", d)
-    t = output.timings
-    summary["timings_s"] = {"compile": t["compile_s"], "train": t["train_s"], "svm": t["svm_s"],
-                            "pipeline_wall": t["wall_s"], **timer.seconds, "total": timer.total()}
-    summary["environment"] = common.environment()
-    results.write_json(f"{FLAGS.out}/summary.json", summary)
+    summary = common.write_summary(summary, fl, output, timer)
     report(summary)
 
   common.run_study(study, write)

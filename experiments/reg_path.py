@@ -95,15 +95,11 @@ def main(argv):
 
   def write(output):
     arrays, summary = e7.reduce(fl, output.cells)
-    summary = {"experiment": summary.pop("experiment"), "flags": fl, **summary}
     with timer("write"):
       results.write_npz(f"{FLAGS.out}/results.npz", arrays)
       draw(arrays, R, FLAGS.params, FLAGS.out)
-    t = output.timings
-    summary["timings_s"] = {"paths": t["train_s"], "analysis": t["svm_s"], "pipeline_wall": t["wall_s"],
-                            **timer.seconds, "total": timer.total()}
-    summary["environment"] = common.environment()
-    results.write_json(f"{FLAGS.out}/summary.json", summary)
+    summary = common.write_summary(summary, fl, output, timer,
+                                   {"train_s": "paths", "svm_s": "analysis", "wall_s": "pipeline_wall"})
     report(summary)
 
   common.run_study(study, write)
