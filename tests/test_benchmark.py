@@ -5,10 +5,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow   # 45 s: the benchmark binary end to end (.ci/run runs it)
 def test_gd_and_floor_suites(tmp_path):
   proc = subprocess.run([sys.executable, "-m", "experiments.benchmark", f"--out={tmp_path}", "--suites=gd,floor",
                          "--batch_sizes=1,70", "--gd_steps=5", "--repeats=1", "--naive_sets=1",

@@ -5,6 +5,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,6 +43,7 @@ def test_four_forced_devices_equal_one(tmp_path):
   assert "identical" in proc.stdout
 
 
+@pytest.mark.slow   # 20 s; tests/test_study.py runs two processes of E4 in the default suite
 def test_two_processes_equal_one(tmp_path):
   args = ["--runs=10", "--batch_size=4", "--steps=60", "--chunk_steps=30", "--snapshot_every=10", "--n=3",
           "--T=4", "--d=5", "--block_size=4", "--params=W", "--noprogress"]
