@@ -1,4 +1,4 @@
-r"""Precision: float32 versus float64 normalized GD on E2 (issue 4; SCIENCE.md sections 4 and 8).
+r"""Precision: float32 versus float64 normalized GD on E2 (SCIENCE.md sections 4 and 8).
 
 Trains E2 (n=6, T=8, d=10, cross-attention, normalized GD, lr 0.1, W and (K,Q))
 on the same data sets (drawn in float64; the float32 copies are rounded) and the
@@ -69,7 +69,7 @@ flags.DEFINE_list("variants", list(VARIANTS), f"Precision variants to run, among
 flags.DEFINE_enum("reference", "float64", list(VARIANTS), "The variant the others are compared with.")
 flags.DEFINE_float("static_scale", 2.0 ** 64, "Loss scale of the float32_static variant.")
 flags.DEFINE_float("threshold", 0.999, "Faithful: corr(W_variant, W_reference) >= this.")
-flags.DEFINE_integer("check_step", 2000, "The step at which the issue's check is taken (or --steps if fewer).")
+flags.DEFINE_integer("check_step", 2000, "The step at which float32 is compared with float64 in the checks (or --steps if fewer).")
 flags.DEFINE_bool("svm", True, "Solve the SVMs at the reference's selected tokens (corr with the SVM).")
 flags.DEFINE_integer("snapshot_every", 10, "Record W every this many steps.")
 flags.DEFINE_integer("chunk_steps", 1000, "Steps per jitted chunk (progress granularity).")
@@ -218,7 +218,7 @@ def main(argv):
 
 
 def checks(variants):
-  """float32 with scaling matches float64 (issue 4); both start at the same point; where
+  """float32 with scaling matches float64; both start at the same point; where
   float32 without scaling departs, the reference's softmax tail is near float32's underflow."""
   out = []
   ref = FLAGS.reference
