@@ -69,7 +69,8 @@ flags.DEFINE_list("variants", list(VARIANTS), f"Precision variants to run, among
 flags.DEFINE_enum("reference", "float64", list(VARIANTS), "The variant the others are compared with.")
 flags.DEFINE_float("static_scale", 2.0 ** 64, "Loss scale of the float32_static variant.")
 flags.DEFINE_float("threshold", 0.999, "Faithful: corr(W_variant, W_reference) >= this.")
-flags.DEFINE_integer("check_step", 2000, "The step at which float32 is compared with float64 in the checks (or --steps if fewer).")
+flags.DEFINE_integer("check_step", 2000, "The step at which float32 is compared with float64 in the checks "
+                     "(or --steps if fewer).")
 flags.DEFINE_bool("svm", True, "Solve the SVMs at the reference's selected tokens (corr with the SVM).")
 flags.DEFINE_integer("snapshot_every", 10, "Record W every this many steps.")
 flags.DEFINE_integer("chunk_steps", 1000, "Steps per jitted chunk (progress granularity).")

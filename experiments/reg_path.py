@@ -41,6 +41,7 @@ from svmattn.train import regpath
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)
 common.define_pipeline_flags(batch_size=25)
+common.define_numerics_flag()
 flags.DEFINE_alias("batch", "batch_size")
 flags.DEFINE_integer("n", 6, "Sequences per data set.", lower_bound=1)
 flags.DEFINE_integer("T", 8, "Tokens per sequence.", lower_bound=2)

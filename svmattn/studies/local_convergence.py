@@ -108,7 +108,8 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   params = [p for p, _ in configs]
   n, T = arrays["token_scores"].shape[1:3]
   d = arrays[f"W_final_{params[0]}"].shape[-1]
-  summary = {"experiment": "E2 local convergence", "numerics": fl.get("numerics", "exact"), "data_sets": len(arrays["runs"]),
+  summary = {"experiment": "E2 local convergence", "numerics": fl.get("numerics", "exact"),
+             "data_sets": len(arrays["runs"]),
              "shape": {"n": int(n), "T": int(T), "d": int(d)}, "final_corr": {}, "convergence_types": {},
              "svm_status": {}, "diverged_runs": {}}
   for p in params:

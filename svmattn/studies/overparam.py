@@ -103,7 +103,8 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict, dict]:
   arrays.update({"n_values": np.array(n_values), "ds": ds, "runs": np.arange(R), "types": types, "corr": corr,
                  "svm_status": svm_status, "finite": finite, "feasible_opt": feasible_opt,
                  **{f"share_{t.replace('-', '_')}": shares[t] for t in TYPES}})
-  summary = {"experiment": "E4 over-parameterization", "numerics": fl.get("numerics", "exact"), "T": T, "n_values": n_values, "ds": ds,
+  summary = {"experiment": "E4 over-parameterization", "numerics": fl.get("numerics", "exact"),
+             "T": T, "n_values": n_values, "ds": ds,
              "runs_per_cell": R, "cells": summary_cells, "checks": checks(shares, n_values, ds, T)}
   return arrays, summary, shares
 

@@ -133,7 +133,8 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
     arrays[f"svm_{norm}_status"] = a[f"svm_{norm}_status"]
   draw_run = fl.get("draw_run", -1)
   drawn = draw_run if draw_run >= 0 else pick_drawn(arrays["Z"], a["svm_fro"], a["svm_nuc"])
-  summary = {"experiment": "E1 2-D paths", "numerics": fl.get("numerics", "exact"), "data_sets": int(B), "shape": {"n": int(n), "T": int(T), "d": int(d)},
+  summary = {"experiment": "E1 2-D paths", "numerics": fl.get("numerics", "exact"),
+             "data_sets": int(B), "shape": {"n": int(n), "T": int(T), "d": int(d)},
              "drawn_data_set": int(drawn), "final_corr": {}, "selected_opt": {},
              "svm_status": {norm: {s: int(np.sum(a[f"svm_{norm}_status"] == s)) for s in svm_lib.STATUSES}
                             for norm in svm_lib.NORMS}}

@@ -96,6 +96,7 @@ def grid(fl: dict) -> np.ndarray:
 
 def path_config(fl: dict, param: str) -> regpath.PathConfig:
   return regpath.PathConfig(param=param, m=fl["m"], loss=fl["loss"], iters=fl["iters"],
+                            numerics=fl.get("numerics", "exact"),
                             first_iters=fl["first_iters"]).validate()
 
 
@@ -182,7 +183,8 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
     arrays[f"nuclear_over_R_{p}"] = a[f"nuclear_over_R_{p}"]
     arrays[f"selected_at_rmax_{p}"] = a[f"selected_at_rmax_{p}"]
 
-  summary = {"experiment": "E7 regularization paths", "data_sets": int(B),
+  summary = {"experiment": "E7 regularization paths", "numerics": fl.get("numerics", "exact"),
+             "data_sets": int(B),
              "shape": {"n": int(n), "T": int(T), "d": int(d)}, "R": R.tolist(),
              "svm_status": {norm: {s: int(np.sum(a[f"svm_{norm}_status"] == s)) for s in svm_lib.STATUSES}
                             for norm in svm_lib.NORMS},

@@ -129,7 +129,8 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   B, n, T, _ = gamma.shape
   d = a[f"svm_{configs(fl)[0][0]}"].shape[-1]
   arrays = {"runs": a["runs"], "token_scores": gamma}
-  summary = {"experiment": "E8 seq2seq and causal attention", "numerics": fl.get("numerics", "exact"), "data_sets": int(B),
+  summary = {"experiment": "E8 seq2seq and causal attention", "numerics": fl.get("numerics", "exact"),
+             "data_sets": int(B),
              "shape": {"n": int(n), "T": int(T), "d": int(d)}, "final_corr": {}, "svm_status": {},
              "global_selection": {}, "convergence_types": {}, "diverged_runs": {}}
   out_checks = []

@@ -3,8 +3,9 @@
     runner.execute(study, out, write, Options(resume=True, workers=2))
 
 ``write(output)`` gets every cell whole (``pipeline.Output``) and writes the results files;
-it runs on process 0 only, after the per-run record OUT/runs/ (``write_record``). The work directory is removed after it returns, so a kill at
-any moment before leaves a run that ``resume`` finishes.
+it runs on process 0 only, after the per-run record OUT/runs/ (``write_record``). The work
+directory is removed after it returns, so a kill at any moment before leaves a run that
+``resume`` finishes.
 """
 from __future__ import annotations
 

@@ -87,6 +87,7 @@ class PathConfig:
   refresh: int = 50
   power_iters: int = 10
   cone_delta: float | None = None
+  numerics: str = "exact"           # "authors": the pooled token X^T s (model.pooled_token_plain)
 
   def validate(self) -> "PathConfig":
     model_lib.get_parameterization(self.param)
@@ -251,7 +252,8 @@ def _problem(config: PathConfig) -> _Problem:
   config.validate()
   param = model_lib.get_parameterization(config.param)
   head = heads_lib.get_head(config.head)
-  return _Problem(config, param, model_lib.make_loss(param, head, config.loss, 0.0, config.model))
+  return _Problem(config, param, model_lib.make_loss(param, head, config.loss, 0.0, config.model,
+                                                         numerics=config.numerics))
 
 
 def _projector(prob: _Problem, R, ref):
