@@ -16,6 +16,7 @@ def _env(devices):
   return env
 
 
+@pytest.mark.slow   # 20 s; tests/test_study.py runs E4 on two processes of two forced devices in the default suite
 def test_four_forced_devices_equal_one(tmp_path):
   script = textwrap.dedent("""
       import sys, numpy as np, jax
