@@ -43,7 +43,7 @@ FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)
 # A cell stops early once it holds --runs feasible data sets: one process. Small batches: the
 # feasible data sets of a cell's last batch beyond the --runs-th are solved too (and left out).
-common.define_pipeline_flags(batch_size=25, hosts=False)
+common.define_pipeline_flags(batch_size=50, hosts=False)
 flags.DEFINE_alias("batch", "batch_size")
 flags.DEFINE_list("shapes", ["5:5", "10:5", "15:5", "5:10", "5:15"],
                   "Shapes n:T. The paper: n in {5,10,15} with T=5 and T in {5,10,15} with n=5.")

@@ -101,13 +101,11 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
 
 
 def solve_one(X, Z, alpha, norm: str, nuc_solver: str) -> svm_lib.SVMResult:
-  """Att-SVM(alpha) of one data set: NNLS for "fro", cvxpy's ``nuc_solver`` for "nuc", from a
-  cold start. cvxpy keeps one problem per shape and warm-starts SCS from the previous solve
-  in the process, which moves the solution by ~1e-8; a fresh problem for every data set makes
-  it depend on that data set alone (whatever the batch, the worker or an interruption)."""
+  """Att-SVM(alpha) of one data set: NNLS for "fro", cvxpy's ``nuc_solver`` for "nuc". SCS
+  starts cold (``svm.att_svm``), so a solution depends on its data set alone, whatever the
+  batch, the worker or an interruption."""
   if norm == "fro":
     return svm_lib.att_svm(X, Z, alpha, "fro")
-  svm_lib._cvxpy_problem.cache_clear()
   return svm_lib.att_svm(X, Z, alpha, "nuc", nuc_solver)
 
 

@@ -221,6 +221,8 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
   finished: dict[int, list] = {c: [] for c in range(len(study.cells))}   # analyzed units per cell, in order
   stopped: set[int] = set()
   started: set[str] = set()     # units the loop has reached
+  prefix: dict[int, list] = {c: [] for c in range(len(study.cells))}   # early stop: analyzed batches 0..k-1
+  enough_at: dict[int, int] = {}  # early stop: the number of a cell's batches that suffice
 
   def cleanup(u):
     for name in [s.name for s in stages[u.cell]] + ["data"]:
@@ -229,16 +231,22 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
 
   def note_done(u):
     finished[u.cell].append(u)
-    if study.enough is not None and u.cell not in stopped:
-      done = sorted(finished[u.cell], key=lambda x: x.batch)
-      if [x.batch for x in done] == list(range(len(done))):   # a prefix of the cell's batches
-        if study.enough(study.cells[u.cell].label, _concat([load_npz(path(x)) for x in done])):
-          stopped.add(u.cell)
-          for later in todo:     # the display counts only what will still run
-            if later.cell == u.cell and later.tag not in started:
-              bar.total["svm"] -= len(later.runs)
-              if "train" in bar.total:
-                bar.total["train"] -= sum(s.steps for s in stages[later.cell])
+    c = u.cell
+    if study.enough is None or c in stopped:
+      return
+    have = {x.batch: x for x in finished[c]}
+    while len(prefix[c]) in have:       # extend the cell's contiguous prefix of analyzed batches
+      prefix[c].append(load_npz(path(have[len(prefix[c])])))
+      if study.enough(study.cells[c].label, _concat(prefix[c])):
+        stopped.add(c)
+        enough_at[c] = len(prefix[c])
+        prefix[c] = []
+        for later in todo:     # the display counts only what will still run
+          if later.cell == c and later.tag not in started:
+            bar.total["svm"] -= len(later.runs)
+            if "train" in bar.total:
+              bar.total["train"] -= sum(s.steps for s in stages[later.cell])
+        return
 
   def collect(block: bool):
     for u in list(pending):
@@ -313,12 +321,8 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
 
   cells = []
   for c in range(len(study.cells)):
-    parts, arrays = [], {}
-    for u in sorted(finished[c], key=lambda x: x.batch):
-      parts.append(load_npz(path(u)))
-      if study.enough is not None and study.enough(study.cells[c].label, _concat(parts)):
-        break
-    cells.append(_concat(parts))
+    done = sorted(finished[c], key=lambda x: x.batch)[:enough_at.get(c)]
+    cells.append(_concat([load_npz(path(u)) for u in done]))
   timings["wall_s"] = time.perf_counter() - t_start
   timings["overlap"] = (timings["train_s"] + timings["svm_s"]) / max(timings["wall_s"], 1e-9)
   return Output(cells, timings)
