@@ -184,3 +184,24 @@ def test_ties_in_the_optimal_token_are_their_own_type():
   np.testing.assert_array_equal(metrics.has_tie(batch), [True, False])
   fr = metrics.type_fractions(["tie", "global", "global", "local"])
   assert fr == {"global": 0.5, "local": 0.25, "not-local": 0.0, "tie": 0.25}
+
+
+def test_norms_distances_and_bregman():
+  W = np.array([[3.0, -4.0], [0.0, 1.0]])
+  s = np.linalg.svd(W, compute_uv=False)
+  assert metrics.norm_value(W, "fro") == metrics.norm_value(W, "l2") == pytest.approx(np.sqrt(26))
+  assert metrics.norm_value(W, "l1") == 8.0 and metrics.norm_value(W, "linf") == 4.0
+  assert metrics.norm_value(W, "nuc") == pytest.approx(s.sum()) and metrics.norm_value(W, "spectral") == pytest.approx(s[0])
+  assert metrics.norm_value(W, "l3") == pytest.approx((27 + 64 + 1) ** (1 / 3))
+  # scale-free: the same direction is at distance 0 in every norm, opposite directions at 2
+  for norm in ("fro", "l1", "linf", "l3", "nuc", "spectral"):
+    assert metrics.norm_distance(W, 2.5 * W, norm) == pytest.approx(0.0, abs=1e-15)
+    assert metrics.norm_distance(W, -W, norm) == pytest.approx(2.0)
+  # Bregman divergence of psi = ||.||_2^2 / 2 between unit vectors is half their squared distance
+  B = np.eye(2)
+  want = 0.5 * np.sum((W / np.linalg.norm(W) - B / np.sqrt(2)) ** 2)
+  assert metrics.bregman_lp(W, B, 2.0) == pytest.approx(want)
+  assert metrics.bregman_lp(W, W * 3, 3.0) == pytest.approx(0.0, abs=1e-15)
+  assert metrics.bregman_lp(W, B, 3.0) > 0
+  with pytest.raises(ValueError, match="unknown norm"):
+    metrics.norm_value(W, "bogus")

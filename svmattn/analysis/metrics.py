@@ -103,3 +103,49 @@ def quantile_stats(x) -> dict:
     return {"count": 0, "median": None, "q25": None, "q75": None, "mean": None}
   q25, med, q75 = np.percentile(x, [25, 50, 75])
   return {"count": int(x.size), "median": float(med), "q25": float(q25), "q75": float(q75), "mean": float(x.mean())}
+
+
+# ----------------------------------------------------------------------------
+# Geometry of other norms (SCIENCE.md section 10)
+# ----------------------------------------------------------------------------
+
+
+def norm_value(W: np.ndarray, norm: str) -> np.ndarray:
+  """||W|| over the last two axes: "fro"/"l2", "nuc", "spectral", "l1", "linf", "l<p>" (entrywise)."""
+  W = np.asarray(W, np.float64)
+  if norm in ("fro", "l2"):
+    return np.sqrt(np.sum(W * W, axis=(-2, -1)))
+  if norm in ("nuc", "spectral"):
+    s = np.linalg.svd(W, compute_uv=False)
+    return s.sum(-1) if norm == "nuc" else s[..., 0]
+  if norm == "l1":
+    return np.sum(np.abs(W), axis=(-2, -1))
+  if norm == "linf":
+    return np.max(np.abs(W), axis=(-2, -1))
+  if norm.startswith("l"):
+    p = float(norm[1:])
+    return np.sum(np.abs(W) ** p, axis=(-2, -1)) ** (1.0 / p)
+  raise ValueError(f"unknown norm {norm!r}")
+
+
+def norm_distance(W: np.ndarray, W_svm: np.ndarray, norm: str) -> np.ndarray:
+  """|| W/||W|| - W_svm/||W_svm|| || with every norm the given one (broadcast over leading axes);
+  NaN where either is zero or NaN."""
+  W, W_svm = np.asarray(W, np.float64), np.asarray(W_svm, np.float64)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    a = W / norm_value(W, norm)[..., None, None]
+    b = W_svm / norm_value(W_svm, norm)[..., None, None]
+    return norm_value(a - b, norm)
+
+
+def bregman_lp(A: np.ndarray, B: np.ndarray, p: float) -> np.ndarray:
+  """D_psi(A, B) = psi(A) - psi(B) - <grad psi(B), A - B>, psi(W) = (1/p) sum |W_ij|^p, with A and B
+  first scaled to unit entrywise l_p norm (the l_p mirror-descent paper's metric: A the SVM
+  solution, B the iterate)."""
+  A, B = np.asarray(A, np.float64), np.asarray(B, np.float64)
+  with np.errstate(invalid="ignore", divide="ignore"):
+    A = A / norm_value(A, f"l{p}")[..., None, None]
+    B = B / norm_value(B, f"l{p}")[..., None, None]
+    psi = lambda M: np.sum(np.abs(M) ** p, axis=(-2, -1)) / p  # noqa: E731
+    grad = np.sign(B) * np.abs(B) ** (p - 1)
+    return psi(A) - psi(B) - np.sum(grad * (A - B), axis=(-2, -1))

@@ -25,7 +25,7 @@ Params = dict[str, jax.Array]
 # The (K,Q) ridge of the authors' experiments: float64 machine epsilon.
 KQ_RIDGE = 2.220446049250313e-16
 
-INIT_SCHEMES = ("uniform", "zero")
+INIT_SCHEMES = ("uniform", "zero", "normal")
 
 
 class Parameterization(NamedTuple):
@@ -44,25 +44,30 @@ def _check_scheme(scheme):
 
 
 def _init_w(key, d, m, dtype, scheme="uniform"):
-  """uniform: W ~ U(-1/sqrt(d), 1/sqrt(d)) entrywise (a default dense layer); zero: W = 0.
+  """uniform: W ~ U(-1/sqrt(d), 1/sqrt(d)) entrywise (a default dense layer); zero: W = 0;
+  normal: W ~ N(0, 1) entrywise (the l_p mirror-descent paper's start).
 
   Random draws are made in float64 and rounded to dtype, so a float32 run starts
   where the float64 run of the same key starts (as the data sets do)."""
   _check_scheme(scheme)
   if scheme == "zero":
     return {"W": jnp.zeros((d, d), dtype)}
+  if scheme == "normal":
+    return {"W": rng.normal(key, (d, d), jnp.float64).astype(dtype)}
   b = 1.0 / jnp.sqrt(d)
   return {"W": rng.uniform(key, (d, d), jnp.float64, -b, b).astype(dtype)}
 
 
 def _init_kq(key, d, m, dtype, scheme="uniform"):
-  """uniform: K, Q ~ U(-1/sqrt(d), 1/sqrt(d)); zero: Q = 0, K = 0.1 N(0,1) (E1).
+  """uniform: K, Q ~ U(-1/sqrt(d), 1/sqrt(d)); zero: Q = 0, K = 0.1 N(0,1) (E1); normal: K, Q ~ N(0,1).
 
   Drawn in float64 and rounded to dtype (see ``_init_w``)."""
   _check_scheme(scheme)
   kk, kq = jax.random.split(key)
   if scheme == "zero":
     return {"K": (0.1 * rng.normal(kk, (d, m), jnp.float64)).astype(dtype), "Q": jnp.zeros((d, m), dtype)}
+  if scheme == "normal":
+    return {"K": rng.normal(kk, (d, m), jnp.float64).astype(dtype), "Q": rng.normal(kq, (d, m), jnp.float64).astype(dtype)}
   b = 1.0 / jnp.sqrt(d)
   return {"K": rng.uniform(kk, (d, m), jnp.float64, -b, b).astype(dtype),
           "Q": rng.uniform(kq, (d, m), jnp.float64, -b, b).astype(dtype)}
