@@ -226,8 +226,9 @@ def test_bad_inputs(cases, what, match):
 
 def test_bad_norm_and_solver(cases):
   X, Z, alpha = cases[0]
-  with pytest.raises(ValueError, match=r"unknown SVM norm 'l1'"):
-    svm.att_svm(X, Z, alpha, "l1")
+  for bad in ("l0.5", "bogus", "l"):
+    with pytest.raises(ValueError, match=rf"unknown SVM norm '{bad}'"):
+      svm.att_svm(X, Z, alpha, bad)
   with pytest.raises(ValueError, match=r"nnls solver solves the Frobenius SVM only"):
     svm.att_svm(X, Z, alpha, "nuc", "nnls")
 

@@ -4,7 +4,9 @@ Att-SVM(alpha) for one data set, X (n,T,d), Z (n,d), alpha (n,):
 
     minimize ||W||   subject to   (x_{i,alpha_i} - x_it)^T W z_i >= 1,  all i, t != alpha_i,
 
-with ||.|| the Frobenius norm ("fro") or the nuclear norm ("nuc").  Writing
+with ||.|| the Frobenius norm ("fro") or the nuclear norm ("nuc"), or any norm of
+``svmattn.svm.norms`` ("l2" = "fro", "spectral", "l1", "linf", "l<p>" for real p > 1;
+solved through cvxpy, CLARABEL by default).  Writing
 w = vec(W) (row-major), the constraints are one matrix inequality A w >= 1 whose
 rows are vec((x_{i,alpha_i} - x_it) z_i^T) (``margin_matrix``).
 
@@ -17,9 +19,9 @@ Solvers
                 data set, so a solution depends on its data set alone (bit for bit).
   fro / nuc, "SCS" (eps 1e-9) or "CLARABEL" (interior point, slower here; the
                 independent check)   cvxpy; one DPP problem per
-                (number of constraints, d) shape, re-solved with new data.
-                cvxpy warm-starts SCS from the previous solve, so its SCS results
-                depend (at ~1e-9) on what was solved before in the process.
+                (number of constraints, d) shape and thread, re-solved with new data,
+                cold-started (warm_start=False), so a result depends on its data set only.
+  spectral, l1, linf, l<p>: ``svmattn.svm.norms`` (cvxpy; "CLARABEL" default, "SCS" the check).
   Every solution is rescaled so that its smallest margin is exactly 1.
 
 The outcome is an ``SVMResult`` with a status "optimal", "infeasible" or "failed":
@@ -30,15 +32,19 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import functools
+import threading
 from typing import Callable, Sequence
 
 import numpy as np
 import scipy.optimize
 
 import svmattn
+from svmattn.svm import norms as norms_lib
 
 STATUSES = ("optimal", "infeasible", "failed")
-NORMS = ("fro", "nuc")
+NORMS = ("fro", "nuc")  # the two norms the studies iterate over (E2); att_svm accepts more:
+ALL_NORMS = norms_lib.EXAMPLES  # examples of every form att_svm accepts (see norms_lib.parse_norm)
+parse_norm = norms_lib.parse_norm
 DEFAULT_SOLVER = {"fro": "nnls", "nuc": "scs_direct"}
 # Tolerance on (margin - 1) under which a constraint counts as active (support).
 SUPPORT_TOL = {"nnls": 1e-8, "CLARABEL": 1e-5, "SCS": 1e-5, "scs_direct": 1e-5}
@@ -54,8 +60,10 @@ class SVMResult:
   margins:  (n, T) (x_{i,alpha_i} - x_it)^T W z_i, NaN at t = alpha_i (None unless optimal)
   dual:     (n, T) constraint multipliers (0 at t = alpha_i), None if the solver gave none;
             fro: W = sum_it dual_it (x_{i,alpha_i} - x_it) z_i^T (the multipliers of 1/2 ||W||^2);
-            nuc: the multipliers of ||W||_*, summing to the objective
+            nuc and the norms of svmattn.svm.norms: the multipliers of ||W||, summing to the
+            objective, with ||sum_it dual_it (x_{i,alpha_i} - x_it) z_i^T||_dual <= 1
   objective: ||W|| in the problem's norm (NaN unless optimal)
+  norm:     the canonical norm name (norms_lib.parse_norm(name).name: "fro", "l2", "l1.75", ...)
   """
   status: str
   W: np.ndarray | None
@@ -139,8 +147,9 @@ def _solve_nnls(A: np.ndarray, d: int):
 
 
 @functools.lru_cache(maxsize=64)
-def _cvxpy_problem(N: int, d: int, norm: str):
-  """One DPP problem per shape: the parameter is the constraint matrix A."""
+def _cvxpy_problem(N: int, d: int, norm: str, thread: int | None = None):
+  """One DPP problem per shape (and thread: a problem holds its parameter values and solver
+  state, so the threads of att_svm_many each get their own): the parameter is the constraint matrix A."""
   import cvxpy as cp
   A = cp.Parameter((N, d * d), name="A")
   W = cp.Variable((d, d), name="W")
@@ -154,10 +163,11 @@ def _solve_cvxpy(A: np.ndarray, d: int, norm: str, solver: str):
   N = A.shape[0]
   if N == 0:
     return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
-  prob, A_par, W, constraint = _cvxpy_problem(N, d, norm)
+  prob, A_par, W, constraint = _cvxpy_problem(N, d, norm, threading.get_ident())
   A_par.value = A
   # cold starts: a solution depends on its own data set only, not on what this process solved before
-  kwargs = {"eps": 1e-9, "max_iters": 200_000, "warm_start": False} if solver == "SCS" else {}
+  # (for CLARABEL cvxpy would otherwise update the previous solver object in place)
+  kwargs = {"eps": 1e-9, "max_iters": 200_000, "warm_start": False} if solver == "SCS" else {"warm_start": False}
   try:
     prob.solve(solver=solver, **kwargs)
   except Exception as e:  # noqa: BLE001 - a solver failure is an outcome
@@ -191,11 +201,16 @@ def _solve_scs_direct(A: np.ndarray, d: int):
 
 
 def solve_margin_program(A: np.ndarray, d: int, norm: str = "fro", solver: str | None = None):
-  """min ||W|| s.t. A vec(W) >= 1. Returns (status, W (d,d) or None, dual (N,) or None, message)."""
-  if norm not in NORMS:
-    raise ValueError(f"unknown SVM norm {norm!r}; use one of {NORMS}")
-  solver = solver or DEFAULT_SOLVER[norm]
-  if solver == "nnls":
+  """min ||W|| s.t. A vec(W) >= 1. Returns (status, W (d,d) or None, dual (N,) or None, message).
+  norm: any name of norms_lib.parse_norm ("l2" is solved as "fro")."""
+  nm = norms_lib.parse_norm(norm)
+  norm = nm.kind if nm.kind in NORMS else nm.name
+  solver = solver or default_solver(norm)
+  if nm.kind not in NORMS:
+    if solver in ("nnls", "scs_direct"):
+      raise ValueError(f"the {solver} solver does not solve the {nm.name!r} SVM; use CLARABEL or SCS")
+    status, w, dual, msg = norms_lib.solve(A, d, nm, solver)
+  elif solver == "nnls":
     if norm != "fro":
       raise ValueError("the nnls solver solves the Frobenius SVM only; use CLARABEL or SCS for 'nuc'")
     status, w, dual, msg = _solve_nnls(A, d)
@@ -212,6 +227,12 @@ def solve_margin_program(A: np.ndarray, d: int, norm: str = "fro", solver: str |
   return status, (None if w is None else w.reshape(d, d)), dual, msg
 
 
+def default_solver(norm) -> str:
+  """The solver att_svm uses for a norm: nnls (fro, l2), scs_direct (nuc), else CLARABEL."""
+  kind = norms_lib.parse_norm(norm).kind
+  return DEFAULT_SOLVER.get(kind, norms_lib.DEFAULT_SOLVER)
+
+
 def _result(status, W, dual, msg, A, keep, norm, solver, support_tol):
   n, T = keep.shape
   support = np.zeros((n, T), bool)
@@ -224,7 +245,7 @@ def _result(status, W, dual, msg, A, keep, norm, solver, support_tol):
   if dual is not None:
     full_dual = np.zeros((n, T))
     full_dual[keep] = dual
-  objective = float(np.linalg.norm(W, "nuc" if norm == "nuc" else "fro"))
+  objective = norms_lib.norm_value(W, norm)
   return SVMResult(status, W, support, margins, full_dual, objective, norm, solver, msg)
 
 
@@ -232,22 +253,23 @@ def att_svm(X, Z, alpha, norm: str = "fro", solver: str | None = None,
             mask: np.ndarray | None = None, support_tol: float | None = None) -> SVMResult:
   """Att-SVM(alpha) of one data set: X (n,T,d), Z (n,d), alpha (n,) token indices.
 
-  norm: "fro" (Frobenius, W-parameterization) or "nuc" (nuclear, (K,Q)).
+  norm: "fro" (Frobenius, W-parameterization) or "nuc" (nuclear, (K,Q)), or "l2" (= fro),
+    "spectral", "l1", "linf", "l<p>" for a real p > 1 (entrywise norms of vec(W); see
+    svmattn.svm.norms). ValueError for anything else.
   solver: "nnls" (fro only, default for fro), "scs_direct" (nuc only, default for nuc),
-    or through cvxpy "SCS" or "CLARABEL" (either norm).
+    or through cvxpy "SCS" or "CLARABEL" (any norm; CLARABEL is the default for the others).
   mask: optional (n,T) bool, the tokens that get a constraint (causal masks).
   support_tol: a constraint is active when margin - 1 <= support_tol
     (default 1e-8 for nnls, 1e-5 for the conic solvers).
   Returns an SVMResult (.W, .status, .support, .margins, .dual, .objective).
   """
   X, Z, alpha = _check_inputs(X, Z, alpha)
-  if norm not in NORMS:
-    raise ValueError(f"unknown SVM norm {norm!r}; use one of {NORMS}")
-  solver = solver or DEFAULT_SOLVER[norm]
+  nm = norms_lib.parse_norm(norm)
+  solver = solver or default_solver(nm)
   A, keep = margin_matrix(X, Z, alpha, mask)
-  status, W, dual, msg = solve_margin_program(A, X.shape[-1], norm, solver)
+  status, W, dual, msg = solve_margin_program(A, X.shape[-1], nm, solver)
   tol = SUPPORT_TOL.get(solver.upper() if solver != "nnls" else solver, 1e-5) if support_tol is None else support_tol
-  return _result(status, W, dual, msg, A, keep, norm, solver, tol)
+  return _result(status, W, dual, msg, A, keep, nm.name, solver, tol)
 
 
 # Threads for batches of solves. The solvers (SCS, SciPy's NNLS) release the GIL, so threads
@@ -262,7 +284,7 @@ def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
   threads = THREADS if threads is None else threads
   # The calling thread solves the NNLS jobs (~0.1 ms each), or every job with one thread;
   # the pool runs the conic ones meanwhile.
-  solver = lambda job: (job[4] if len(job) > 4 else None) or DEFAULT_SOLVER.get(job[3])  # noqa: E731
+  solver = lambda job: (job[4] if len(job) > 4 else None) or default_solver(job[3] if len(job) > 3 else "fro")  # noqa: E731
   here = [threads <= 1 or solver(job) == "nnls" for job in jobs]
   out = [None] * len(jobs)
   with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
