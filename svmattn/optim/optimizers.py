@@ -6,13 +6,32 @@
   normalize_plus_eps(eps):   g_p -> g_p / (||g_p||_F + eps)   (the authors' code, eps = float64 epsilon)
   normalized_gd_eps(lr):     p <- p - lr * g_p / (||g_p||_F + eps)
   gd(lr):                    p <- p - lr * g_p
-  get_optimizer(name, lr):   the above, or any optax optimizer by name (adam, ...)
+  get_optimizer(name, lr):   the above, the geometries of SCIENCE.md section 10 (steepest.py,
+                             mirror.py), or any optax optimizer by name (adam, ...)
+
+Names get_optimizer accepts:
+  normalized_gd / ngd, gd          as above
+  sd_l1, sd_linf, sd_l<p>          normalized steepest descent, entrywise l1 / l_inf / l_p (p > 1 real,
+                                   e.g. sd_l3, sd_l1.5; sd_l2 is normalized_gd exactly)
+  sd_spectral, sd_spectral_ns      spectral norm: polar factor by SVD / Muon's Newton-Schulz (5 steps)
+  sd_nuc                           nuclear norm: top singular pair
+  md_l<p>                          normalized l_p mirror descent, 1 < p < inf (e.g. md_l1.75, md_l3)
+  muon                             optax.contrib.muon(lr) (Newton-Schulz on Nesterov momentum)
+  polyak                           steepest.polyak(lr): Polyak step min(f / ||g||^2, lr), f_min = 0
+                                   (update needs value=; the loop passes the objective)
+  any optax name                   optax.<name>(lr) (adam, sgd, lion, ...)
 """
 from __future__ import annotations
+
+import math
+import re
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from svmattn.optim import mirror
+from svmattn.optim import steepest
 
 
 def normalize_by_leaf_norm() -> optax.GradientTransformation:
@@ -76,11 +95,59 @@ def gd(learning_rate: float) -> optax.GradientTransformation:
   return optax.sgd(learning_rate)
 
 
-OPTIMIZERS = {"normalized_gd": normalized_gd, "ngd": normalized_gd, "gd": gd}
+def muon(learning_rate: float) -> optax.GradientTransformation:
+  """optax.contrib.muon with its defaults (Newton-Schulz on 2-D leaves, Adam on the others)."""
+  from optax import contrib
+  return contrib.muon(learning_rate)
+
+
+OPTIMIZERS = {"normalized_gd": normalized_gd, "ngd": normalized_gd, "gd": gd,
+              "sd_l1": lambda lr: steepest.steepest_descent(lr, "l1"),
+              "sd_linf": lambda lr: steepest.steepest_descent(lr, "linf"),
+              "sd_l2": normalized_gd,
+              "sd_spectral": lambda lr: steepest.steepest_descent(lr, "spectral"),
+              "sd_spectral_ns": lambda lr: steepest.steepest_descent(lr, "spectral_ns"),
+              "sd_nuc": lambda lr: steepest.steepest_descent(lr, "nuclear"),
+              "muon": muon,
+              "polyak": steepest.polyak}
+
+# Optimizers whose update needs the objective's value: update(grads, state, params, value=f).
+NEEDS_VALUE = ("polyak",)
+
+_LP_NAME = re.compile(r"(sd|md)_l(.+)")
+
+
+def needs_value(name: str) -> bool:
+  """Whether ``get_optimizer(name, ...).update`` needs the keyword ``value`` (the objective)."""
+  return name in NEEDS_VALUE
+
+
+def _lp_optimizer(name: str, learning_rate: float):
+  """sd_l<p> / md_l<p> with a real p (None if the name is not of that form)."""
+  match = _LP_NAME.fullmatch(name)
+  if match is None:
+    return None
+  kind, text = match.groups()
+  try:
+    p = float(text)
+  except ValueError:
+    raise ValueError(f"unknown optimizer {name!r}: {kind}_l<p> needs a number p > 1 (e.g. {kind}_l3, "
+                     f"{kind}_l1.5){', sd_l1 or sd_linf' if kind == 'sd' else ''}") from None
+  if kind == "sd" and p in (1, math.inf):   # sd_l1.0, sd_linf spelled as a number
+    return steepest.steepest_descent(learning_rate, "l1" if p == 1 else "linf")
+  if not (1 < p < math.inf):
+    raise ValueError(f"unknown optimizer {name!r}: {kind}_l<p> needs 1 < p < inf, got p={p}"
+                     f"{' (or sd_l1, sd_linf)' if kind == 'sd' else ''}")
+  if kind == "md":
+    return mirror.lp_mirror_descent(learning_rate, p)
+  if p == 2:
+    return normalized_gd(learning_rate)
+  return steepest.steepest_descent(learning_rate, "lp", p)
 
 
 def get_optimizer(name: str, learning_rate: float, numerics: str = "exact") -> optax.GradientTransformation:
-  """normalized_gd (alias ngd), gd, or the name of any optax optimizer (adam, sgd, lion, ...).
+  """A name of the module docstring's list: normalized_gd (alias ngd), gd, sd_*, md_l<p>, muon,
+  polyak, or the name of any optax optimizer (adam, sgd, lion, ...). Unknown names: ValueError.
 
   numerics="authors": normalized_gd divides by ||g|| + float64 epsilon (``normalized_gd_eps``)."""
   if numerics not in ("exact", "authors"):
@@ -89,10 +156,13 @@ def get_optimizer(name: str, learning_rate: float, numerics: str = "exact") -> o
     return normalized_gd_eps(learning_rate)
   if name in OPTIMIZERS:
     return OPTIMIZERS[name](learning_rate)
+  opt = _lp_optimizer(name, learning_rate)
+  if opt is not None:
+    return opt
   factory = getattr(optax, name, None)
   if factory is None or not callable(factory) or name.startswith("_"):
-    raise ValueError(f"unknown optimizer {name!r}; use one of {sorted(OPTIMIZERS)} "
-                     "or the name of an optax optimizer (e.g. adam)")
+    raise ValueError(f"unknown optimizer {name!r}; use one of {sorted(OPTIMIZERS)}, sd_l<p> or md_l<p> "
+                     "(real p > 1, e.g. sd_l3, md_l1.75) or the name of an optax optimizer (e.g. adam)")
   try:
     opt = factory(learning_rate)
   except TypeError as e:

@@ -134,7 +134,9 @@ class Trainer(NamedTuple):
 
   def step_one(self, state: State, data) -> State:
     grads = self.grad(state.params, data)
-    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params)
+    extra = ({"value": self.objective(state.params, data)}   # Polyak's step size needs the loss
+             if optim_lib.needs_value(self.config.optimizer) else {})
+    updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params, **extra)
     return State(optax.apply_updates(state.params, updates), opt_state)
 
   def advance_one(self, state: State, data, every: int, snapshots: int):
