@@ -21,6 +21,9 @@ Suites (--suites):
          one per core: the solvers release the GIL), against a naive baseline in the same run
          (constraints appended one by one in a Python loop, a fresh cvxpy problem per data set,
          the same solver); scaling with the number of constraints n(T-1) and variables d^2.
+  norms  Att-SVM solves per second in every norm of --norms (E10's: l1, linf, l_p, spectral, ...;
+         one DPP problem per shape and norm) against a naive baseline in the same run (constraints
+         appended one by one, a fresh cvxpy problem per data set, the same solver).
   e2     the E2 default experiment end to end in fresh processes, against the authors' code
          (286 s on a 2-core machine of this kind: a quoted reference, SCIENCE.md section 8).
   quick  `reproduce --quick` end to end.
@@ -51,7 +54,8 @@ from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for benchmark.json and figures.")
-flags.DEFINE_list("suites", ["gd", "floor", "svm", "e2"], "Suites to run: gd, floor, svm, e2, quick.")
+flags.DEFINE_list("suites", ["gd", "floor", "svm", "norms", "e2"], "Suites to run: gd, floor, svm, norms, e2, quick.")
+flags.DEFINE_list("norms", ["fro", "nuc", "l1", "linf", "l1.75", "l3", "spectral"], "Norms of the norms suite.")
 flags.DEFINE_list("batch_sizes", ["1", "10", "100", "1000", "10000", "100000"], "GD batch sizes.")
 flags.DEFINE_integer("gd_steps", 200, "Steps per timed GD call.")
 flags.DEFINE_integer("floor_batch", 100_000, "Data sets in the achieved-vs-floor measurement.")
@@ -225,7 +229,7 @@ def suite_floor(report):
         f"{1e9 * achieved:.0f} ns = {achieved / floor:.1f}x the floor", flush=True)
 
 
-def naive_svm(X, Z, alpha, norm):
+def naive_svm(X, Z, alpha, norm, solver="SCS"):
   """Constraints built one by one in Python, a fresh cvxpy problem per data set."""
   import cvxpy as cp
   n, T, d = X.shape
@@ -235,9 +239,12 @@ def naive_svm(X, Z, alpha, norm):
     for t in range(T):
       if t != alpha[i]:
         constraints.append((X[i, alpha[i]] - X[i, t]) @ W @ Z[i] >= 1)
-  objective = cp.normNuc(W) if norm == "nuc" else cp.sum_squares(W)
+  objective = {"nuc": lambda: cp.normNuc(W), "fro": lambda: cp.sum_squares(W), "spectral": lambda: cp.sigma_max(W),
+               "l1": lambda: cp.sum(cp.abs(W)), "linf": lambda: cp.max(cp.abs(W))}.get(norm)
+  objective = objective() if objective else cp.pnorm(cp.vec(W, order="F"), float(norm[1:]))
   prob = cp.Problem(cp.Minimize(objective), constraints)
-  prob.solve(solver="SCS", eps=1e-9, max_iters=200_000)
+  kwargs = {"eps": 1e-9, "max_iters": 200_000} if solver == "SCS" else {}
+  prob.solve(solver=solver, **kwargs)
   return W.value
 
 
@@ -307,6 +314,24 @@ def suite_svm(report):
   report["svm"] = rows
 
 
+def suite_norms(report):
+  sets = max(5, FLAGS.svm_sets // 4)
+  X, Z, alpha = svm_data(sets, **E2)
+  rows = {}
+  for norm in FLAGS.norms:
+    solver = svm_lib.default_solver(norm)
+    svm_lib.att_svm(X[0], Z[0], alpha[0], norm)    # build the DPP problem outside the timing
+    ours = time_svm(lambda b: svm_lib.att_svm(X[b], Z[b], alpha[b], norm), sets)
+    naive_solver = solver if solver in ("CLARABEL", "SCS") else "SCS"
+    naive_svm(X[0], Z[0], alpha[0], norm, naive_solver)
+    naive = time_svm(lambda b: naive_svm(X[b], Z[b], alpha[b], norm, naive_solver), max(3, sets // 3))
+    rows[norm] = {"ours_solves_per_s": ours, "naive_solves_per_s": naive, "vs_naive": ours / naive,
+                  "solver": solver, "naive_solver": naive_solver}
+    print(f"svm {norm:>9}: {ours:9.1f} solves/s ({solver}) against naive {naive:8.2f} ({naive_solver}) = "
+          f"{ours / naive:.1f}x", flush=True)
+  report["norms"] = rows
+
+
 def run_process(args):
   t0 = time.perf_counter()
   proc = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True)
@@ -345,7 +370,8 @@ def suite_quick(report):
   print(f"reproduce --quick: {wall:.1f} s", flush=True)
 
 
-SUITES = {"gd": suite_gd, "floor": suite_floor, "svm": suite_svm, "e2": suite_e2, "quick": suite_quick}
+SUITES = {"gd": suite_gd, "floor": suite_floor, "svm": suite_svm, "norms": suite_norms, "e2": suite_e2,
+          "quick": suite_quick}
 
 
 def main(argv):

@@ -43,6 +43,7 @@ class Experiment:
   paper: tuple[str, ...] = ()
   variant: str = ""                 # e.g. "authors": the same experiment with --numerics=authors
   args: tuple[str, ...] = ()        # flags of the variant
+  beyond: bool = False              # a question after the paper (its own part of the report)
 
   @property
   def key(self) -> str:
@@ -73,6 +74,8 @@ EXPERIMENTS = (
     Experiment("E8", "seq_causal", "Sequence-to-sequence and causal attention", quick=("--runs=20",)),
     Experiment("E9", "feasibility", "Feasibility of Att-SVM vs d",
                quick=("--runs=200", "--shapes=5:5,10:5", "--d_max=11")),
+    Experiment("E10", "optimizer_geometry", "Optimizer geometry: each optimizer against the Att-SVM of every norm",
+               quick=("--runs=20", "--steps=1000"), beyond=True),
 )
 
 
@@ -134,7 +137,8 @@ def run_one(exp: Experiment, out: str) -> dict:
   proc = subprocess.run(cmd, capture_output=True, text=True)
   wall = time.perf_counter() - t0
   record = {"id": exp.key, "module": exp.module, "title": exp.title, "command": " ".join(cmd[1:]),
-            "wall_s": wall, "returncode": proc.returncode, "dir": exp.dir, "variant": exp.variant}
+            "wall_s": wall, "returncode": proc.returncode, "dir": exp.dir, "variant": exp.variant,
+            "beyond": exp.beyond}
   os.makedirs(target, exist_ok=True)
   with results.atomic_path(os.path.join(target, "log.txt")) as tmp:
     with open(tmp, "w") as f:
@@ -187,7 +191,13 @@ def write_markdown(path, records, meta):
   for r in records:
     lines.append(f"| {r['id']} | {r['title']} | {r['wall_s']:.1f} | "
                  f"{'ok' if r['returncode'] == 0 else 'failed'} |")
+  beyond_started = False
   for r in records:
+    if r.get("beyond") and not beyond_started:
+      beyond_started = True
+      lines += ["", "# Beyond the paper", "", "Questions the paper leaves open, on the same engine (SCIENCE.md "
+                "sections 10-14); their checks state the predictions from the literature, and a failed one is a "
+                "finding."]
     lines += ["", f"## {r['id']}: {r['title']}", "", f"`python -m {r['command']}`", ""]
     if "error" in r:
       lines += ["Failed:", "", "```", r["error"], "```"]
@@ -234,7 +244,13 @@ def write_html(path, records, meta, out):
     parts.append(f"<tr><td>{r['id']}</td><td>{esc(r['title'])}</td><td>{r['wall_s']:.1f}</td>"
                  f"<td>{'ok' if r['returncode'] == 0 else 'failed'}</td></tr>")
   parts.append("</table>")
+  beyond_started = False
   for r in records:
+    if r.get("beyond") and not beyond_started:
+      beyond_started = True
+      parts.append("<h1>Beyond the paper</h1><p>Questions the paper leaves open, on the same engine (SCIENCE.md "
+                   "sections 10-14); their checks state the predictions from the literature, and a failed one is a "
+                   "finding.</p>")
     parts.append(f"<h2>{r['id']}: {esc(r['title'])}</h2><p><code>python -m {esc(r['command'])}</code></p>")
     if "error" in r:
       parts.append(f"<p class='no'>Failed:</p><pre>{esc(r['error'])}</pre>")

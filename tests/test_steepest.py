@@ -216,3 +216,11 @@ def test_train_end_to_end(batch, keys, name, param):
   tr = train_lib.train(cfg, data, keys[:2])
   assert np.all(tr.finite), name
   assert np.all(tr.loss[:, -1] < tr.loss[:, 0]), (name, tr.loss)
+
+
+def test_steps_with_an_svd_are_marked_for_one_cpu_device():
+  """sd_spectral and sd_nuc call LAPACK's SVD, which deadlocked XLA:CPU on two devices; the
+  training loop runs exactly these on one CPU device (Newton-Schulz and Muon are matmuls)."""
+  assert optim.uses_decompositions("sd_spectral") and optim.uses_decompositions("sd_nuc")
+  for name in ("sd_spectral_ns", "muon", "sd_linf", "md_l3", "normalized_gd", "adam"):
+    assert not optim.uses_decompositions(name)

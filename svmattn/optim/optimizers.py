@@ -117,6 +117,17 @@ NEEDS_VALUE = ("polyak",)
 _LP_NAME = re.compile(r"(sd|md)_l(.+)")
 
 
+# Steps that call LAPACK decompositions (SVD). XLA:CPU can deadlock when several CPU devices run
+# them at once (seen: sd_spectral on 2 CPU devices hung in 1 of 3 trainings, never on one device),
+# so ``train.loop.train`` runs these optimizers on one CPU device (the same results bit for bit).
+DECOMPOSING = frozenset({"sd_spectral", "sd_nuc"})
+
+
+def uses_decompositions(name: str) -> bool:
+  """Whether the optimizer's step computes an SVD (see ``DECOMPOSING``)."""
+  return name in DECOMPOSING
+
+
 def needs_value(name: str) -> bool:
   """Whether ``get_optimizer(name, ...).update`` needs the keyword ``value`` (the objective)."""
   return name in NEEDS_VALUE

@@ -299,6 +299,8 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     raise ValueError(f"train: {keys.shape[0]} keys for {B} data sets")
   if B == 0:
     raise ValueError("train: no data sets (B = 0)")
+  if mesh is None and optim_lib.uses_decompositions(config.optimizer) and jax.default_backend() == "cpu":
+    mesh = data_mesh(jax.local_devices()[:1])   # see optim.optimizers.DECOMPOSING: XLA:CPU may deadlock
   mesh = batch_mesh(B, config.block_size, mesh)
   unit = config.block_size * mesh.size
   data, keys = pad_to_blocks((data, keys), unit)

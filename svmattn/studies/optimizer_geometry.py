@@ -1,0 +1,180 @@
+"""E10: optimizer geometry: each optimizer's implicit bias against the attention SVM of every norm
+(SCIENCE.md section 10), as a study.
+
+One cell of ``runs`` data sets (E2's generator, or a data file); for every optimizer of
+``optimizers`` and parameterization of ``params`` a training stage; the host analysis solves
+Att-SVM in every norm of ``norms`` at the tokens each run selected (each distinct (data set,
+selection, norm) once) and measures, per snapshot, corr(W, W^mm_norm) and, at the end, the
+distance || W/||W|| - W^mm/||W^mm|| || in that norm and, for l_p norms, the Bregman divergence
+of the l_p mirror map (the l_p mirror-descent paper's metric).
+
+Predictions (for linear classifiers, or proved for attention where said): steepest descent in a
+norm -> that norm's max-margin solution; l_p mirror descent -> the l_p Att-SVM (proved for
+attention); Adam -> l_inf; Muon -> spectral. ``predicted_norm`` names them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from svmattn.analysis import metrics
+from svmattn.data import datasets as data_lib
+from svmattn.study import pipeline
+from svmattn.study import stages
+from svmattn.studies import local_convergence
+from svmattn.svm import att_svm as svm_lib
+from svmattn.train import loop as train_lib
+
+NAME = "optimizer_geometry"
+
+
+def predicted_norm(optimizer: str) -> str | None:
+  """The norm whose Att-SVM the optimizer is predicted to approach (None: no prediction)."""
+  if optimizer in ("normalized_gd", "ngd", "gd", "sd_l2"):
+    return "fro"
+  if optimizer in ("sd_spectral", "sd_spectral_ns", "muon"):
+    return "spectral"
+  if optimizer == "sd_nuc":
+    return "nuc"
+  if optimizer == "adam":
+    return "linf"
+  for prefix in ("sd_", "md_"):
+    if optimizer.startswith(prefix) and optimizer[len(prefix):].startswith("l"):
+      norm = optimizer[len(prefix):]
+      return "fro" if norm in ("l2", "l2.0") else norm
+  return None
+
+
+def lp_of(norm: str) -> float | None:
+  """p of an entrywise l_p norm with 1 < p < inf ("fro" is p = 2), else None."""
+  if norm in ("fro", "l2"):
+    return 2.0
+  if norm.startswith("l") and norm not in ("l1", "linf"):
+    try:
+      return float(norm[1:])
+    except ValueError:
+      return None
+  return None
+
+
+def stage_name(optimizer: str, param: str) -> str:
+  return optimizer if param == "W" else f"{optimizer}_KQ"
+
+
+def configs(fl: dict) -> tuple:
+  """((stage name, optimizer, parameterization, TrainConfig), ...)."""
+  out = []
+  for opt in fl["optimizers"]:
+    for p in fl["params"]:
+      out.append((stage_name(opt, p), opt, p, train_lib.TrainConfig(
+          param=p, optimizer=opt, lr=fl["lr"], steps=fl["steps"], snapshot_every=fl["snapshot_every"],
+          chunk_steps=fl["chunk_steps"], init=fl["init"], block_size=fl.get("block_size", 64),
+          numerics=fl.get("numerics", "exact")).validate()))
+  return tuple(out)
+
+
+def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"]).validate()
+  cfgs = configs(fl)
+  dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+  file_data = data_lib.load_npz(fl["data"], dtype) if fl.get("data") else None
+  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
+  norms = tuple(fl["norms"])
+
+  def load(cell, runs):
+    if file_data is not None:
+      batch = data_lib.take(file_data, runs)
+    else:
+      batch = data_lib.generate(spec, fl["seed"], runs)
+      batch = data_lib.Dataset(*(np.asarray(a).astype(dtype) for a in batch))
+    return {**{f: np.asarray(a) for f, a in batch._asdict().items()},
+            "gamma": local_convergence.token_scores(batch), "norms": np.array(norms)}
+
+  return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
+                        lambda cell: tuple(stages.Train(name, c) for name, _, _, c in cfgs), analyze,
+                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+
+
+def analyze(label: dict, data: dict, trajs: dict) -> dict:
+  """Per run and stage: final W, selection, and per norm the SVM status, corr per snapshot,
+  final distance in the norm and (l_p) final Bregman divergence."""
+  X, Z = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64)
+  norms = [str(x) for x in data["norms"]]
+  B, d = X.shape[0], X.shape[-1]
+  keys = {}
+  for t in trajs.values():
+    for b in range(B):
+      for norm in norms:
+        keys.setdefault((b, np.asarray(t["selected"][b], np.int64).tobytes(), norm), None)
+  jobs = [(X[b], Z[b], np.frombuffer(sel, np.int64), norm) for b, sel, norm in keys]
+  solved = dict(zip(keys, svm_lib.att_svm_many(jobs)))
+  out = {"runs": np.asarray(data["runs"]), "optimal_tokens": metrics.optimal_tokens(data["gamma"])}
+  for name, t in trajs.items():
+    W = np.asarray(t["W"], np.float64)                    # (B, S, d, d)
+    out[f"W_final_{name}"] = W[:, -1]
+    out[f"selected_{name}"] = t["selected"]
+    out[f"finite_{name}"] = t["finite"]
+    out[f"max_prob_{name}"] = t["max_prob"]
+    for norm in norms:
+      res = [solved[(b, np.asarray(t["selected"][b], np.int64).tobytes(), norm)] for b in range(B)]
+      W_svm = np.stack([r.W if r.ok else np.full((d, d), np.nan) for r in res])
+      out[f"svm_{norm}_{name}_status"] = np.array([r.status for r in res], dtype="<U10")
+      out[f"corr_{name}_{norm}"] = metrics.corr(W, W_svm[:, None])
+      out[f"dist_{name}_{norm}"] = metrics.norm_distance(W[:, -1], W_svm, norm)
+      p = lp_of(norm)
+      if p is not None:
+        out[f"bregman_{name}_{norm}"] = metrics.bregman_lp(W_svm, W[:, -1], p)
+  return out
+
+
+def _mean(x):
+  x = np.asarray(x, np.float64)
+  ok = np.isfinite(x)
+  return float(np.mean(x[ok])) if ok.any() else None
+
+
+def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
+  """(results.npz arrays, summary): the optimizer x norm tables of mean final corr, mean final
+  distance and (l_p) mean Bregman divergence, the nearest norm of each optimizer, and checks."""
+  cfgs = configs(fl)
+  first = cfgs[0][3]
+  arrays = dict(arrays)
+  arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every,
+                                                                first.chunk_steps))
+  norms = list(fl["norms"])
+  tables = {"corr": {}, "distance": {}, "bregman": {}, "svm_solved": {}}
+  nearest = {}
+  for name, opt, p, _ in cfgs:
+    tables["corr"][name] = {n: _mean(arrays[f"corr_{name}_{n}"][:, -1]) for n in norms}
+    tables["distance"][name] = {n: _mean(arrays[f"dist_{name}_{n}"]) for n in norms}
+    tables["bregman"][name] = {n: _mean(arrays[f"bregman_{name}_{n}"]) for n in norms if lp_of(n) is not None}
+    tables["svm_solved"][name] = {n: int(np.sum(arrays[f"svm_{n}_{name}_status"] == "optimal")) for n in norms}
+    corr = {n: v for n, v in tables["corr"][name].items() if v is not None}
+    if p == "W":
+      pred = predicted_norm(opt)
+    else:   # (K,Q): the paper's nuclear-norm result for gradient descent; open for the others
+      pred = "nuc" if opt in ("normalized_gd", "ngd", "gd") else None
+    nearest[name] = {"by_corr": max(corr, key=corr.get) if corr else None, "predicted": pred}
+  summary = {"experiment": "E10 optimizer geometry", "numerics": fl.get("numerics", "exact"),
+             "data_sets": len(arrays["runs"]), "optimizers": list(fl["optimizers"]), "norms": norms,
+             "params": list(fl["params"]), "tables": tables, "nearest": nearest,
+             "diverged_runs": {name: int(np.sum(~arrays[f"finite_{name}"])) for name, *_ in cfgs}}
+  summary["checks"] = checks(fl, tables, nearest)
+  return arrays, summary
+
+
+def checks(fl: dict, tables: dict, nearest: dict) -> list:
+  """For steepest-descent and mirror-descent optimizers on W whose predicted norm is among the
+  norms: is that norm's Att-SVM the nearest (largest mean final corr)? A "no" is a finding."""
+  out = []
+  for name, v in nearest.items():
+    pred = v["predicted"]
+    if pred is None or pred not in fl["norms"] or name.endswith("_KQ") or v["by_corr"] is None:
+      continue
+    opt = name
+    if not (opt.startswith("sd_") or opt.startswith("md_") or opt == "normalized_gd"):
+      continue
+    source = ("proved for attention (l_p mirror descent)" if opt.startswith("md_")
+              else "the linear-classifier prediction")
+    out.append({"name": f"{opt}: Att-SVM nearest by mean final corr", "value": v["by_corr"],
+                "expected": f"{pred} ({source})", "ok": v["by_corr"] == pred})
+  return out
