@@ -171,3 +171,20 @@ def test_batch_defaults(cases):
     ref = svm.att_svm(Xb, Zb, ab, "l1.75")
     assert r.solver == "CLARABEL"
     np.testing.assert_array_equal(r.W, ref.W)  # deterministic
+
+
+@pytest.mark.parametrize("norm", ["l1", "linf", "l3", "spectral"])
+def test_support_and_convergence_types_in_any_norm(norm):
+  """The locally-optimal test and the convergence types read only the SVM's support, so they
+  work for every norm: on the hand-built case of tests/test_metrics.py (one sequence, d = 2,
+  query e1, tokens (0,0), (1,0), (2,2), alpha = 0), token 1 is a support token in every norm
+  (its constraint -w1 >= 1 is the only one that binds along w2 = 0)."""
+  from svmattn.analysis import metrics
+  X = np.array([[[0.0, 0.0], [1.0, 0.0], [2.0, 2.0]]])
+  Z = np.array([[1.0, 0.0]])
+  r = svm.att_svm(X, Z, np.array([0]), norm)
+  assert r.ok and r.support[0, 1]
+  assert metrics.convergence_type(np.array([[0.0, -1.0, 2.0]]), np.array([0]), r) == "local"
+  assert metrics.convergence_type(np.array([[0.0, 1.0, 6.0]]), np.array([0]), r) == "not-local"
+  assert metrics.convergence_type(np.array([[0.0, -1.0, 2.0]]), np.array([2]),
+                                  svm.att_svm(X, Z, np.array([2]), norm)) == "global"
