@@ -159,32 +159,17 @@ def _cvxpy_problem(N: int, d: int, norm: str, thread: int | None = None):
 
 
 def _solve_cvxpy(A: np.ndarray, d: int, norm: str, solver: str):
-  import cvxpy as cp
   N = A.shape[0]
   if N == 0:
     return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
   prob, A_par, W, constraint = _cvxpy_problem(N, d, norm, threading.get_ident())
-  A_par.value = A
   # cold starts: a solution depends on its own data set only, not on what this process solved before
   # (for CLARABEL cvxpy would otherwise update the previous solver object in place)
   kwargs = {"eps": 1e-9, "max_iters": 200_000, "warm_start": False} if solver == "SCS" else {"warm_start": False}
-  try:
-    prob.solve(solver=solver, **kwargs)
-  except Exception as e:  # noqa: BLE001 - a solver failure is an outcome
-    return "failed", None, None, f"{solver}: {type(e).__name__}: {e}"
-  status = prob.status
-  if status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
-    return "infeasible", None, None, f"{solver}: {status}"
-  if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or W.value is None:
-    return "failed", None, None, f"{solver}: {status}"
-  w = np.asarray(W.value).reshape(-1)
-  lowest = float(np.min(A @ w))
-  if not lowest > 0.5:  # an accurate solve has margins 1 - 1e-6 or better
-    return "failed", None, None, f"{solver}: {status}, smallest margin {lowest:.3g}"
-  dual = np.asarray(constraint.dual_value).reshape(-1) if constraint.dual_value is not None else None
+  status, w, dual, msg = norms_lib.solve_problem(prob, A_par, W, constraint, A, solver, kwargs)
   if dual is not None and norm == "fro":
     dual = dual / 2  # cvxpy minimizes ||W||^2, not ||W||^2 / 2: report lambda with W = A^T lambda
-  return "optimal", w / lowest, dual, "" if status == cp.OPTIMAL else status
+  return status, w, dual, msg
 
 
 def _solve_scs_direct(A: np.ndarray, d: int):

@@ -180,8 +180,17 @@ def solve(A: np.ndarray, d: int, norm, solver: str | None = None):
   if N == 0:
     return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
   prob, A_par, W, margin = cvxpy_problem(N, d, nm.name)
-  A_par.value = A
   kwargs = SCS_SETTINGS if solver == "SCS" else CLARABEL_SETTINGS if solver == "CLARABEL" else {}
+  return solve_problem(prob, A_par, W, margin, A, solver, kwargs)
+
+
+def solve_problem(prob, A_par, W, margin, A: np.ndarray, solver: str, kwargs: dict):
+  """Solve a cached margin problem (parameter A_par, variable W, margin constraint) for the
+  constraint matrix A: (status, w rescaled to a smallest margin of exactly 1, the margin
+  constraint's duals, message). A solver error, an infeasible problem or an inaccurate
+  solution is a status, never an exception."""
+  import cvxpy as cp
+  A_par.value = A
   try:
     prob.solve(solver=solver, **kwargs)
   except Exception as e:  # noqa: BLE001 - a solver failure is an outcome
