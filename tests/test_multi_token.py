@@ -131,6 +131,7 @@ def _start(out, *args, log):
   return proc
 
 
+@pytest.mark.slow   # kill -9 and --resume end to end (.ci/run runs it; E4's runs in the default suite)
 def test_killed_at_a_random_moment_then_resumed_equals_uninterrupted(outputs, tmp_path):
   """Batches of 2 draws (several batches, 3 checkpointed chunks each), one SVM worker:
   SIGKILL of the process group (its SVM worker too) at a random moment after the first

@@ -91,6 +91,7 @@ def test_checks_are_computed_from_the_results(e7):
   assert summary["corr_at_rmax"]["W_vs_fro"]["mean"] == pytest.approx(np.mean(arrays["corr_W_fro"][:, -1]))
 
 
+@pytest.mark.slow   # kill -9 and --resume end to end (.ci/run runs it; E4's runs in the default suite)
 def test_killed_and_resumed_equals_uninterrupted(e7, tmp_path):
   """SIGKILL (the whole process group) at a random moment once the run has written something
   (its data, a finished path, a batch's results), then --resume until it finishes: results.npz

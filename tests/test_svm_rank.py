@@ -4,6 +4,7 @@ import time
 
 import jax
 import numpy as np
+import pytest
 
 from conftest import run_binary
 
@@ -83,6 +84,7 @@ def _e3(out, *args):
                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow   # kill -9 and --resume end to end (.ci/run runs it; E4's runs in the default suite)
 def test_killed_then_resumed_equals_uninterrupted(tmp_path):
   """SIGKILL (the whole process group: the SVM worker too) at a random moment after the first
   batch was analyzed, then --resume until it ends: results.npz is an uninterrupted run's,

@@ -215,6 +215,7 @@ def has_checkpoint(paths):
   return any(re.fullmatch(r"ckpt_c\d+_b\d+_\w+/\d+", p) for p in paths)
 
 
+@pytest.mark.slow   # kill -9 and --resume end to end (.ci/run runs it; E4's runs in the default suite)
 def test_killed_three_times_then_resumed_equals_uninterrupted(reference, tmp_path):
   """SIGKILL at random moments, three times, then --resume to the end:
     1. a random moment after the first checkpoint appeared, while a checkpoint exists
