@@ -258,6 +258,18 @@ def start_hosts() -> None:
     hosts.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
 
 
+def start_study(module):
+  """(flag values, study): join the other hosts, then ``module.build`` the study of this
+  binary's flags; a bad --data file ends the binary with one error line."""
+  from svmattn.data import datasets as data_lib
+  start_hosts()
+  fl = flag_values()
+  try:
+    return fl, module.build(fl, identity())
+  except data_lib.DataError as e:
+    fail(f"--data: {e}")
+
+
 def run_study(study, write):
   """Run ``study`` with the pipeline flags; ``write(output)`` writes the results on process 0.
   A results directory that cannot be used as asked ends the binary with one clear line."""

@@ -65,9 +65,7 @@ ALPHA_STYLE = {"opt": "-", "random": "--"}
 def main(argv):
   del argv
   timer = common.Timer()
-  common.start_hosts()
-  fl = common.flag_values()
-  study = e9.build(fl, common.identity())
+  fl, study = common.start_study(e9)
   shapes, ds, alphas = e9.grid(fl)
   logging.info("E9: shapes %s, d %d..%d, %d runs per cell, alphas %s", shapes, ds[0], ds[-1], FLAGS.runs, alphas)
 

@@ -43,7 +43,6 @@ from absl import flags
 import numpy as np
 
 from experiments import common
-from svmattn.data import datasets as data_lib
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import lambda_head as e6
@@ -82,12 +81,7 @@ COLORS = {"svmeq": "tab:blue", "mm": "tab:green", "1token": "tab:red"}
 def main(argv):
   del argv
   timer = common.Timer()
-  common.start_hosts()
-  fl = common.flag_values()
-  try:
-    study = e6.build(fl, common.identity())
-  except data_lib.DataError as e:
-    common.fail(f"--data: {e}")
+  fl, study = common.start_study(e6)
   lams = e6.lams_of(fl)
 
   def write(output):

@@ -20,7 +20,6 @@ from absl import flags
 import numpy as np
 
 from experiments import common
-from svmattn.data import datasets as data_lib
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import local_convergence as e2
@@ -68,12 +67,7 @@ def _positive_number(value: str) -> bool:
 def main(argv):
   del argv
   timer = common.Timer()
-  common.start_hosts()
-  fl = common.flag_values()
-  try:
-    study = e2.build(fl, common.identity())
-  except data_lib.DataError as e:
-    common.fail(f"--data: {e}")
+  fl, study = common.start_study(e2)
 
   def write(output):
     arrays, summary = e2.reduce(fl, output.cells[0])

@@ -44,7 +44,6 @@ from absl import logging
 import numpy as np
 
 from experiments import common
-from svmattn.data import datasets as data_lib
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import multi_token as e5
@@ -83,12 +82,7 @@ COLORS = ["tab:blue", "tab:green", "tab:red", "tab:cyan", "tab:purple", "tab:ora
 def main(argv):
   del argv
   timer = common.Timer()
-  common.start_hosts()
-  fl = common.flag_values()
-  try:
-    study = e5.build(fl, common.identity())
-  except data_lib.DataError as e:
-    common.fail(f"--data: {e}")
+  fl, study = common.start_study(e5)
   ds = [c.label["d"] for c in study.cells]
   if FLAGS.data and [int(x) for x in FLAGS.ds] != ds:
     logging.warning("--data: using d=%d of the data file instead of --ds=%s", ds[0], FLAGS.ds)

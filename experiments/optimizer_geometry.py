@@ -26,7 +26,6 @@ from absl import flags
 import numpy as np
 
 from experiments import common
-from svmattn.data import datasets as data_lib
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import optimizer_geometry as e10
@@ -85,12 +84,7 @@ flags.register_validator("norms", _known_norms, message="must list distinct norm
 def main(argv):
   del argv
   timer = common.Timer()
-  common.start_hosts()
-  fl = common.flag_values()
-  try:
-    study = e10.build(fl, common.identity())
-  except data_lib.DataError as e:
-    common.fail(f"--data: {e}")
+  fl, study = common.start_study(e10)
 
   def write(output):
     arrays, summary = e10.reduce(fl, output.cells[0])

@@ -60,9 +60,7 @@ TYPE_COLORS = {"global": "tab:green", "local": "tab:blue", "not-local": "tab:red
 def main(argv):
   del argv
   timer = common.Timer()
-  common.start_hosts()
-  fl = common.flag_values()
-  study = e4.build(fl, common.identity())
+  fl, study = common.start_study(e4)
   n_values, ds = e4.grid(fl)
   logging.info("E4: n %s, T=%d, d %d..%d, %d runs per cell, %d steps", n_values, FLAGS.T, ds[0], ds[-1],
                FLAGS.runs, FLAGS.steps)

@@ -23,7 +23,6 @@ from absl import logging
 import numpy as np
 
 from experiments import common
-from svmattn.data import datasets as data_lib
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import paths_2d as e1
@@ -51,12 +50,7 @@ flags.register_multi_flags_validator(["draw_run", "runs", "data"],
 def main(argv):
   del argv
   timer = common.Timer()
-  common.start_hosts()
-  fl = common.flag_values()
-  try:
-    study = e1.build(fl, common.identity())
-  except data_lib.DataError as e:
-    common.fail(f"--data: {e}")
+  fl, study = common.start_study(e1)
   B = study.cells[0].runs
   if not -1 <= FLAGS.draw_run < B:
     common.fail(f"--draw_run must be -1 (auto) or in [0, {B}), got {FLAGS.draw_run}")

@@ -31,7 +31,6 @@ from absl import logging
 import numpy as np
 
 from experiments import common
-from svmattn.data import datasets as data_lib
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import reg_path as e7
@@ -84,12 +83,7 @@ NORM_NAME = e7.NORM_NAME
 def main(argv):
   del argv
   timer = common.Timer()
-  common.start_hosts()
-  fl = common.flag_values()
-  try:
-    study = e7.build(fl, common.identity())
-  except data_lib.DataError as e:
-    common.fail(f"--data: {e}")
+  fl, study = common.start_study(e7)
   R = e7.grid(fl)
   logging.info("E7: %d data sets, n=%d T=%d d=%d, %d radii in [%g, %g]", study.cells[0].runs, FLAGS.n, FLAGS.T,
                FLAGS.d, len(R), R[0], R[-1])

@@ -38,7 +38,6 @@ from absl import flags
 from absl import logging
 
 from experiments import common
-from svmattn.data import datasets as data_lib
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import seq_causal as e8
@@ -76,14 +75,9 @@ MODE_COLORS = {"seq2seq": "tab:blue", "causal": "tab:orange"}
 def main(argv):
   del argv
   timer = common.Timer()
-  common.start_hosts()
   if FLAGS.precision == "float32":
     logging.warning("float32: gradients of saturated softmax underflow; see BUILD.md")
-  fl = common.flag_values()
-  try:
-    study = e8.build(fl, common.identity())
-  except data_lib.DataError as e:
-    common.fail(f"--data: {e}")
+  fl, study = common.start_study(e8)
   logging.info("E8: %d data sets, n=%d T=%d d=%d, modes %s, params %s", study.cells[0].runs, FLAGS.n, FLAGS.T,
                FLAGS.d, FLAGS.modes, FLAGS.params)
 

@@ -74,9 +74,7 @@ NORM_NAMES = e3.NORM_NAMES
 def main(argv):
   del argv
   timer = common.Timer()
-  common.start_hosts()
-  fl = common.flag_values()
-  study = e3.build(fl, common.identity())
+  fl, study = common.start_study(e3)
   shapes, ds, cells = e3.grid(fl)
   logging.info("E3: %d cells, %d feasible data sets each, rtol %g", len(cells), FLAGS.runs, FLAGS.rtol)
 
