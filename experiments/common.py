@@ -357,7 +357,8 @@ def print_report(lines: list[str], summary: dict, each_check: bool = True) -> No
 def own_norms() -> dict[str, str]:
   """{parameterization: the SVM norm it is biased toward} (model.Parameterization.svm_norm)."""
   from svmattn.models import attention as model_lib
-  return {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items()}
+  # (prompt attention's "p" goes with its own model: experiments.joint_training only)
+  return {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items() if name != "p"}
 
 
 def check_params(params) -> None:

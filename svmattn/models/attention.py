@@ -73,10 +73,26 @@ def _init_kq(key, d, m, dtype, scheme="uniform"):
           "Q": rng.uniform(kq, (d, m), jnp.float64, -b, b).astype(dtype)}
 
 
+def _init_p(key, d, m, dtype, scheme="uniform"):
+  """The prompt p (d,) of prompt attention: uniform U(-1/sqrt(d), 1/sqrt(d)), zero or N(0,1)."""
+  _check_scheme(scheme)
+  if scheme == "zero":
+    return {"p": jnp.zeros((d,), dtype)}
+  if scheme == "normal":
+    return {"p": rng.normal(key, (d,), jnp.float64).astype(dtype)}
+  b = 1.0 / jnp.sqrt(d)
+  return {"p": rng.uniform(key, (d,), jnp.float64, -b, b).astype(dtype)}
+
+
 W_PARAM = Parameterization("W", _init_w, lambda p: p["W"], "fro", 0.0)
 KQ_PARAM = Parameterization("KQ", _init_kq, lambda p: p["K"] @ p["Q"].T, "nuc", KQ_RIDGE)
+# Prompt attention (Tarzanagh, Li, Zhang, Oymak 2023, arXiv 2306.13596): s_i = softmax(X_i W p) with W = I
+# and a trainable prompt p (d,) shared by the sequences; "W" of this parameterization is p itself (d,).
+P_PARAM = Parameterization("p", _init_p, lambda p: p["p"], "fro", 0.0)
 
-PARAMETERIZATIONS = {"W": W_PARAM, "KQ": KQ_PARAM}
+PARAMETERIZATIONS = {"W": W_PARAM, "KQ": KQ_PARAM, "p": P_PARAM}
+# Parameters that are not attention weights: a trained head (``with_head``); no ridge on them.
+HEAD_KEY = "v"
 
 
 def get_parameterization(name: str) -> Parameterization:
@@ -143,6 +159,65 @@ def predict_single_query(head: heads_lib.Head, W, data, pool=pooled_token) -> tu
 MODELS: dict[str, Callable] = {"single_query": predict_single_query}
 
 
+def predict_prompt(head: heads_lib.Head, p, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
+  """Prompt attention: s_i = softmax(X_i p) with the prompt p (d,) (data.Z is not used): f (n,), s (n,T)."""
+  s = jax.nn.softmax(jnp.einsum("ntd,d->nt", data.X, p), axis=-1)
+  f = jax.vmap(head.apply, (None, 0))(data.v, pool(s, data.X))
+  return f, s
+
+
+MODELS["prompt"] = predict_prompt
+
+
+def next_token_log_mass(W, data) -> tuple[jax.Array, jax.Array]:
+  """Next-token prediction (SCIENCE.md section 12), one data set: X (n,T,d) the embeddings of
+  the sequence's tokens, Z (n,d) the query's (the last token's), Y (n,T) 1.0 at the positions
+  holding the label. The query attends over all T positions, itself included; the prediction
+  for a token is the attention mass on the positions holding it. Returns (log of the label's
+  mass (n,), attention s (n,T)), the log mass computed as a difference of log-sum-exps (exact
+  when the softmax saturates)."""
+  logits = attention_logits(W, data.X, data.Z)
+  on = data.Y > 0
+  top = jax.nn.logsumexp(jnp.where(on, logits, -jnp.inf), axis=-1)
+  return top - jax.nn.logsumexp(logits, axis=-1), jax.nn.softmax(logits, axis=-1)
+
+
+def predict_next_token(head: heads_lib.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
+  """f (n,) = log of the label's attention mass (the head is not used), s (n,T). Objective -mean f."""
+  del head, pool
+  return next_token_log_mass(W, data)
+
+
+def predict_next_token_lsq(head: heads_lib.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
+  """The public code's local next-token setting: the pooled token r_i = X_i^T s_i is read out by
+  the vocabulary, p_i = softmax(E r_i) over the K tokens (data.v = E (K,d)), and f (n,) is the
+  label's probability p_iy (y's embedding: the token at the label's position). Objective
+  mean (1 - f)^2 (non-convex: local minima exist)."""
+  del head
+  s = attention(W, data.X, data.Z)
+  r = pool(s, data.X)                                           # (n,d)
+  e_y = jnp.einsum("nt,ntd->nd", data.Y, data.X) / jnp.sum(data.Y, axis=-1, keepdims=True)
+  logits = r @ data.v.T                                         # (n,K)
+  f = jnp.exp(jnp.sum(r * e_y, axis=-1) - jax.nn.logsumexp(logits, axis=-1))
+  return f, s
+
+
+MODELS["next_token"] = predict_next_token
+MODELS["next_token_lsq"] = predict_next_token_lsq
+# Models whose objective is their own (not ell(Y f)): the mean over sequences of this function of f.
+MODEL_OBJECTIVES: dict[str, Callable] = {"next_token": lambda f: -f, "next_token_lsq": lambda f: (1.0 - f) ** 2}
+
+
+def with_head(params: Params, data):
+  """The data set with the trained head params["v"] in place of data.v (joint training), else as is."""
+  return data._replace(v=params[HEAD_KEY]) if HEAD_KEY in params else data
+
+
+def attention_params(params: Params) -> Params:
+  """The attention weights of params (without a trained head)."""
+  return {k: v for k, v in params.items() if k != HEAD_KEY}
+
+
 def get_model(name: str) -> Callable:
   if name not in MODELS:
     raise ValueError(f"unknown model {name!r}; known models: {sorted(MODELS)}")
@@ -191,11 +266,14 @@ def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callabl
       raise ValueError(f"loss_scale must be a positive finite number or 'auto', got {loss_scale!r}")
 
   def ridge_sum(params):
-    return sum(jnp.sum(p * p) for p in jax.tree_util.tree_leaves(params))
+    return sum(jnp.sum(p * p) for p in jax.tree_util.tree_leaves(attention_params(params)))
+
+  own = MODEL_OBJECTIVES.get(model)
 
   def objective(params, data):
+    data = with_head(params, data)
     f, _ = forward(head, param.to_W(params), data, pool=pool)
-    value = jnp.mean(ell(data.Y * f))
+    value = jnp.mean(own(f)) if own is not None else jnp.mean(ell(data.Y * f))
     if lam:
       value = value + lam * ridge_sum(params)
     return value * loss_scale if loss_scale != 1.0 else value
@@ -222,6 +300,7 @@ def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callabl
   sg = jax.lax.stop_gradient
 
   def auto_objective(params, data):
+    data = with_head(params, data)
     logits = logits_fn(param.to_W(params), data)                          # (..., T)
     ls = jax.nn.log_softmax(logits, axis=-1)
     top = jax.nn.one_hot(sg(jnp.argmax(logits, axis=-1)), logits.shape[-1], dtype=bool)
@@ -341,11 +420,13 @@ def _linear_head_grad(param: Parameterization, loss: str, lam: float):
 
 def make_grad(param: Parameterization, head: heads_lib.Head, loss: str | Callable = "logistic",
               ridge: float | None = None, model: str = "single_query",
-              loss_scale: float | str = 1.0, numerics: str = "exact") -> Callable[[Params, Any], Params]:
+              loss_scale: float | str = 1.0, numerics: str = "exact",
+              train_head: bool = False) -> Callable[[Params, Any], Params]:
   """grad(params, data) of ``make_loss(...)``: the closed form for the single-query model with
-  the linear head and a named loss (unscaled, exact numerics), autodiff for everything else."""
+  the linear head and a named loss (unscaled, exact numerics, fixed head), autodiff for
+  everything else (a trained head included)."""
   lam = param.ridge if ridge is None else ridge
-  if (numerics == "exact" and model == "single_query" and head.name == "linear" and isinstance(loss, str) and loss in LOSS_DERIVATIVES
+  if (not train_head and numerics == "exact" and model == "single_query" and head.name == "linear" and isinstance(loss, str) and loss in LOSS_DERIVATIVES
       and not isinstance(loss_scale, str) and loss_scale == 1.0 and param.name in ("W", "KQ")):
     return _linear_head_grad(param, loss, lam)
   return jax.grad(make_loss(param, head, loss, ridge, model, loss_scale, numerics))

@@ -28,10 +28,15 @@ class Train:
 
   ``dtype``: cast the data to it before training (None: as stored). Stores the snapshots
   W (B,S,d,d) (K Q^T for (K,Q)), max_prob (B,S), loss (B,S), the final attention (B,n,T),
-  the selected tokens (B,n), finite (B,) and the snapshot steps (S,) (same for every run)."""
+  the selected tokens (B,n), finite (B,) and the snapshot steps (S,) (same for every run), and
+  with a trained head its snapshots V (B,S,...).
+
+  ``start``: ((name, values), ...) parameters every run starts from instead of the random
+  initialization (e.g. (("p", (0, -1)), ("v", (-1, 0))) for a paper's hand-set start)."""
   name: str
   config: train_lib.TrainConfig
   dtype: object = None
+  start: tuple | None = None
 
   @property
   def steps(self) -> int:
@@ -44,8 +49,17 @@ class Train:
     return data_lib.Dataset(*fields)
 
   def run(self, batch: dict, runs: np.ndarray, seed: int, progress: Callable[[int], None], checkpoints):
-    traj = train_lib.train(self.config, self.dataset(batch), train_lib.init_keys(seed, runs), progress,
-                           checkpoints)
+    data = self.dataset(batch)
+    start = None
+    if self.start is not None:
+      B = len(runs)
+      given = {k: np.broadcast_to(np.asarray(v, data.X.dtype), (B,) + np.shape(v)).copy() for k, v in self.start}
+      if self.config.train_head:
+        given.setdefault("v", np.asarray(data.v))      # a trained head starts at the data set's v
+      start = train_lib.start_state(self.config, given)
+    traj = train_lib.train(self.config, data, train_lib.init_keys(seed, runs), progress, checkpoints, start=start)
     arrays = {"W": traj.W, "max_prob": traj.max_prob, "loss": traj.loss, "attention": traj.attention,
               "selected": traj.selected, "finite": traj.finite, "steps": traj.steps}
+    if traj.V is not None:
+      arrays["V"] = traj.V
     return arrays, traj.compile_seconds

@@ -56,6 +56,7 @@ class TrainConfig:
   block_size: int = 64              # data sets per vectorized block (see module docstring)
   loss_scale: float | str = 1.0     # a number multiplies the objective; "auto": see model.make_loss
   numerics: str = "exact"           # "authors": X^T s pooling and g / (||g|| + eps) (see README, Numerics)
+  train_head: bool = False          # train the head's parameters v with the attention (from data.v)
 
   def validate(self) -> "TrainConfig":
     model_lib.get_parameterization(self.param)
@@ -71,6 +72,11 @@ class TrainConfig:
       if not isinstance(value, (int, np.integer)) or value < (0 if name == "steps" else 1):
         raise ValueError(f"TrainConfig.{name} must be a {'non-negative' if name == 'steps' else 'positive'} "
                          f"integer, got {value!r}")
+    if (self.param == "p") != (self.model == "prompt"):
+      raise ValueError(f"TrainConfig: the prompt parameterization 'p' goes with the model 'prompt' (and only "
+                       f"it), got param={self.param!r}, model={self.model!r}")
+    if self.train_head and self.model.startswith("next_token"):
+      raise ValueError(f"TrainConfig.train_head: the model {self.model!r} has no head to train")
     if self.m is not None and self.m < 1:
       raise ValueError(f"TrainConfig.m must be positive, got {self.m}")
     if not np.isfinite(self.lr) or self.lr <= 0:
@@ -93,6 +99,7 @@ class Trajectory(NamedTuple):
   params: Any             # final parameters, leaves (B, ...)
   compile_seconds: float
   run_seconds: float
+  V: np.ndarray | None = None   # (B, S, ...) the trained head at each snapshot (train_head), else None
 
   @property
   def W_final(self) -> np.ndarray:
@@ -118,18 +125,21 @@ class Trainer(NamedTuple):
   grad: Callable                    # grad(params, data), see model.make_grad
 
   def observe(self, params, data):
-    """(W, mean max softmax, loss, attention) of one data set."""
+    """(W, mean max softmax, loss, attention, {"V": head} when the head is trained) of one data set."""
     W = self.param.to_W(params)
-    _, s = model_lib.get_model(self.config.model)(self.head, W, data)
+    _, s = model_lib.get_model(self.config.model)(self.head, W, model_lib.with_head(params, data))
     loss = self.objective(params, data)
     if not isinstance(self.config.loss_scale, str) and self.config.loss_scale != 1.0:
       loss = loss / self.config.loss_scale  # ("auto" objectives return the unscaled loss)
-    return W, jnp.mean(jnp.max(s, axis=-1)), loss, s
+    extra = {"V": params[model_lib.HEAD_KEY]} if self.config.train_head else {}
+    return W, jnp.mean(jnp.max(s, axis=-1)), loss, s, extra
 
   def init_one(self, key, data):
     d = data.X.shape[-1]
     m = self.config.m or d
     params = self.param.init(key, d, m, data.X.dtype, self.config.init)
+    if self.config.train_head:
+      params = {**params, model_lib.HEAD_KEY: jnp.asarray(data.v)}   # the data set's head is the start
     return State(params, self.optimizer.init(params))
 
   def step_one(self, state: State, data) -> State:
@@ -147,8 +157,8 @@ class Trainer(NamedTuple):
 
     def outer(st, _):
       st, _ = jax.lax.scan(inner, st, None, length=every)
-      W, p, l, _ = self.observe(st.params, data)
-      return st, (W, p, l)
+      W, p, l, _, extra = self.observe(st.params, data)
+      return st, (W, p, l, extra)
 
     return jax.lax.scan(outer, state, None, length=snapshots)
 
@@ -159,7 +169,16 @@ def make_trainer(config: TrainConfig) -> Trainer:
   head = heads_lib.get_head(config.head)
   args = (param, head, config.loss, config.ridge, config.model, config.loss_scale, config.numerics)
   return Trainer(config, param, head, model_lib.make_loss(*args),
-                 optim_lib.get_optimizer(config.optimizer, config.lr, config.numerics), model_lib.make_grad(*args))
+                 optim_lib.get_optimizer(config.optimizer, config.lr, config.numerics),
+                 model_lib.make_grad(*args, train_head=config.train_head))
+
+
+def start_state(config: TrainConfig, params: dict) -> tuple[int, State]:
+  """``train``'s ``start`` from given parameters {name: (B, ...)} at step 0 (the optimizer's
+  state initialized for them): runs that start where a paper's code starts."""
+  trainer = make_trainer(config)
+  params = {k: jnp.asarray(v) for k, v in params.items()}
+  return 0, _host(State(params, jax.vmap(trainer.optimizer.init)(params)))
 
 
 def init_keys(seed: int, runs) -> jax.Array:
@@ -322,11 +341,11 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   compile_seconds = time.perf_counter() - t0
 
   t0 = time.perf_counter()
-  W0, p0, l0, _ = _host(observe(state_p.params, data_p))
-  snaps = {"W": np.zeros((W0.shape[0], len(steps)) + W0.shape[1:], W0.dtype),
-           "max_prob": np.zeros((len(p0), len(steps)), p0.dtype),
-           "loss": np.zeros((len(l0), len(steps)), l0.dtype)}
-  snaps["W"][:, 0], snaps["max_prob"][:, 0], snaps["loss"][:, 0] = W0, p0, l0
+  W0, p0, l0, _, extra0 = _host(observe(state_p.params, data_p))
+  first = {"W": W0, "max_prob": p0, "loss": l0, **extra0}
+  snaps = {k: np.zeros((x.shape[0], len(steps)) + x.shape[1:], x.dtype) for k, x in first.items()}
+  for k, x in first.items():
+    snaps[k][:, 0] = x
   treedef = jax.tree_util.tree_structure(state_p)
   n_leaves = treedef.num_leaves
   start = 0
@@ -347,8 +366,9 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   for chunk in range(start, len(plan)):
     every, k = plan[chunk]
     state_p, out = calls[(every, k)](state_p, data_p)     # every device on its slice, concurrently
-    W, p, l = _host(out)
-    snaps["W"][:, pos:pos + k], snaps["max_prob"][:, pos:pos + k], snaps["loss"][:, pos:pos + k] = W, p, l
+    W, p, l, extra = _host(out)
+    for name, x in {"W": W, "max_prob": p, "loss": l, **extra}.items():
+      snaps[name][:, pos:pos + k] = x
     pos += k
     if checkpoints is not None and chunk + 1 < len(plan):   # (after the last chunk the caller saves results)
       leaves = jax.tree_util.tree_leaves(_host(state_p))
@@ -361,4 +381,5 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   run_seconds = time.perf_counter() - t0
   cut = lambda x: np.asarray(x)[:B]  # noqa: E731
   return Trajectory(steps, cut(snaps["W"]), cut(snaps["max_prob"]), cut(snaps["loss"]), cut(s),
-                    jax.tree_util.tree_map(cut, params), compile_seconds, run_seconds)
+                    jax.tree_util.tree_map(cut, params), compile_seconds, run_seconds,
+                    cut(snaps["V"]) if "V" in snaps else None)
