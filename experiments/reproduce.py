@@ -76,6 +76,14 @@ EXPERIMENTS = (
                quick=("--runs=200", "--shapes=5:5,10:5", "--d_max=11")),
     Experiment("E10", "optimizer_geometry", "Optimizer geometry: each optimizer against the Att-SVM of every norm",
                quick=("--runs=20", "--steps=1000"), beyond=True),
+    Experiment("E11", "joint_training", "Joint training of head and attention (E2's sizes)",
+               quick=("--runs=20",), beyond=True),
+    Experiment("E11", "joint_training", "Joint training, the public code's setting (n=3, T=2, d=2, prompt attention)",
+               variant="toy", args=("--setting=toy",), beyond=True),
+    Experiment("E12", "next_token", "Next-token prediction and its graph SVM (global setting)",
+               quick=("--runs=20",), beyond=True),
+    Experiment("E12", "next_token", "Next-token prediction, local setting (vocabulary readout, squared loss)",
+               quick=("--runs=20",), variant="local", args=("--setting=local",), beyond=True),
 )
 
 

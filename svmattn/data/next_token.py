@@ -1,0 +1,169 @@
+"""Next-token data sets (SCIENCE.md section 12): a vocabulary, token sequences, next-token labels.
+
+One data set is a :class:`TokenData`:
+  E (K,d)       unit-norm token embeddings
+  tokens (n,T)  token ids, distinct within a sequence; the last one is the query
+  labels (n,)   the next token of each sequence, a token that occurs in it
+A batch has a leading axis B on every field. ``to_dataset`` turns it into the engine's
+``Dataset`` for the next-token models of ``svmattn.models.attention``: X = E[tokens] (n,T,d),
+Z = E[query] (n,d), Y (n,T) 1.0 at the label's position, v = E (K,d).
+
+Generator (the public code's, yixiao-huang/next-token-prediction, data_utils.py): E Gaussian
+with unit rows; each sequence T distinct tokens drawn uniformly without replacement; labels
+uniform over the K tokens, a label absent from its sequence replaced by the token at a
+uniformly random position of it; a data set none of whose token graphs has a cycle (every SCC a
+single token) is drawn again (``require_cycle``). Data set r of seed s comes from
+``rng.run_key(s, r)`` (attempt a from ``fold_in`` of its data key with a): the same whatever the
+batch it is drawn in.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import zipfile
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from svmattn import rng
+from svmattn.data.datasets import DataError
+from svmattn.data.datasets import Dataset
+from svmattn.data import token_graph as graph_lib
+
+MAX_ATTEMPTS = 1000
+
+
+class TokenData(NamedTuple):
+  E: np.ndarray        # (K,d)
+  tokens: np.ndarray   # (n,T) int
+  labels: np.ndarray   # (n,) int
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenSpec:
+  """Sizes of generated next-token data sets (the paper's global setting by default)."""
+  K: int = 6
+  d: int = 8
+  n: int = 6
+  T: int = 4
+  require_cycle: bool = True
+
+  def validate(self) -> "TokenSpec":
+    for name in ("K", "d", "n", "T"):
+      value = getattr(self, name)
+      if not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"TokenSpec.{name} must be a positive integer, got {value!r}")
+    if self.T < 2:
+      raise ValueError(f"TokenSpec.T must be >= 2 (a query and another token), got {self.T}")
+    if self.T > self.K:
+      raise ValueError(f"TokenSpec: T={self.T} distinct tokens per sequence need K >= T, got K={self.K}")
+    return self
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _draw(spec: TokenSpec, keys: jax.Array):
+  def one(key):
+    ke, kt, kl, kr = jax.random.split(key, 4)
+    E = rng.normal(ke, (spec.K, spec.d), jnp.float64)
+    E = E / jnp.linalg.norm(E, axis=-1, keepdims=True)
+    tokens = jax.vmap(lambda k: jax.random.permutation(k, spec.K)[:spec.T])(jax.random.split(kt, spec.n))
+    labels = jax.random.randint(kl, (spec.n,), 0, spec.K)
+    present = jnp.any(tokens == labels[:, None], axis=1)
+    pos = jax.random.randint(kr, (spec.n,), 0, spec.T)
+    labels = jnp.where(present, labels, tokens[jnp.arange(spec.n), pos])
+    return E, tokens, labels
+  return jax.vmap(one)(keys)
+
+
+def has_cycle(tokens: np.ndarray, labels: np.ndarray) -> bool:
+  """Whether some query token's graph has an SCC of two tokens or more."""
+  return any(len(c) > 1 for g in graph_lib.graphs(tokens, labels).values() for c in g.components)
+
+
+def generate(spec: TokenSpec, seed: int, runs: Sequence[int] | np.ndarray) -> TokenData:
+  """Data sets ``runs`` of ``seed`` (leading axis B = len(runs))."""
+  spec.validate()
+  runs = np.asarray(runs, np.int64)
+  data_keys = jax.vmap(lambda r: rng.split_run_key(rng.run_key(seed, r))[0])(jnp.asarray(runs, jnp.uint32))
+  B = len(runs)
+  E = np.zeros((B, spec.K, spec.d))
+  tokens = np.zeros((B, spec.n, spec.T), np.int64)
+  labels = np.zeros((B, spec.n), np.int64)
+  todo = np.arange(B)
+  for attempt in range(MAX_ATTEMPTS):
+    # every run drawn at every attempt: one shape, one compiled program (only the todo ones are used)
+    keys = jax.vmap(lambda k: jax.random.fold_in(k, attempt))(data_keys)
+    e, t, y = (np.asarray(a)[todo] for a in _draw(spec, keys))
+    keep = np.array([not spec.require_cycle or has_cycle(t[j], y[j]) for j in range(len(todo))], bool)
+    E[todo[keep]], tokens[todo[keep]], labels[todo[keep]] = e[keep], t[keep], y[keep]
+    todo = todo[~keep]
+    if not len(todo):
+      return TokenData(E, tokens, labels)
+  raise ValueError(f"no data set with a cycle in {MAX_ATTEMPTS} draws for runs {runs[todo][:5].tolist()} "
+                   f"(K={spec.K}, n={spec.n}, T={spec.T}): use require_cycle=False or other sizes")
+
+
+def to_dataset(data: TokenData) -> Dataset:
+  """The engine's Dataset of a batch: X = E[tokens] (B,n,T,d), Y (B,n,T) 1.0 at the label,
+  Z = E[query] (B,n,d), v = E (B,K,d)."""
+  E, tokens, labels = (np.asarray(a) for a in data)
+  X = np.take_along_axis(E[:, None, :, :], tokens[..., None], axis=2)        # (B,n,T,d)
+  Y = (tokens == labels[..., None]).astype(E.dtype)
+  return Dataset(X, Y, X[:, :, -1], E)
+
+
+def validate(data: TokenData, where: str = "data") -> TokenData:
+  """Shapes, finiteness, ids in range, distinct tokens, labels in their sequences: DataError."""
+  E, tokens, labels = (np.asarray(a) for a in data)
+  if E.ndim != 3:
+    raise DataError(f"{where}: E must have shape (B, K, d), got {E.shape}")
+  if tokens.ndim != 3 or tokens.shape[0] != E.shape[0]:
+    raise DataError(f"{where}: tokens must have shape (B, n, T) with B = {E.shape[0]}, got {tokens.shape}")
+  if labels.shape != tokens.shape[:2]:
+    raise DataError(f"{where}: labels must have shape (B, n) = {tokens.shape[:2]}, got {labels.shape}")
+  if E.shape[0] == 0:
+    raise DataError(f"{where}: no data sets (B = 0)")
+  for b in range(E.shape[0]):
+    try:
+      graph_lib.check_data(E[b], tokens[b], labels[b], where=f"data set {b}")
+    except ValueError as e:
+      raise DataError(f"{where}: {e}") from None
+  norms = np.linalg.norm(E, axis=-1)
+  if np.any(norms == 0):
+    raise DataError(f"{where}: E has an all-zero embedding (data set {int(np.argwhere(norms == 0)[0, 0])})")
+  return TokenData(E.astype(np.float64), tokens.astype(np.int64), labels.astype(np.int64))
+
+
+FIELDS = TokenData._fields
+
+
+def load_npz(path: str | os.PathLike) -> TokenData:
+  """Read next-token data sets from .npz: E (B,K,d), tokens (B,n,T) int, labels (B,n) int.
+  Raises DataError naming the file and the problem."""
+  path = os.fspath(path)
+  if not os.path.exists(path):
+    raise DataError(f"{path}: no such data file")
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      missing = [k for k in FIELDS if k not in f.files]
+      if missing:
+        raise DataError(f"{path}: missing array(s) {missing}; a next-token data file needs E (B,K,d), "
+                        f"tokens (B,n,T) int and labels (B,n) int; found {sorted(f.files)}")
+      arrays = {k: f[k] for k in FIELDS}
+  except DataError:
+    raise
+  except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+    raise DataError(f"{path}: not a readable .npz data file ({type(e).__name__}: {e})") from e
+  return validate(TokenData(**arrays), where=path)
+
+
+def save_npz(path: str | os.PathLike, data: TokenData) -> None:
+  from svmattn.io import results
+  results.write_npz(os.fspath(path), {k: np.asarray(v) for k, v in data._asdict().items()})
+
+
+def take(data: TokenData, index) -> TokenData:
+  return TokenData(*(np.asarray(a)[index] for a in data))

@@ -1,0 +1,132 @@
+"""E12 (experiments.next_token) end to end at a tiny size, its data generator and data files."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT
+from svmattn.data import datasets as data_lib
+from svmattn.data import next_token as nt
+from test_sweep import ENV
+
+
+def _run(out, *flags, timeout=600):
+  return subprocess.run([sys.executable, "-m", "experiments.next_token", f"--out={out}", "--noprogress", *flags],
+                        cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=timeout)
+
+
+def test_generator_follows_the_public_code():
+  spec = nt.TokenSpec(K=6, d=8, n=6, T=4)
+  d = nt.generate(spec, 0, np.arange(6))
+  assert d.E.shape == (6, 6, 8) and d.tokens.shape == (6, 6, 4) and d.labels.shape == (6, 6)
+  np.testing.assert_allclose(np.linalg.norm(d.E, axis=-1), 1, atol=1e-12)
+  for b in range(6):
+    assert all(len(set(row)) == 4 for row in d.tokens[b].tolist())            # distinct tokens
+    assert np.all(np.any(d.tokens[b] == d.labels[b][:, None], axis=1))         # labels occur in the sequence
+    assert nt.has_cycle(d.tokens[b], d.labels[b])                              # redrawn until a cycle
+  again = nt.generate(spec, 0, np.array([4, 2]))                                # run r: the same in any batch
+  for field in nt.FIELDS:
+    np.testing.assert_array_equal(getattr(again, field), getattr(d, field)[[4, 2]])
+  ds = nt.to_dataset(d)
+  np.testing.assert_array_equal(ds.X[1, 2, 3], d.E[1, d.tokens[1, 2, 3]])
+  np.testing.assert_array_equal(ds.Z, ds.X[:, :, -1])
+  assert np.all(ds.Y.sum(-1) == 1)
+  with pytest.raises(ValueError, match="K >= T"):
+    nt.TokenSpec(K=3, T=4).validate()
+
+
+def _bad(tmp_path, **arrays):
+  path = tmp_path / "bad.npz"
+  np.savez(path, **arrays)
+  with pytest.raises(data_lib.DataError) as e:
+    nt.load_npz(path)
+  return str(e.value)
+
+
+def test_data_file_errors(tmp_path):
+  d = nt.generate(nt.TokenSpec(), 1, np.arange(2))
+  good = {"E": d.E, "tokens": d.tokens, "labels": d.labels}
+  assert "missing array" in _bad(tmp_path, E=d.E, tokens=d.tokens)
+  labels = d.labels.copy()
+  absent = [t for t in range(6) if t not in d.tokens[1, 2]][0]
+  labels[1, 2] = absent
+  assert "does not occur" in _bad(tmp_path, **{**good, "labels": labels})
+  tokens = d.tokens.copy()
+  tokens[0, 0, 1] = tokens[0, 0, 0]
+  assert "distinct" in _bad(tmp_path, **{**good, "tokens": tokens})
+  assert "integer" in _bad(tmp_path, **{**good, "tokens": d.tokens.astype(float)})
+  E = d.E.copy()
+  E[0, 0, 0] = np.nan
+  assert "finite" in _bad(tmp_path, **{**good, "E": E})
+  assert "shape" in _bad(tmp_path, **{**good, "labels": d.labels[:, :3]})
+  tokens = d.tokens.copy()
+  tokens[0, 0, 0] = 9
+  assert "[0, K=6)" in _bad(tmp_path, **{**good, "tokens": tokens})
+  path = tmp_path / "good.npz"
+  nt.save_npz(path, d)
+  back = nt.load_npz(path)
+  np.testing.assert_array_equal(back.tokens, d.tokens)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+  out = tmp_path_factory.mktemp("e12")
+  proc = _run(out, "--runs=3", "--steps=300", "--chunk_steps=100", "--block_size=4", "--params=W,KQ")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return out, proc.stdout
+
+
+def test_outputs(run):
+  out, stdout = run
+  for name in ("results.npz", "summary.json", "corr.png", "residual.png", "graph.png"):
+    assert os.path.getsize(out / name) > 0
+  a = np.load(out / "results.npz")
+  S = len(a["steps"])
+  assert a["steps"][-1] == 300
+  for p in ("W", "KQ"):
+    assert a[f"W_final_{p}"].shape == (3, 8, 8)
+    assert a[f"corr_{p}"].shape == a[f"resid_{p}"].shape == a[f"fin_gap_{p}"].shape == (3, S)
+    assert np.all(a[f"svm_{p}_status"] == "optimal")
+  # the graph SVM of the results equals graph_svm of the stored data
+  from svmattn.svm import graph_svm
+  r = graph_svm.graph_svm(a["E"][1], a["tokens"][1], a["labels"][1])
+  np.testing.assert_allclose(a["W_svm_W"][1], r.W, atol=1e-10)
+  summary = json.loads((out / "summary.json").read_text())
+  assert summary["params"]["W"]["corr_final"]["mean"] == pytest.approx(float(np.mean(a["corr_W"][:, -1])))
+  assert summary["public"]["corr_final"]["min"] == 0.97615
+  assert "E12 next-token prediction (global)" in stdout
+
+
+def test_local_setting_and_data_file(tmp_path):
+  d = nt.generate(nt.TokenSpec(), 5, np.arange(2))
+  path = tmp_path / "d.npz"
+  nt.save_npz(path, d)
+  proc = _run(tmp_path / "o", f"--data={path}", "--setting=local", "--steps=200", "--chunk_steps=100",
+              "--block_size=2")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  a = np.load(tmp_path / "o" / "results.npz")
+  np.testing.assert_array_equal(a["tokens"], d.tokens)
+  assert a["corr_local_W"].shape == a["corr_W"].shape and "label_selected_W" in a.files
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--K=3", "--T=4"], "T <= K"),
+    pytest.param(["--params=X"], "--params", marks=pytest.mark.slow),
+    pytest.param(["--setting=bogus"], "--setting", marks=pytest.mark.slow),
+    pytest.param(["--lr=0"], "--lr", marks=pytest.mark.slow)])
+def test_bad_flags(tmp_path, flags, needle):
+  proc = _run(tmp_path / "o", *flags, timeout=120)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr and needle in proc.stderr
+
+
+def test_bad_data_file_is_one_line(tmp_path):
+  d = nt.generate(nt.TokenSpec(), 1, np.arange(1))
+  labels = d.labels.copy()
+  labels[0, 0] = [t for t in range(6) if t not in d.tokens[0, 0]][0]
+  path = tmp_path / "bad.npz"
+  np.savez(path, E=d.E, tokens=d.tokens, labels=labels)
+  proc = _run(tmp_path / "o", f"--data={path}", timeout=120)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr and "does not occur" in proc.stderr
