@@ -84,6 +84,8 @@ EXPERIMENTS = (
                quick=("--runs=20",), beyond=True),
     Experiment("E12", "next_token", "Next-token prediction, local setting (vocabulary readout, squared loss)",
                quick=("--runs=20",), variant="local", args=("--setting=local",), beyond=True),
+    Experiment("E13", "real_data", "Real data: digits 0 vs 1 as patch-token sequences, across n",
+               quick=("--runs=5", "--n_values=2,8,32,128"), beyond=True),
 )
 
 
