@@ -24,6 +24,10 @@ Suites (--suites):
   norms  Att-SVM solves per second in every norm of --norms (E10's: l1, linf, l_p, spectral, ...;
          one DPP problem per shape and norm) against a naive baseline in the same run (constraints
          appended one by one, a fresh cvxpy problem per data set, the same solver).
+  models the flax path against the built-in path at E2 sizes (B = --models_batch, W): data-set-steps
+         per second of the built-in model (closed-form gradient), the built-in model with autodiff,
+         the flax SingleHead (the same model through svmattn.models.flax_models' protocol),
+         MultiHead (H=2) and TwoLayer, as ratios to the built-in model in the same run.
   e2     the E2 default experiment end to end in fresh processes, against the authors' code
          (286 s on a 2-core machine of this kind: a quoted reference, SCIENCE.md section 8).
   quick  `reproduce --quick` end to end.
@@ -54,7 +58,8 @@ from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for benchmark.json and figures.")
-flags.DEFINE_list("suites", ["gd", "floor", "svm", "norms", "e2"], "Suites to run: gd, floor, svm, norms, e2, quick.")
+flags.DEFINE_list("suites", ["gd", "floor", "svm", "norms", "models", "e2"],
+                  "Suites to run: gd, floor, svm, norms, models, e2, quick.")
 flags.DEFINE_list("norms", ["fro", "nuc", "l1", "linf", "l1.75", "l3", "spectral"], "Norms of the norms suite.")
 flags.DEFINE_list("batch_sizes", ["1", "10", "100", "1000", "10000", "100000"], "GD batch sizes.")
 flags.DEFINE_integer("gd_steps", 200, "Steps per timed GD call.")
@@ -64,6 +69,7 @@ flags.DEFINE_integer("block_size", train_lib.TrainConfig.block_size, "Data sets 
 flags.DEFINE_integer("naive_sets", 8, "Data sets in the naive GD baseline (times per data set are constant).")
 flags.DEFINE_integer("svm_sets", 50, "Data sets per SVM measurement.")
 flags.DEFINE_integer("repeats", 3, "Repetitions (the best is kept for kernels, the median for end to end).")
+flags.DEFINE_integer("models_batch", 1000, "Data sets in the models suite.")
 flags.DEFINE_list("e2_flags", [], "Extra flags for the E2 end-to-end run (e.g. --runs=20).")
 
 AUTHORS_E2_SECONDS = 286.0
@@ -77,6 +83,49 @@ def best_time(fn, repeats):
     jax.block_until_ready(fn())
     times.append(time.perf_counter() - t0)
   return min(times)
+
+
+def config_kernel(config, B, n, T, d, steps):
+  """(compile_s, run_s) of ``steps`` steps of ``config`` on B data sets, as train.train runs them."""
+  import dataclasses
+  config = dataclasses.replace(config, steps=steps, snapshot_every=steps, chunk_steps=steps,
+                               block_size=FLAGS.block_size)
+  trainer = train_lib.make_trainer(config)
+  runs = np.arange(B)
+  batch = data_lib.generate(data_lib.DataSpec(n, T, d), 0, runs)
+  keys = train_lib.init_keys(0, runs)
+  mesh = train_lib.batch_mesh(B, FLAGS.block_size)
+  batch, keys = train_lib.place(train_lib.pad_to_blocks((batch, keys), config.block_size * mesh.size), mesh)
+  state = train_lib._compiled(trainer, "init", mesh)(keys, batch)
+  fn = train_lib._compiled(trainer, "advance", mesh, steps, 1)
+  t0 = time.perf_counter()
+  compiled = fn.compile_for(state, batch)
+  compile_s = time.perf_counter() - t0
+  return compile_s, best_time(lambda: compiled(state, batch), FLAGS.repeats)
+
+
+def suite_models(report):
+  from svmattn.models import flax_models
+  B, steps = FLAGS.models_batch, FLAGS.gd_steps
+  cases = {"builtin (closed-form gradient)": train_lib.TrainConfig(param="W"),
+           # the same model, its gradient by autodiff: a loss scale skips the closed form (normalized GD
+           # is invariant to it)
+           "builtin (autodiff)": train_lib.TrainConfig(param="W", loss_scale=2.0),
+           "flax SingleHead": train_lib.TrainConfig(module=flax_models.SingleHead()),
+           "flax MultiHead H=2": train_lib.TrainConfig(module=flax_models.MultiHead(heads=2)),
+           "flax TwoLayer": train_lib.TrainConfig(module=flax_models.TwoLayer())}
+  rows = {}
+  for name, cfg in cases.items():
+    compile_s, run_s = config_kernel(cfg, B, E2["n"], E2["T"], E2["d"], steps)
+    rows[name] = {"compile_s": compile_s, "run_s": run_s, "dataset_steps_per_s": B * steps / run_s}
+  base = rows["builtin (closed-form gradient)"]["dataset_steps_per_s"]
+  for name, row in rows.items():
+    row["vs_builtin"] = row["dataset_steps_per_s"] / base
+    print(f"models  {name:<32} {row['dataset_steps_per_s']:10.4g} data-set-steps/s = {row['vs_builtin']:5.2f}x "
+          f"the built-in model (compile {row['compile_s']:.2f}s)", flush=True)
+  report["models"] = {"batch": B, "steps": steps, "rows": rows,
+                      "flax_single_head_slowdown": base / rows["flax SingleHead"]["dataset_steps_per_s"],
+                      "autodiff_slowdown": base / rows["builtin (autodiff)"]["dataset_steps_per_s"]}
 
 
 def gd_kernel(B, n, T, d, steps, param="W", mode="engine"):
@@ -101,7 +150,7 @@ def gd_kernel(B, n, T, d, steps, param="W", mode="engine"):
     state = train_lib._compiled(trainer, "init", mesh)(keys, batch)
     fn = train_lib._compiled(trainer, "advance", mesh, steps, 1)
   t0 = time.perf_counter()
-  compiled = fn.lower(state, batch).compile()
+  compiled = fn.compile_for(state, batch) if mode != "vmap" else fn.lower(state, batch).compile()
   compile_s = time.perf_counter() - t0
   run_s = best_time(lambda: compiled(state, batch), FLAGS.repeats)
   return compile_s, run_s, trainer, state, batch
@@ -192,6 +241,7 @@ def machine_peaks():
 def suite_floor(report):
   B = FLAGS.floor_batch
   _, run_s, trainer, state, batch = gd_kernel(B, E2["n"], E2["T"], E2["d"], FLAGS.gd_steps)
+  state, batch = (x.parts[0] if isinstance(x, train_lib.Split) else x for x in (state, batch))
   # XLA's count for one step of one block on one device
   block = jax.tree_util.tree_map(lambda x: np.asarray(x)[:FLAGS.block_size], (state, batch))
   step = jax.jit(jax.vmap(trainer.step_one)).lower(*block).compile()
@@ -370,7 +420,7 @@ def suite_quick(report):
   print(f"reproduce --quick: {wall:.1f} s", flush=True)
 
 
-SUITES = {"gd": suite_gd, "floor": suite_floor, "svm": suite_svm, "norms": suite_norms, "e2": suite_e2,
+SUITES = {"models": suite_models, "gd": suite_gd, "floor": suite_floor, "svm": suite_svm, "norms": suite_norms, "e2": suite_e2,
           "quick": suite_quick}
 
 

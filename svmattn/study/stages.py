@@ -62,4 +62,6 @@ class Train:
               "selected": traj.selected, "finite": traj.finite, "steps": traj.steps}
     if traj.V is not None:
       arrays["V"] = traj.V
+    for k, v in (traj.sown or {}).items():     # a flax model's sown values: sown_<path>_<name>
+      arrays[f"sown_{k}"] = v
     return arrays, traj.compile_seconds

@@ -57,8 +57,16 @@ class TrainConfig:
   loss_scale: float | str = 1.0     # a number multiplies the objective; "auto": see model.make_loss
   numerics: str = "exact"           # "authors": X^T s pooling and g / (||g|| + eps) (see README, Numerics)
   train_head: bool = False          # train the head's parameters v with the attention (from data.v)
+  module: Any = None                # a flax linen module (models.flax_models' protocol): replaces param/model
 
   def validate(self) -> "TrainConfig":
+    if self.module is not None:
+      import flax.linen as nn
+      if not isinstance(self.module, nn.Module):
+        raise ValueError(f"TrainConfig.module must be a flax linen Module, got {type(self.module).__name__}")
+      if self.train_head or self.model != "single_query" or self.loss_scale != 1.0:
+        raise ValueError("TrainConfig.module: a flax model goes with the defaults of model, train_head and "
+                         "loss_scale (it holds its own architecture)")
     model_lib.get_parameterization(self.param)
     heads_lib.get_head(self.head)
     model_lib.get_model(self.model)
@@ -100,6 +108,8 @@ class Trajectory(NamedTuple):
   compile_seconds: float
   run_seconds: float
   V: np.ndarray | None = None   # (B, S, ...) the trained head at each snapshot (train_head), else None
+  sown: dict | None = None      # flax models: {name: (B, S, d, d)} each sown "kq" at each snapshot, and
+                                # {name: (B, ...)} every other sown value (attention, ...) at the end
 
   @property
   def W_final(self) -> np.ndarray:
@@ -163,8 +173,63 @@ class Trainer(NamedTuple):
     return jax.lax.scan(outer, state, None, length=snapshots)
 
 
+def _sown(tree) -> dict:
+  """{submodule path joined by "_" + "_" + name: the last value sown under it} of "intermediates"."""
+  from flax import traverse_util
+  flat = traverse_util.flatten_dict(tree.get("intermediates", {}))
+  return {"_".join(str(k) for k in key): value[-1] for key, value in flat.items()}
+
+
+class FlaxTrainer(NamedTuple):
+  """``Trainer``'s interface for a flax module (``models.flax_models``' protocol)."""
+  config: TrainConfig
+  objective: Callable
+  optimizer: optax.GradientTransformation
+  grad: Callable
+
+  def apply(self, params, data):
+    f, state = self.config.module.apply({"params": params}, data.X, data.Z, data.v, mutable=["intermediates"])
+    return f, _sown(state)
+
+  def observe(self, params, data):
+    """(sum of the sown kq matrices, mean max of the last sown softmax, loss, {every sown value
+    but kq}, {each sown kq})."""
+    _, sown = self.apply(params, data)
+    is_kq = lambda k: k == "kq" or k.endswith("_kq")  # noqa: E731
+    kq = {k: v for k, v in sown.items() if is_kq(k)}
+    rest = {k: v for k, v in sown.items() if not is_kq(k)}
+    att = [v for k, v in rest.items() if k.endswith("attention")]
+    if not att:
+      raise ValueError("a flax model must sow at least one 'attention' (see svmattn.models.flax_models)")
+    d = data.X.shape[-1]
+    W = sum(kq.values()) if kq else jnp.zeros((d, d), data.X.dtype)
+    return W, jnp.mean(jnp.max(att[-1], axis=-1)), self.objective(params, data), rest, kq
+
+  def init_one(self, key, data):
+    params = self.config.module.init({"params": key}, data.X, data.Z, data.v)["params"]
+    return State(params, self.optimizer.init(params))
+
+  step_one = Trainer.step_one
+  advance_one = Trainer.advance_one
+
+
+def _flax_trainer(config: TrainConfig) -> FlaxTrainer:
+  from svmattn.models import losses
+  ell = losses.get_loss(config.loss)
+  module = config.module
+
+  def objective(params, data):
+    f = module.apply({"params": params}, data.X, data.Z, data.v)
+    return jnp.mean(ell(data.Y * f))
+
+  return FlaxTrainer(config, objective, optim_lib.get_optimizer(config.optimizer, config.lr, config.numerics),
+                     jax.grad(objective))
+
+
 def make_trainer(config: TrainConfig) -> Trainer:
   config.validate()
+  if config.module is not None:
+    return _flax_trainer(config)
   param = model_lib.get_parameterization(config.param)
   head = heads_lib.get_head(config.head)
   args = (param, head, config.loss, config.ridge, config.model, config.loss_scale, config.numerics)
@@ -177,7 +242,7 @@ def start_state(config: TrainConfig, params: dict) -> tuple[int, State]:
   """``train``'s ``start`` from given parameters {name: (B, ...)} at step 0 (the optimizer's
   state initialized for them): runs that start where a paper's code starts."""
   trainer = make_trainer(config)
-  params = {k: jnp.asarray(v) for k, v in params.items()}
+  params = jax.tree_util.tree_map(jnp.asarray, params)      # flat, or a flax model's nested tree
   return 0, _host(State(params, jax.vmap(trainer.optimizer.init)(params)))
 
 
@@ -223,9 +288,52 @@ def batch_mesh(B: int, block_size: int, mesh=None):
   return data_mesh(list(mesh.devices.flat)[:blocks]) if blocks < mesh.size else mesh
 
 
+class Split(NamedTuple):
+  """A batch cut along its leading axis into one part per device, each part committed to its
+  device (``place``); ``_host`` joins the parts back."""
+  parts: tuple
+
+  def map(self, fn) -> "Split":
+    return Split(tuple(fn(p) for p in self.parts))
+
+
+class PerDevice:
+  """One single-device program per device, each run on its own part of a ``Split`` batch.
+
+  Every device runs the program compiled for one device, the very program a one-device run
+  compiles, so the results are bit for bit those of one device whatever the number of devices
+  (a partitioned program, even jit(shard_map(...)), is compiled by XLA with other fusions and
+  rounds differently: seen on CPU with autodiff gradients). The parts are dispatched
+  asynchronously, so the devices run concurrently."""
+
+  def __init__(self, fn):
+    self.fn = jax.jit(fn)
+    self.executables = {}      # (device, argument shapes and dtypes) -> compiled program
+
+  def _executable(self, args):
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    key = (tuple(d.id for d in leaves[0].devices()), tree, tuple((x.shape, x.dtype) for x in leaves))
+    if key not in self.executables:
+      self.executables[key] = self.fn.lower(*args).compile()
+    return self.executables[key]
+
+  def compile_for(self, *args: Split) -> "PerDevice":
+    """Compile now for every part's device and shapes (compile time apart from run time)."""
+    for k in range(len(args[0].parts)):
+      self._executable(tuple(a.parts[k] for a in args))
+    return self
+
+  def __call__(self, *args: Split) -> Split:
+    out = []
+    for k in range(len(args[0].parts)):
+      part = tuple(a.parts[k] for a in args)
+      out.append(self._executable(part)(*part))     # asynchronous: the devices run concurrently
+    return Split(tuple(out))
+
+
 def _compiled(trainer: Trainer, kind: str, mesh, *static):
   """The blocked ``kind`` function of one data set, run on every device of ``mesh`` on its
-  own slice of the batch (``shard_map``: one program, compiled once, no communication)."""
+  own part of the batch (``PerDevice``: the one-device program on every device)."""
   key = (trainer.config, kind, mesh) + static
   if key not in _JIT_CACHE:
     if kind == "init":
@@ -235,25 +343,30 @@ def _compiled(trainer: Trainer, kind: str, mesh, *static):
     else:
       every, snapshots = static
       fn = lambda st, dt: trainer.advance_one(st, dt, every, snapshots)  # noqa: E731
-    spec = jax.sharding.PartitionSpec("data")
-    _JIT_CACHE[key] = jax.jit(jax.shard_map(_blocked(fn, trainer.config.block_size), mesh=mesh,
-                                            in_specs=spec, out_specs=spec))
+    _JIT_CACHE[key] = PerDevice(_blocked(fn, trainer.config.block_size))
   return _JIT_CACHE[key]
 
 
-def place(tree, mesh):
-  """``tree`` with its leading axis split over the mesh's "data" axis.
-
-  The functions of ``_compiled`` run the one-device blocked program on each device's
-  slice (``shard_map``), never an automatically partitioned one (which can round
-  differently, seen on CPU): the results are bit for bit those of one device, whatever
-  the number of devices. On a CPU the devices are cores (see ``svmattn.cpu_devices``).
+def place(tree, mesh) -> Split:
+  """``tree`` (leading axis a multiple of the mesh's size) cut into one part per device of
+  ``mesh``, each part on its device. The functions of ``_compiled`` run the one-device blocked
+  program on each part (``PerDevice``): the results are bit for bit those of one device,
+  whatever the number of devices. On a CPU the devices are cores (see ``svmattn.cpu_devices``).
   """
-  return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data")))
+  devices = list(mesh.devices.flat)
+  B = jax.tree_util.tree_leaves(tree)[0].shape[0]
+  per = B // len(devices)
+  if per * len(devices) != B:
+    raise ValueError(f"place: {B} data sets cannot be cut into {len(devices)} equal parts")
+  return Split(tuple(jax.device_put(jax.tree_util.tree_map(lambda x: np.asarray(x)[k * per:(k + 1) * per], tree), dev)
+                     for k, dev in enumerate(devices)))
 
 
 def _host(tree):
-  """Device arrays to NumPy on the host."""
+  """Device arrays (or the parts of a ``Split``, joined) to NumPy on the host."""
+  if isinstance(tree, Split):
+    parts = [_host(p) for p in tree.parts]
+    return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *parts)
   return jax.tree_util.tree_map(np.asarray, jax.device_get(tree))
 
 
@@ -332,21 +445,24 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   data_p, keys_p = place(data, mesh), place(keys, mesh)
 
   t0 = time.perf_counter()
-  init = _compiled(trainer, "init", mesh).lower(keys_p, data_p).compile()
+  init = _compiled(trainer, "init", mesh).compile_for(keys_p, data_p)
   state_p = init(keys_p, data_p)
   if start is not None:
     state_p = place(pad_to_blocks(jax.tree_util.tree_map(np.asarray, start[1]), unit), mesh)
-  observe = _compiled(trainer, "observe", mesh).lower(state_p.params, data_p).compile()
-  calls = {call: _compiled(trainer, "advance", mesh, *call).lower(state_p, data_p).compile() for call in set(plan)}
+  params_of = lambda st: st.map(lambda part: part.params)  # noqa: E731
+  observe = _compiled(trainer, "observe", mesh).compile_for(params_of(state_p), data_p)
+  calls = {call: _compiled(trainer, "advance", mesh, *call).compile_for(state_p, data_p) for call in set(plan)}
   compile_seconds = time.perf_counter() - t0
 
   t0 = time.perf_counter()
-  W0, p0, l0, _, extra0 = _host(observe(state_p.params, data_p))
+  W0, p0, l0, _, extra0 = _host(observe(params_of(state_p), data_p))
+  kq_names = sorted(extra0) if config.module is not None else []
+  extra0 = {("kq__" + k if config.module is not None else k): v for k, v in extra0.items()}
   first = {"W": W0, "max_prob": p0, "loss": l0, **extra0}
   snaps = {k: np.zeros((x.shape[0], len(steps)) + x.shape[1:], x.dtype) for k, x in first.items()}
   for k, x in first.items():
     snaps[k][:, 0] = x
-  treedef = jax.tree_util.tree_structure(state_p)
+  treedef = jax.tree_util.tree_structure(state_p.parts[0])
   n_leaves = treedef.num_leaves
   start = 0
   if checkpoints is not None:
@@ -365,8 +481,10 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   pos = 1 + sum(k for _, k in plan[:start])
   for chunk in range(start, len(plan)):
     every, k = plan[chunk]
-    state_p, out = calls[(every, k)](state_p, data_p)     # every device on its slice, concurrently
+    res = calls[(every, k)](state_p, data_p)     # every device on its part, concurrently
+    state_p, out = res.map(lambda r: r[0]), res.map(lambda r: r[1])
     W, p, l, extra = _host(out)
+    extra = {("kq__" + k if config.module is not None else k): v for k, v in extra.items()}
     for name, x in {"W": W, "max_prob": p, "loss": l, **extra}.items():
       snaps[name][:, pos:pos + k] = x
     pos += k
@@ -376,10 +494,14 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
                                    "snapshots": snaps, "chunk": np.asarray(chunk + 1, np.int64)})
     if progress is not None:
       progress(every * k)
-  s = _host(observe(state_p.params, data_p)[3])
-  params = _host(state_p.params)
+  s = _host(observe(params_of(state_p), data_p))[3]
+  params = _host(params_of(state_p))
   run_seconds = time.perf_counter() - t0
   cut = lambda x: np.asarray(x)[:B]  # noqa: E731
+  sown = None
+  if config.module is not None:      # flax: s holds every sown value but kq; the last attention is the model's
+    sown = {**{k: cut(v) for k, v in s.items()}, **{k: cut(snaps["kq__" + k]) for k in kq_names}}
+    s = [v for k, v in s.items() if k.endswith("attention")][-1]
   return Trajectory(steps, cut(snaps["W"]), cut(snaps["max_prob"]), cut(snaps["loss"]), cut(s),
                     jax.tree_util.tree_map(cut, params), compile_seconds, run_seconds,
-                    cut(snaps["V"]) if "V" in snaps else None)
+                    cut(snaps["V"]) if "V" in snaps else None, sown)

@@ -1,0 +1,120 @@
+"""Attention models written in flax (linen), trained by the engine's loop like the built-in ones.
+
+The protocol a module follows (a researcher's own module needs nothing else from svmattn):
+
+    class MyModel(nn.Module):
+      @nn.compact
+      def __call__(self, X, Z, v):        # ONE data set: X (n,T,d), Z (n,d) queries, v its head parameters
+        ...
+        self.sow("intermediates", "attention", s)    # every softmax, (n,T) or (n,K,T): read per layer/head
+        self.sow("intermediates", "kq", W)           # optional: its key-query matrix (d,d), snapshotted
+        return f                                     # (n,) predictions; the loss is mean_i l(Y_i f_i)
+
+    TrainConfig(module=MyModel(), ...)      # instead of param= / model=
+
+``svmattn.train.loop`` initializes the module's "params" with ``module.init`` from each run's
+init key, vmaps and blocks it over the data sets like any model, normalizes each parameter's
+gradient by its own norm (normalized GD), checkpoints and resumes it. Per snapshot it records
+every sown "kq" matrix (named by the submodule path, e.g. ``head0_kq``) and their sum as "W";
+at the end, every sown "attention" (``head0_attention``, ...); the last one sown is the model's
+``attention`` (its ``selected`` tokens).
+
+Built-in flax models (SCIENCE.md section 13):
+  SingleHead   s = softmax(X W z), f = v^T X^T s: the built-in single-query model, for checks
+  MultiHead    f = sum_h v_h^T X^T softmax(X W_h z), W_h or K_h Q_h^T; v (H,d) per head or (d,) shared
+  TwoLayer     layer 1: self-attention over the tokens with a residual, x1_k = x_k + sum_t softmax_t(x_t^T W1 x_k) x_t;
+               layer 2: cross-attention of z over X1, f = v^T X1^T softmax(X1 W2 z)
+"""
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from svmattn.models import attention as attention_lib
+
+
+def uniform_init(key, shape, dtype=jnp.float64):
+  """U(-1/sqrt(d), 1/sqrt(d)) entrywise with d = shape[-2] (the engine's default init), drawn in
+  float64 and rounded to dtype."""
+  b = 1.0 / jnp.sqrt(shape[-2])
+  return jax.random.uniform(key, shape, jnp.float64, -b, b).astype(dtype)
+
+
+class KeyQuery(nn.Module):
+  """A key-query matrix: W (d,d) ("W") or K Q^T with K, Q (d,m) ("KQ")."""
+  param_kind: str = "W"
+  m: int | None = None
+
+  @nn.compact
+  def __call__(self, d: int, dtype) -> jax.Array:
+    if self.param_kind == "W":
+      return self.param("W", uniform_init, (d, d), dtype)
+    if self.param_kind != "KQ":
+      raise ValueError(f"KeyQuery.param_kind must be 'W' or 'KQ', got {self.param_kind!r}")
+    m = self.m or d
+    return self.param("K", uniform_init, (d, m), dtype) @ self.param("Q", uniform_init, (d, m), dtype).T
+
+
+class CrossAttention(nn.Module):
+  """s_i = softmax(X_i W z_i), sown with its W; returns (the pooled tokens r (n,d), s)."""
+  param_kind: str = "W"
+
+  @nn.compact
+  def __call__(self, X, Z):
+    W = KeyQuery(self.param_kind, name="kq_matrix")(X.shape[-1], X.dtype)
+    s = attention_lib.attention(W, X, Z)
+    self.sow("intermediates", "kq", W)
+    self.sow("intermediates", "attention", s)
+    return attention_lib.pooled_token(s, X), s
+
+
+class SingleHead(nn.Module):
+  """The built-in single-query model with the linear head: f_i = v^T X_i^T softmax(X_i W z_i)."""
+  param_kind: str = "W"
+
+  @nn.compact
+  def __call__(self, X, Z, v):
+    r, _ = CrossAttention(self.param_kind, name="head0")(X, Z)
+    return r @ v
+
+
+class MultiHead(nn.Module):
+  """H heads: f_i = sum_h v_h^T X_i^T softmax(X_i W_h z_i). v: (H,d) one fixed head per attention
+  head, or (d,) shared by all."""
+  heads: int = 2
+  param_kind: str = "W"
+
+  @nn.compact
+  def __call__(self, X, Z, v):
+    f = 0.0
+    for h in range(self.heads):
+      r, _ = CrossAttention(self.param_kind, name=f"head{h}")(X, Z)
+      f = f + r @ (v[h] if v.ndim == 2 else v)
+    return f
+
+
+class SelfAttentionResidual(nn.Module):
+  """x1_k = x_k + sum_t softmax_t(x_t^T W x_k) x_t per sequence (every token x_k a query, values the tokens)."""
+  param_kind: str = "W"
+
+  @nn.compact
+  def __call__(self, X):
+    W = KeyQuery(self.param_kind, name="kq_matrix")(X.shape[-1], X.dtype)
+    s = attention_lib.seq2seq_attention(W, X, X)                  # (n, T, T): query k over tokens t
+    self.sow("intermediates", "kq", W)
+    self.sow("intermediates", "attention", s)
+    return X + jnp.einsum("nkt,ntd->nkd", s, X)
+
+
+class TwoLayer(nn.Module):
+  """Layer 1: self-attention with a residual; layer 2: cross-attention of z over layer 1's outputs,
+  read out by the linear head v (d,)."""
+  param_kind: str = "W"
+
+  @nn.compact
+  def __call__(self, X, Z, v):
+    X1 = SelfAttentionResidual(self.param_kind, name="layer1")(X)
+    self.sow("intermediates", "outputs", X1)
+    r, _ = CrossAttention(self.param_kind, name="layer2")(X1, Z)
+    return r @ v

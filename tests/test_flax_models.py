@@ -1,0 +1,416 @@
+"""Flax models trained by the engine's loop (svmattn.models.flax_models, train.loop's flax protocol).
+
+Checked:
+  * SingleHead ("W" and "KQ") is the built-in single-query model: with the same parameter values
+    its predictions and softmax equal ``models.attention.predict_single_query`` (1e-12), the
+    autodiff gradient of its objective equals the built-in closed-form gradient (1e-10 relative;
+    (K,Q) with ridge 0), and 200 normalized-GD steps from the same W give the same snapshots (1e-9).
+  * MultiHead with one head is SingleHead; with two heads it is the sum of two single heads, with
+    a shared head v (d,) or per-head heads v (H,d) (v[h] for head h).
+  * TwoLayer equals a NumPy reimplementation of X1 = X + softmax(X W1 X^T) X,
+    f = v^T X1^T softmax(X1 W2 z) (1e-12).
+  * Blocks: 5 data sets trained together (block_size 2: a padded last block) equal each data set
+    trained alone, bit for bit with the same block size (train.loop's promise), to 1e-12 with
+    block_size 1; sown arrays included.
+  * train.loop.start_state accepts a flax model's nested parameters.
+  * The README's user-written module (temperature-scaled attention) trains, sows what the
+    protocol says, and is analyzed by analysis.heads.svm_and_corr: its effective W/2 moves
+    toward the Att-SVM of its selection.
+  * Errors: a module that sows no "attention", a module that is not a flax Module.
+  * (slow) experiments.multi_head killed by SIGKILL after its first checkpoint and resumed gives
+    the uninterrupted run's results.npz bit for bit.
+"""
+import os
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT
+from svmattn.analysis import heads as heads_analysis
+from svmattn.data import datasets as data_lib
+from svmattn.models import attention as attention_lib
+from svmattn.models import flax_models
+from svmattn.models import heads as heads_lib
+from svmattn.train import loop
+from test_sweep import ENV, assert_same_results, has_checkpoint, kill_when
+
+SPEC = data_lib.DataSpec(n=3, T=4, d=5)
+SEED = 0
+B = 5
+
+
+@pytest.fixture(scope="module")
+def data():
+  """B=5 data sets (runs 0..4 of seed 0) as float64 NumPy arrays: X (5,3,4,5), Y (5,3), Z (5,3,5), v (5,5)."""
+  return data_lib.Dataset(*(np.asarray(a, np.float64) for a in data_lib.generate(SPEC, SEED, np.arange(B))))
+
+
+def _one(data, b):
+  return data_lib.take(data, b)
+
+
+def _matrices(seed, shape, scale=1.0):
+  return scale * np.random.default_rng(seed).normal(size=shape)
+
+
+_APPLY = {}
+
+
+def _apply(module, params, X, Z, v):
+  """f and the sown intermediates of one data set (jitted once per module)."""
+  if module not in _APPLY:
+    _APPLY[module] = jax.jit(lambda p, X, Z, v: module.apply({"params": p}, X, Z, v, mutable=["intermediates"]))
+  f, state = _APPLY[module](params, X, Z, v)
+  return np.asarray(f), jax.tree_util.tree_map(np.asarray, state["intermediates"])
+
+
+@jax.jit
+def _builtin(W, one):
+  return attention_lib.predict_single_query(heads_lib.get_head("linear"), W, one)
+
+
+def _builtin_predict(W, one):
+  f, s = _builtin(W, one)
+  return np.asarray(f), np.asarray(s)
+
+
+def _single_params(kind, b):
+  """(flax params of SingleHead, the built-in params, W) for data set b."""
+  d = SPEC.d
+  if kind == "W":
+    W = _matrices(b, (d, d))
+    return {"head0": {"kq_matrix": {"W": W}}}, {"W": W}, W
+  K, Q = _matrices(10 + b, (d, d), 0.8), _matrices(20 + b, (d, d), 0.8)
+  return {"head0": {"kq_matrix": {"K": K, "Q": Q}}}, {"K": K, "Q": Q}, K @ Q.T
+
+
+# ----------------------------------------------------------------------------
+# SingleHead is the built-in model
+# ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["W", "KQ"])
+def test_single_head_predictions_equal_the_builtin_model(data, kind):
+  module = flax_models.SingleHead(param_kind=kind)
+  for b in range(3):
+    one = _one(data, b)
+    flax_params, _, W = _single_params(kind, b)
+    f, sown = _apply(module, flax_params, one.X, one.Z, one.v)
+    f_ref, s_ref = _builtin_predict(W, one)
+    assert f.shape == (SPEC.n,)
+    np.testing.assert_allclose(f, f_ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(sown["head0"]["attention"][0], s_ref, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(sown["head0"]["kq"][0], W, rtol=0, atol=1e-12)
+    assert np.max(s_ref) < 1 - 1e-3 and np.min(s_ref) > 1e-6   # a softmax that is not saturated
+
+
+@pytest.mark.parametrize("kind", ["W", "KQ"])
+def test_single_head_gradient_equals_the_closed_form(data, kind):
+  flax_trainer = loop.make_trainer(loop.TrainConfig(module=flax_models.SingleHead(param_kind=kind)))
+  builtin = loop.make_trainer(loop.TrainConfig(param=kind, ridge=0.0))
+  flax_grad, builtin_grad = jax.jit(flax_trainer.grad), jax.jit(builtin.grad)
+  for b in range(3):
+    one = _one(data, b)
+    flax_params, params, _ = _single_params(kind, b)
+    got = flax_grad(flax_params, one)["head0"]["kq_matrix"]
+    want = builtin_grad(params, one)
+    assert sorted(got) == sorted(want) == (["W"] if kind == "W" else ["K", "Q"])
+    for name in want:
+      g, w = np.asarray(got[name]), np.asarray(want[name])
+      assert np.linalg.norm(w) > 1e-3
+      assert np.linalg.norm(g - w) <= 1e-10 * np.linalg.norm(w), (b, name)
+    np.testing.assert_allclose(float(flax_trainer.objective(flax_params, one)),
+                               float(builtin.objective(params, one)), rtol=1e-13)
+
+
+def _flax_start(config, params):
+  """train()'s ``start`` for flax parameters {"head0": ...} (B, ...): what loop.start_state does."""
+  trainer = loop.make_trainer(config)
+  params = jax.tree_util.tree_map(jnp.asarray, params)
+  return 0, jax.tree_util.tree_map(np.asarray, loop.State(params, jax.vmap(trainer.optimizer.init)(params)))
+
+
+def test_single_head_training_equals_the_builtin_training(data):
+  """200 normalized GD steps from the same W: the same W snapshots, losses and final softmax."""
+  keys = loop.init_keys(SEED, np.arange(B))
+  W0 = np.stack([_matrices(100 + b, (SPEC.d, SPEC.d), 0.3) for b in range(B)])
+  common = dict(steps=200, snapshot_every=20, chunk_steps=200, block_size=4)
+  cfg_builtin = loop.TrainConfig(param="W", **common)
+  cfg_flax = loop.TrainConfig(module=flax_models.SingleHead(), **common)
+  want = loop.train(cfg_builtin, data, keys, start=loop.start_state(cfg_builtin, {"W": W0}))
+  got = loop.train(cfg_flax, data, keys, start=_flax_start(cfg_flax, {"head0": {"kq_matrix": {"W": W0}}}))
+  np.testing.assert_array_equal(got.steps, np.arange(0, 201, 20))
+  assert got.W.shape == want.W.shape == (B, 11, SPEC.d, SPEC.d)
+  np.testing.assert_array_equal(got.W[:, 0], W0)
+  assert np.all(np.linalg.norm(want.W[:, -1] - W0, axis=(1, 2)) > 5)   # it moved (lr 0.1, 200 steps)
+  np.testing.assert_allclose(got.W, want.W, rtol=0, atol=1e-9)
+  np.testing.assert_allclose(got.loss, want.loss, rtol=1e-9, atol=1e-12)
+  np.testing.assert_allclose(got.max_prob, want.max_prob, rtol=0, atol=1e-9)
+  np.testing.assert_allclose(got.attention, want.attention, rtol=0, atol=1e-9)
+  assert sorted(got.sown) == ["head0_attention", "head0_kq"] and want.sown is None
+  np.testing.assert_array_equal(got.sown["head0_kq"], got.W)              # the sum of one kq
+  np.testing.assert_array_equal(got.sown["head0_attention"], got.attention)
+  np.testing.assert_array_equal(got.params["head0"]["kq_matrix"]["W"], got.W[:, -1])
+
+
+def test_start_state_takes_a_flax_models_nested_parameters(data):
+  """loop.start_state({name: (B, ...)}) with a flax model's parameter tree: the same start as
+  initializing the optimizer on that tree."""
+  cfg = loop.TrainConfig(module=flax_models.SingleHead(), steps=10)
+  params = {"head0": {"kq_matrix": {"W": np.stack([_matrices(b, (SPEC.d, SPEC.d)) for b in range(2)])}}}
+  step, state = loop.start_state(cfg, params)
+  assert step == 0
+  np.testing.assert_array_equal(state.params["head0"]["kq_matrix"]["W"], params["head0"]["kq_matrix"]["W"])
+  want = _flax_start(cfg, params)[1]
+  assert jax.tree_util.tree_structure(state) == jax.tree_util.tree_structure(want)
+
+
+# ----------------------------------------------------------------------------
+# MultiHead and TwoLayer against their definitions
+# ----------------------------------------------------------------------------
+
+def test_multi_head_with_one_head_is_single_head(data):
+  for kind in ("W", "KQ"):
+    flax_params, _, _ = _single_params(kind, 0)
+    one = _one(data, 0)
+    f1, s1 = _apply(flax_models.SingleHead(param_kind=kind), flax_params, one.X, one.Z, one.v)
+    fm, sm = _apply(flax_models.MultiHead(heads=1, param_kind=kind), flax_params, one.X, one.Z, one.v)
+    np.testing.assert_allclose(fm, f1, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(sm["head0"]["attention"][0], s1["head0"]["attention"][0], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_two_heads_are_the_sum_of_two_single_heads(data, shared):
+  d = SPEC.d
+  one = _one(data, 1)
+  W = [_matrices(30 + h, (d, d)) for h in range(2)]
+  v = one.v if shared else np.stack([one.v, _matrices(40, (d,))])
+  assert v.shape == ((d,) if shared else (2, d))
+  f, sown = _apply(flax_models.MultiHead(heads=2), {f"head{h}": {"kq_matrix": {"W": W[h]}} for h in range(2)},
+                   one.X, one.Z, v)
+  want = 0.0
+  for h in range(2):
+    f_h, s_h = _builtin_predict(W[h], one._replace(v=v if shared else v[h]))
+    want = want + f_h
+    np.testing.assert_allclose(sown[f"head{h}"]["attention"][0], s_h, rtol=0, atol=1e-12)
+  np.testing.assert_allclose(f, want, rtol=0, atol=1e-12)
+  if not shared:   # the second head's own v matters
+    f_swapped, _ = _apply(flax_models.MultiHead(heads=2), {f"head{h}": {"kq_matrix": {"W": W[h]}} for h in range(2)},
+                          one.X, one.Z, v[::-1])
+    assert np.max(np.abs(f_swapped - f)) > 1e-3
+
+
+def _softmax(a):
+  e = np.exp(a - a.max(axis=-1, keepdims=True))
+  return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("kind", ["W", "KQ"])
+def test_two_layer_equals_numpy(data, kind):
+  d = SPEC.d
+  one = _one(data, 2)
+  if kind == "W":
+    W1, W2 = _matrices(50, (d, d)), _matrices(51, (d, d))
+    params = {"layer1": {"kq_matrix": {"W": W1}}, "layer2": {"kq_matrix": {"W": W2}}}
+  else:
+    K1, Q1, K2, Q2 = (_matrices(52 + i, (d, d), 0.8) for i in range(4))
+    W1, W2 = K1 @ Q1.T, K2 @ Q2.T
+    params = {"layer1": {"kq_matrix": {"K": K1, "Q": Q1}}, "layer2": {"kq_matrix": {"K": K2, "Q": Q2}}}
+  f, sown = _apply(flax_models.TwoLayer(param_kind=kind), params, one.X, one.Z, one.v)
+  X, Z, v = one.X, one.Z, one.v
+  # s_ikt = softmax_t(x_it^T W1 x_ik): query token k over tokens t, key on the left as in softmax(X W z)
+  S1 = _softmax(np.einsum("ntd,de,nke->nkt", X, W1, X))
+  X1 = X + np.einsum("nkt,ntd->nkd", S1, X)
+  s2 = _softmax(np.einsum("ntd,de,ne->nt", X1, W2, Z))
+  want = np.einsum("nt,ntd->nd", s2, X1) @ v
+  np.testing.assert_allclose(f, want, rtol=0, atol=1e-12)
+  np.testing.assert_allclose(sown["layer1"]["attention"][0], S1, rtol=0, atol=1e-12)
+  np.testing.assert_allclose(sown["layer2"]["attention"][0], s2, rtol=0, atol=1e-12)
+  np.testing.assert_allclose(sown["outputs"][0], X1, rtol=0, atol=1e-12)
+  np.testing.assert_allclose(sown["layer1"]["kq"][0], W1, rtol=0, atol=1e-12)
+  np.testing.assert_allclose(sown["layer2"]["kq"][0], W2, rtol=0, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------
+# Blocks: a data set's run does not depend on the others
+# ----------------------------------------------------------------------------
+
+def _pairs(got, want, names):
+  """(got, want) array pairs of two trajectories: W, loss, attention, the sown arrays, the params."""
+  pairs = [(got.W, want.W), (got.loss, want.loss), (got.max_prob, want.max_prob), (got.attention, want.attention)]
+  pairs += [(got.sown[k], want.sown[k]) for k in names]
+  return pairs + list(zip(jax.tree_util.tree_leaves(got.params), jax.tree_util.tree_leaves(want.params)))
+
+
+def _take(traj, b):
+  return traj._replace(W=traj.W[b:b + 1], loss=traj.loss[b:b + 1], max_prob=traj.max_prob[b:b + 1],
+                       attention=traj.attention[b:b + 1], sown={k: v[b:b + 1] for k, v in traj.sown.items()},
+                       params=jax.tree_util.tree_map(lambda x: x[b:b + 1], traj.params))
+
+
+HEAD_NAMES = ["head0_attention", "head0_kq", "head1_attention", "head1_kq"]
+BLOCKS = dict(module=flax_models.MultiHead(heads=2), steps=60, snapshot_every=20, chunk_steps=60)
+
+
+@pytest.fixture(scope="module")
+def one_device_batch(data):
+  """MultiHead(2) trained on the 5 data sets in blocks of 2 (the last one padded), on one device."""
+  return loop.train(loop.TrainConfig(block_size=2, **BLOCKS), data, loop.init_keys(SEED, np.arange(B)),
+                    mesh=loop.data_mesh(jax.local_devices()[:1]))
+
+
+def test_a_batch_equals_each_data_set_alone(data, one_device_batch):
+  """train.loop: 'with a fixed block size a data set's trajectory is bit for bit the same whatever
+  the batch size'. B=5 in blocks of 2 (the last padded) against B=1 with block 2 (bit for bit,
+  every data set) and B=1 with block 1 (another vectorized shape: equal to 1e-12; data sets 1 and
+  4, the one in the padded block). One device for both (a data
+  set alone runs on one device; see the next test for the number of devices)."""
+  batch = one_device_batch
+  keys = loop.init_keys(SEED, np.arange(B))
+  assert sorted(batch.sown) == HEAD_NAMES
+  assert batch.sown["head0_kq"].shape == (B, 4, SPEC.d, SPEC.d)
+  assert batch.sown["head1_attention"].shape == (B, SPEC.n, SPEC.T)
+  np.testing.assert_allclose(batch.W, batch.sown["head0_kq"] + batch.sown["head1_kq"], rtol=0, atol=1e-14)
+  np.testing.assert_array_equal(batch.attention, batch.sown["head1_attention"])   # the last one sown
+  # the heads start apart (independent inits from one key) and both move
+  assert np.all(np.abs(batch.sown["head0_kq"][:, 0] - batch.sown["head1_kq"][:, 0]).max(axis=(1, 2)) > 1e-3)
+  assert np.all(np.linalg.norm(batch.sown["head1_kq"][:, -1] - batch.sown["head1_kq"][:, 0], axis=(1, 2)) > 1)
+  for block, exact, runs in ((2, True, range(B)), (1, False, (1, 4))):
+    cfg = loop.TrainConfig(block_size=block, **BLOCKS)
+    for b in runs:
+      alone = loop.train(cfg, data_lib.take(data, slice(b, b + 1)), keys[b:b + 1])
+      for got, want in _pairs(alone, _take(batch, b), HEAD_NAMES):
+        assert got.shape == want.shape
+        if exact:
+          np.testing.assert_array_equal(got, want)
+        else:
+          np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_flax_models_training_does_not_depend_on_the_number_of_devices(data, one_device_batch):
+  """train.loop: the results 'equal a one-device run bit for bit' on every local device (two CPU
+  devices on a two-core machine; trivially true on one)."""
+  every = loop.train(loop.TrainConfig(block_size=2, **BLOCKS), data, loop.init_keys(SEED, np.arange(B)))
+  for got, want in _pairs(every, one_device_batch, HEAD_NAMES):
+    np.testing.assert_array_equal(got, want)
+
+
+# ----------------------------------------------------------------------------
+# A researcher's own module (the README's example)
+# ----------------------------------------------------------------------------
+
+class MyAttention(nn.Module):                      # a researcher's own module: temperature-scaled attention
+  @nn.compact
+  def __call__(self, X, Z, v):                     # one data set: X (n,T,d), Z (n,d), v (d,)
+    W = self.param("W", nn.initializers.normal(0.1), (X.shape[-1],) * 2, X.dtype)
+    s = jax.nn.softmax(jnp.einsum("ntd,nd->nt", X, Z @ W.T) / 2.0)
+    self.sow("intermediates", "attention", s)     # read by the analysis
+    self.sow("intermediates", "kq", W / 2.0)      # snapshotted every --snapshot_every steps
+    return jnp.einsum("nt,ntd->nd", s, X) @ v      # predictions f (n,)
+
+
+def test_the_readmes_own_module_trains_and_is_analyzed(data):
+  keys = loop.init_keys(SEED, np.arange(B))
+  cfg = loop.TrainConfig(module=MyAttention(), steps=300, snapshot_every=30, chunk_steps=300, block_size=4)
+  traj = loop.train(cfg, data, keys)
+  S, d = 11, SPEC.d
+  assert sorted(traj.sown) == ["attention", "kq"]
+  assert traj.sown["attention"].shape == (B, SPEC.n, SPEC.T)
+  assert traj.sown["kq"].shape == traj.W.shape == (B, S, d, d)
+  np.testing.assert_array_equal(traj.W, traj.sown["kq"])
+  np.testing.assert_array_equal(traj.attention, traj.sown["attention"])
+  np.testing.assert_allclose(traj.sown["attention"].sum(axis=-1), 1.0, rtol=0, atol=1e-12)
+  np.testing.assert_array_equal(traj.params["W"] / 2.0, traj.W[:, -1])
+  assert np.all(np.abs(traj.W[:, 0]).max(axis=(1, 2)) < 1)              # normal(0.1) / 2 at the start
+  assert np.all(traj.finite)
+  assert np.all(traj.loss[:, -1] < traj.loss[:, 0])
+  assert np.all(np.diff(traj.max_prob, axis=1)[:, -3:] >= -1e-9)        # the softmax sparsifies at the end
+  X, Z = data.X, data.Z
+  res = heads_analysis.svm_and_corr(X, Z, traj.selected, traj.sown["kq"], "fro", traj.finite)
+  assert res["status"].shape == (B,) and res["corr"].shape == (B, S) and res["W_svm"].shape == (B, d, d)
+  solved = res["status"] == "optimal"
+  assert solved.sum() >= B - 1, res["status"]
+  corr = res["corr"][solved]
+  assert np.all(np.abs(corr) <= 1 + 1e-12)
+  assert np.all(np.isnan(res["corr"][~solved]))
+  assert np.sum(corr[:, -1] > corr[:, 0] + 0.2) >= len(corr) - 1, corr[:, [0, -1]]   # most data sets
+  assert np.mean(corr[:, -1]) > 0.9, corr[:, -1]
+
+
+# ----------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------
+
+class NoAttention(nn.Module):
+  @nn.compact
+  def __call__(self, X, Z, v):
+    W = self.param("W", nn.initializers.normal(0.1), (X.shape[-1],) * 2, X.dtype)
+    self.sow("intermediates", "kq", W)
+    return jnp.einsum("ntd,nd->n", X, Z @ W.T) + Z @ v
+
+
+def test_a_module_without_attention_is_a_clear_error(data):
+  cfg = loop.TrainConfig(module=NoAttention(), steps=10, snapshot_every=10, chunk_steps=10, block_size=2)
+  with pytest.raises(ValueError, match="'attention'"):
+    loop.train(cfg, data_lib.take(data, slice(0, 2)), loop.init_keys(SEED, np.arange(2)))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"module": object()}, "flax linen Module, got object"),
+    ({"module": flax_models.SingleHead(), "train_head": True}, "flax model"),
+    ({"module": flax_models.SingleHead(), "loss_scale": 2.0}, "flax model"),
+])
+def test_bad_module_configs(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    loop.TrainConfig(**kwargs).validate()
+  with pytest.raises(ValueError, match=match):
+    loop.make_trainer(loop.TrainConfig(**kwargs))
+
+
+def test_key_query_rejects_an_unknown_kind(data):
+  one = _one(data, 0)
+  with pytest.raises(ValueError, match="param_kind must be 'W' or 'KQ'"):
+    flax_models.SingleHead(param_kind="V").init({"params": jax.random.key(0)}, one.X, one.Z, one.v)
+
+
+# ----------------------------------------------------------------------------
+# Kill and resume through the E14 binary
+# ----------------------------------------------------------------------------
+
+E14_FLAGS = ("--runs=3", "--n=3", "--T=4", "--d=5", "--heads=2", "--params=W", "--steps=1000", "--chunk_steps=50",
+             "--snapshot_every=10", "--block_size=2", "--svm_workers=0", "--noprogress")
+
+
+def _e14(out, *args):
+  return subprocess.run([sys.executable, "-m", "experiments.multi_head", f"--out={out}", *E14_FLAGS, *args],
+                        cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow   # three runs of the E14 binary (about 25 s); .ci/run runs it
+def test_multi_head_killed_after_a_checkpoint_then_resumed_equals_uninterrupted(tmp_path):
+  """SIGKILL of experiments.multi_head (its process group) once a checkpoint of the flax model's
+  training exists under OUT/work, then --resume: results.npz equals an uninterrupted run's, array by
+  array, bit for bit."""
+  reference = tmp_path / "reference"
+  proc = _e14(reference)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = tmp_path / "killed"
+  log = open(tmp_path / "log.txt", "w")
+  started = subprocess.Popen([sys.executable, "-m", "experiments.multi_head", f"--out={out}", *E14_FLAGS],
+                             cwd=REPO_ROOT, env=ENV, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+  started.log = log
+  killed = kill_when(started, out, has_checkpoint)
+  assert killed is not None, "the run finished before it could be killed"
+  assert has_checkpoint(killed) and not (out / "results.npz").exists()
+  proc = _e14(out)                                   # without --resume: refused
+  assert proc.returncode != 0 and "--resume" in proc.stderr and "Traceback" not in proc.stderr
+  proc = _e14(out, "--resume")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert not os.path.exists(out / "work")
+  assert_same_results(out, reference)
+  a = np.load(out / "results.npz")
+  assert a["W_head0_corr"].shape == (3, 101) and a["W_W_final"].shape == (3, 5, 5)
