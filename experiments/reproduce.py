@@ -86,6 +86,10 @@ EXPERIMENTS = (
                quick=("--runs=20",), variant="local", args=("--setting=local",), beyond=True),
     Experiment("E13", "real_data", "Real data: digits 0 vs 1 as patch-token sequences, across n",
                quick=("--runs=5", "--n_values=2,8,32,128"), beyond=True),
+    Experiment("E14", "multi_head", "Multi-head attention (2 heads): per-head selections and SVMs",
+               quick=("--runs=20",), beyond=True),
+    Experiment("E15", "two_layer", "Two-layer attention: per-layer selections and SVMs", quick=("--runs=20",),
+               beyond=True),
 )
 
 

@@ -19,10 +19,11 @@ from svmattn.study import replay
 from svmattn.study import runner
 
 NAMES = ("paths_2d", "local_convergence", "svm_rank", "overparam", "multi_token", "lambda_head", "reg_path",
-         "seq_causal", "feasibility", "optimizer_geometry", "joint_training", "next_token", "real_data")
+         "seq_causal", "feasibility", "optimizer_geometry", "joint_training", "next_token", "real_data", "multi_head", "two_layer")
 EXPERIMENT = {"paths_2d": "E1", "local_convergence": "E2", "svm_rank": "E3", "overparam": "E4",
               "multi_token": "E5", "lambda_head": "E6", "reg_path": "E7", "seq_causal": "E8", "feasibility": "E9",
-              "optimizer_geometry": "E10", "joint_training": "E11", "next_token": "E12", "real_data": "E13"}
+              "optimizer_geometry": "E10", "joint_training": "E11", "next_token": "E12", "real_data": "E13", "multi_head": "E14",
+              "two_layer": "E15"}
 
 
 def get(name: str):

@@ -1,0 +1,65 @@
+"""Per-attention analysis of models with several attentions (heads, layers; SCIENCE.md section 13).
+
+For one attention of a batch of trained models: its selected tokens, how sparse its softmax is,
+the Att-SVM at its selection and the correlation of its key-query matrix with that SVM at every
+snapshot; and whether several heads select the same tokens.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from svmattn.analysis import metrics
+from svmattn.svm import att_svm as svm_lib
+from svmattn.svm import seq2seq as seq_lib
+
+STATUS_DTYPE = "<U10"
+
+
+def attention_stats(s: np.ndarray, tau_H: float = 1e-3) -> dict:
+  """s (B, ..., T): the selection (argmax), the mean largest probability (B,) and the mean number
+  of tokens at or above tau_H (B,)."""
+  s = np.asarray(s, np.float64)
+  axes = tuple(range(1, s.ndim - 1))
+  return {"selected": np.argmax(s, axis=-1), "max_prob": s.max(axis=-1).mean(axis=axes),
+          "above_tau": (s >= tau_H).sum(axis=-1).mean(axis=axes)}
+
+
+def svm_and_corr(X: np.ndarray, Z: np.ndarray, selected: np.ndarray, W: np.ndarray, norm: str,
+                 finite: np.ndarray | None = None) -> dict:
+  """Att-SVM at ``selected`` for each data set and corr with the snapshots W (B,S,d,d).
+
+  X (B,n,T,d), Z (B,n,d) with selected (B,n): the single-query SVM (``svm.att_svm``); Z None with
+  selected (B,n,T): the sequence-to-sequence SVM of self-attention (``svm.seq2seq.svm``).
+  Returns status (B,), W_svm (B,d,d) (NaN unless solved), corr (B,S)."""
+  B, d = X.shape[0], X.shape[-1]
+  finite = np.ones(B, bool) if finite is None else np.asarray(finite, bool)
+  W_svm = np.full((B, d, d), np.nan)
+  status = []
+  for b in range(B):
+    if not finite[b] or not np.all(np.isfinite(X[b])):
+      status.append("diverged")
+      continue
+    if Z is None:
+      r = seq_lib.svm(X[b], selected[b], norm)
+    else:
+      r = svm_lib.att_svm(X[b], Z[b], selected[b], norm)
+    status.append(r.status)
+    if r.ok:
+      W_svm[b] = r.W
+  return {"status": np.array(status, dtype=STATUS_DTYPE), "W_svm": W_svm,
+          "corr": metrics.corr(np.asarray(W, np.float64), W_svm[:, None])}
+
+
+def agreement(selections: list) -> dict:
+  """Heads' selections [(B,n), ...]: the share of sequences where every head selects the same
+  token (B,), and where all heads select different tokens (B,)."""
+  S = np.stack(selections)                                   # (H, B, n)
+  same = np.all(S == S[:1], axis=0).mean(axis=-1)
+  H = S.shape[0]
+  distinct = np.array([[len(set(S[:, b, i].tolist())) == H for i in range(S.shape[2])] for b in range(S.shape[1])])
+  return {"all_same": same, "all_different": distinct.mean(axis=-1)}
+
+
+def summed_selection(X: np.ndarray, Z: np.ndarray, W: np.ndarray) -> np.ndarray:
+  """(B,n) argmax_t x_it^T W z_i of the final matrices W (B,d,d) (e.g. sum_h K_h Q_h^T)."""
+  return np.argmax(np.einsum("bntd,bnd->bnt", X, np.einsum("bde,bne->bnd", W, Z)), axis=-1)

@@ -1,0 +1,133 @@
+"""E14: multi-head attention (SCIENCE.md section 13), as a study.
+
+f = sum_h v_h^T X^T softmax(X W_h z), each W_h or K_h Q_h^T (``models.flax_models.MultiHead``,
+trained by the engine's loop through the flax protocol). E2's generator and sizes by default;
+each data set gets H fixed unit heads v_h (drawn from the run's data key) or, with
+``shared_head``, its own v for every head. No theorem predicts the limit; per head the analysis
+reports the selected tokens, the sparsity of its softmax, the Att-SVM at its selection (Frobenius
+for W, nuclear for (K,Q)) and corr(W_h(t), that SVM); for the sum sum_h W_h (sum_h K_h Q_h^T), the
+SVM of the tokens the sum selects; and whether the heads select the same tokens or split them.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from svmattn import rng
+from svmattn.analysis import heads as heads_lib
+from svmattn.data import datasets as data_lib
+from svmattn.models import flax_models
+from svmattn.study import pipeline
+from svmattn.study import stages
+from svmattn.train import loop as train_lib
+
+NAME = "multi_head"
+
+
+def configs(fl: dict) -> tuple:
+  return tuple((p, train_lib.TrainConfig(
+      module=flax_models.MultiHead(heads=fl["heads"], param_kind=p), lr=fl["lr"], steps=fl["steps"],
+      snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl.get("block_size", 64),
+      optimizer=fl.get("optimizer", "normalized_gd"), numerics=fl.get("numerics", "exact")).validate())
+      for p in fl["params"])
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _head_vectors(seed: int, H: int, d: int, runs: jax.Array) -> jax.Array:
+  def one(r):
+    key = jax.random.fold_in(rng.split_run_key(rng.run_key(seed, r))[0], 1_000_003)
+    v = rng.normal(key, (H, d), jnp.float64)
+    return v / jnp.linalg.norm(v, axis=-1, keepdims=True)
+  return jax.vmap(one)(runs)
+
+
+def head_vectors(seed: int, H: int, d: int, runs: np.ndarray) -> np.ndarray:
+  """(B,H,d) unit Gaussian heads of the data sets ``runs`` (from their data keys)."""
+  return np.asarray(_head_vectors(int(seed), int(H), int(d), jnp.asarray(np.asarray(runs, np.uint32))))
+
+
+def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"]).validate()
+  if fl["heads"] < 1:
+    raise ValueError(f"heads must be positive, got {fl['heads']}")
+  cfgs = configs(fl)
+  file_data = data_lib.load_npz(fl["data"]) if fl.get("data") else None
+  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
+
+  def load(cell, runs):
+    batch = data_lib.take(file_data, runs) if file_data is not None else data_lib.generate(spec, fl["seed"], runs)
+    out = {f: np.asarray(a, np.float64) for f, a in batch._asdict().items()}
+    if not fl.get("shared_head", False):
+      out["v"] = head_vectors(fl["seed"], fl["heads"], out["X"].shape[-1], runs)
+    return out
+
+  return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
+                        lambda cell: tuple(stages.Train(p, c) for p, c in cfgs), analyze,
+                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+
+
+def analyze(label: dict, data: dict, trajs: dict) -> dict:
+  X, Z = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64)
+  out = {"runs": np.asarray(data["runs"])}
+  for name, t in trajs.items():
+    norm = "nuc" if name == "KQ" else "fro"
+    finite = np.asarray(t["finite"], bool)
+    heads = sorted(k[len("sown_"):-len("_kq")] for k in t if k.startswith("sown_") and k.endswith("_kq"))
+    sels = []
+    for h in heads:
+      st = heads_lib.attention_stats(t[f"sown_{h}_attention"])
+      W = np.asarray(t[f"sown_{h}_kq"], np.float64)                  # (B,S,d,d)
+      res = heads_lib.svm_and_corr(X, Z, st["selected"], W, norm, finite)
+      sels.append(st["selected"])
+      out[f"{name}_{h}_selected"] = st["selected"]
+      out[f"{name}_{h}_max_prob"] = st["max_prob"]
+      out[f"{name}_{h}_above_tau"] = st["above_tau"]
+      out[f"{name}_{h}_svm_status"] = res["status"]
+      out[f"{name}_{h}_corr"] = res["corr"]
+      out[f"{name}_{h}_W_final"] = W[:, -1]
+    agree = heads_lib.agreement(sels)
+    out[f"{name}_all_same"], out[f"{name}_all_different"] = agree["all_same"], agree["all_different"]
+    Wsum = np.asarray(t["W"], np.float64)                             # (B,S,d,d) sum of the heads
+    sel_sum = heads_lib.summed_selection(X, Z, Wsum[:, -1])
+    res = heads_lib.svm_and_corr(X, Z, sel_sum, Wsum, norm, finite)
+    out[f"{name}_sum_selected"] = sel_sum
+    out[f"{name}_sum_svm_status"] = res["status"]
+    out[f"{name}_sum_corr"] = res["corr"]
+    out[f"{name}_W_final"] = Wsum[:, -1]
+    out[f"{name}_finite"] = finite
+  return out
+
+
+def _stats(x):
+  x = np.asarray(x, np.float64)
+  x = x[np.isfinite(x)]
+  return None if not x.size else {"mean": float(x.mean()), "min": float(x.min()), "median": float(np.median(x))}
+
+
+def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
+  cfgs = configs(fl)
+  first = cfgs[0][1]
+  arrays = dict(arrays)
+  arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every, first.chunk_steps))
+  rows = {}
+  for name, _ in cfgs:
+    heads = sorted(k[len(name) + 1:-len("_selected")] for k in arrays
+                   if k.startswith(f"{name}_head") and k.endswith("_selected"))
+    per_head = {h: {"max_prob": _stats(arrays[f"{name}_{h}_max_prob"]),
+                    "tokens_above_tau": _stats(arrays[f"{name}_{h}_above_tau"]),
+                    "svm_solved": int(np.sum(arrays[f"{name}_{h}_svm_status"] == "optimal")),
+                    "corr_final": _stats(arrays[f"{name}_{h}_corr"][:, -1])} for h in heads}
+    rows[name] = {"heads": per_head,
+                  "all_heads_same_token": _stats(arrays[f"{name}_all_same"]),
+                  "all_heads_different_tokens": _stats(arrays[f"{name}_all_different"]),
+                  "sum": {"svm_norm": "nuc" if name == "KQ" else "fro",
+                          "svm_solved": int(np.sum(arrays[f"{name}_sum_svm_status"] == "optimal")),
+                          "corr_final": _stats(arrays[f"{name}_sum_corr"][:, -1])},
+                  "diverged": int(np.sum(~arrays[f"{name}_finite"]))}
+  summary = {"experiment": "E14 multi-head attention", "heads": fl["heads"],
+             "shared_head": bool(fl.get("shared_head", False)), "data_sets": len(arrays["runs"]),
+             "numerics": fl.get("numerics", "exact"), "params": rows, "checks": []}
+  return arrays, summary

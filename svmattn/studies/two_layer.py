@@ -1,0 +1,97 @@
+"""E15: two-layer attention (SCIENCE.md section 13), as a study.
+
+Layer 1 is self-attention over the tokens with a residual, x1_k = x_k + sum_t softmax_t(x_t^T W1 x_k) x_t; layer 2
+is cross-attention of the query over layer 1's outputs, f = v^T X1^T softmax(X1 W2 z)
+(``models.flax_models.TwoLayer``, W or (K,Q) in both layers). E2's generator and sizes by default.
+No theorem predicts the limit; per layer the analysis reports the selected tokens, the sparsity
+of its softmax, the Att-SVM at its selection and corr(W_l(t), that SVM):
+  layer 1: the sequence-to-sequence Att-SVM of self-attention (every token a query; ``svm.seq2seq``)
+           at its selection (n,T);
+  layer 2: the single-query Att-SVM on layer 1's FINAL outputs X1 at layer 2's selection.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from svmattn.analysis import heads as heads_lib
+from svmattn.data import datasets as data_lib
+from svmattn.models import flax_models
+from svmattn.study import pipeline
+from svmattn.study import stages
+from svmattn.train import loop as train_lib
+
+NAME = "two_layer"
+
+
+def configs(fl: dict) -> tuple:
+  return tuple((p, train_lib.TrainConfig(
+      module=flax_models.TwoLayer(param_kind=p), lr=fl["lr"], steps=fl["steps"],
+      snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl.get("block_size", 64),
+      optimizer=fl.get("optimizer", "normalized_gd"), numerics=fl.get("numerics", "exact")).validate())
+      for p in fl["params"])
+
+
+def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"]).validate()
+  cfgs = configs(fl)
+  file_data = data_lib.load_npz(fl["data"]) if fl.get("data") else None
+  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
+
+  def load(cell, runs):
+    batch = data_lib.take(file_data, runs) if file_data is not None else data_lib.generate(spec, fl["seed"], runs)
+    return {f: np.asarray(a, np.float64) for f, a in batch._asdict().items()}
+
+  return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
+                        lambda cell: tuple(stages.Train(p, c) for p, c in cfgs), analyze,
+                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+
+
+def analyze(label: dict, data: dict, trajs: dict) -> dict:
+  X, Z = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64)
+  out = {"runs": np.asarray(data["runs"])}
+  for name, t in trajs.items():
+    norm = "nuc" if name == "KQ" else "fro"
+    finite = np.asarray(t["finite"], bool)
+    X1 = np.asarray(t["sown_outputs"], np.float64)                       # (B,n,T,d) layer 1's final outputs
+    s1 = heads_lib.attention_stats(t["sown_layer1_attention"])            # selected (B,n,T)
+    s2 = heads_lib.attention_stats(t["sown_layer2_attention"])            # selected (B,n)
+    r1 = heads_lib.svm_and_corr(X, None, s1["selected"], t["sown_layer1_kq"], norm, finite)
+    r2 = heads_lib.svm_and_corr(X1, Z, s2["selected"], t["sown_layer2_kq"], norm, finite)
+    for layer, st, r in (("layer1", s1, r1), ("layer2", s2, r2)):
+      out[f"{name}_{layer}_selected"] = st["selected"]
+      out[f"{name}_{layer}_max_prob"] = st["max_prob"]
+      out[f"{name}_{layer}_above_tau"] = st["above_tau"]
+      out[f"{name}_{layer}_svm_status"] = r["status"]
+      out[f"{name}_{layer}_corr"] = r["corr"]
+      out[f"{name}_{layer}_W_final"] = np.asarray(t[f"sown_{layer}_kq"])[:, -1]
+    # layer 1's diagonal: does each token attend to itself?
+    sel1 = s1["selected"]
+    out[f"{name}_layer1_self"] = np.mean(sel1 == np.arange(sel1.shape[-1]), axis=(1, 2))
+    out[f"{name}_finite"] = finite
+  return out
+
+
+def _stats(x):
+  x = np.asarray(x, np.float64)
+  x = x[np.isfinite(x)]
+  return None if not x.size else {"mean": float(x.mean()), "min": float(x.min()), "median": float(np.median(x))}
+
+
+def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
+  cfgs = configs(fl)
+  first = cfgs[0][1]
+  arrays = dict(arrays)
+  arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every, first.chunk_steps))
+  rows = {}
+  for name, _ in cfgs:
+    rows[name] = {layer: {"max_prob": _stats(arrays[f"{name}_{layer}_max_prob"]),
+                          "tokens_above_tau": _stats(arrays[f"{name}_{layer}_above_tau"]),
+                          "svm_solved": int(np.sum(arrays[f"{name}_{layer}_svm_status"] == "optimal")),
+                          "svm_infeasible": int(np.sum(arrays[f"{name}_{layer}_svm_status"] == "infeasible")),
+                          "corr_final": _stats(arrays[f"{name}_{layer}_corr"][:, -1])}
+                  for layer in ("layer1", "layer2")}
+    rows[name]["layer1"]["attends_to_itself"] = _stats(arrays[f"{name}_layer1_self"])
+    rows[name]["diverged"] = int(np.sum(~arrays[f"{name}_finite"]))
+  summary = {"experiment": "E15 two-layer attention", "data_sets": len(arrays["runs"]),
+             "numerics": fl.get("numerics", "exact"), "params": rows, "checks": []}
+  return arrays, summary
