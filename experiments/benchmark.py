@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from experiments import common
+from . import common
 from svmattn.data import datasets as data_lib
 from svmattn.io import plots
 from svmattn.io import results
@@ -394,7 +394,7 @@ def suite_e2(report):
   rows = []
   for i in range(FLAGS.repeats):
     with tempfile.TemporaryDirectory() as tmp:
-      wall = run_process(["experiments.local_convergence", f"--out={tmp}", "--noprogress",
+      wall = run_process([f"{__package__}.local_convergence", f"--out={tmp}", "--noprogress",
                           "--nocompilation_cache", *FLAGS.e2_flags])
       with open(os.path.join(tmp, "summary.json")) as f:
         summary = json.load(f)
@@ -415,7 +415,7 @@ def suite_e2(report):
 
 def suite_quick(report):
   with tempfile.TemporaryDirectory() as tmp:
-    wall = run_process(["experiments.reproduce", f"--out={tmp}", "--quick"])
+    wall = run_process([f"{__package__}.reproduce", f"--out={tmp}", "--quick"])
   report["quick"] = {"reproduce_quick_wall_s": wall}
   print(f"reproduce --quick: {wall:.1f} s", flush=True)
 

@@ -27,7 +27,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-from experiments import common
+from . import common
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import feasibility as e9

@@ -43,7 +43,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from experiments import common
+from . import common
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import multi_token as e5

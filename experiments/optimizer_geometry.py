@@ -25,7 +25,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from experiments import common
+from . import common
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import optimizer_geometry as e10

@@ -30,7 +30,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from experiments import common
+from . import common
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import overparam as e4

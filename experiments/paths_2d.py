@@ -22,7 +22,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-from experiments import common
+from . import common
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import paths_2d as e1

@@ -46,7 +46,7 @@ from absl import logging
 import numpy as np
 import scipy.special
 
-from experiments import common
+from . import common
 from svmattn.data import datasets as data_lib
 from svmattn.analysis import metrics
 from svmattn.io import plots

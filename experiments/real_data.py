@@ -29,7 +29,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from experiments import common
+from . import common
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import real_data as e13

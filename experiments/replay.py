@@ -22,7 +22,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from experiments import common
+from . import common
 from svmattn import studies
 from svmattn.data import datasets as data_lib
 from svmattn.io import checkpoint as ckpt_lib

@@ -24,7 +24,7 @@ import time
 from absl import app
 from absl import flags
 
-from experiments import common
+from . import common
 from svmattn.io import results
 
 FLAGS = flags.FLAGS
@@ -144,7 +144,7 @@ def numerics_rows(records) -> list[list[str]]:
 def run_one(exp: Experiment, out: str) -> dict:
   target = os.path.join(out, exp.dir)
   extra = (exp.quick if FLAGS.quick else exp.paper) + exp.args
-  cmd = [sys.executable, "-m", f"experiments.{exp.module}", f"--out={target}", f"--seed={FLAGS.seed}",
+  cmd = [sys.executable, "-m", f"{__package__}.{exp.module}", f"--out={target}", f"--seed={FLAGS.seed}",
          "--noprogress", *extra]
   print(f"[{exp.key}] {exp.title}: {' '.join(cmd[1:])}", flush=True)
   t0 = time.perf_counter()

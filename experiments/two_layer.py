@@ -18,7 +18,7 @@ from __future__ import annotations
 from absl import app
 from absl import flags
 
-from experiments import common
+from . import common
 from svmattn.io import plots
 from svmattn.io import results
 from svmattn.studies import two_layer as e15

@@ -22,11 +22,16 @@ Layout (the data flow, one way; imports only point down this list):
   study/     the pipeline every study runs on: batches, checkpoints, resume, workers, hosts, replay
   studies/   one module per experiment (E1-E9): its study, per-batch analysis and reduction
 """
+import logging
 import os
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
+# JAX probes for TPU/GPU backends and logs each failure at INFO ("Unable to initialize backend
+# 'tpu' ... libtpu.so"), which absl prints on a CPU machine: a run's terminal shows progress and
+# results, not that. (--verbosity / python logging can turn it back on.)
+logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
 
 
 def usable_cores() -> int:
