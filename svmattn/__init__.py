@@ -20,7 +20,8 @@ Layout (the data flow, one way; imports only point down this list):
   svm/       host: Att-SVM solvers, Gen-SVM, seq2seq SVMs, feasibility (NumPy, SciPy, cvxpy)
   analysis/  metrics and comparisons of trained weights with the SVMs
   study/     the pipeline every study runs on: batches, checkpoints, resume, workers, hosts, replay
-  studies/   one module per experiment (E1-E9): its study, per-batch analysis and reduction
+  studies/   one module per experiment (E1-E15): its study, per-batch analysis and reduction
+  cli        the `svmattn` command: one subcommand per binary of experiments/
 """
 import logging
 import os

@@ -1,0 +1,58 @@
+"""Packaging: the wheel installs the binaries as svmattn.experiments (nothing named experiments in
+site-packages) and a 'svmattn' command that works from any directory.
+
+The wheel goes into a fresh virtual environment with --no-deps; the environment sees this
+environment's dependencies through a .pth file (the wheel's svmattn comes first on its path), so
+the test takes seconds instead of a full dependency install."""
+import os
+import glob
+import site
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+from conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def test_wheel_installs_a_command_that_runs_from_anywhere(tmp_path):
+  wheels = tmp_path / "wheels"
+  subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
+                  REPO_ROOT], check=True, capture_output=True, text=True, timeout=300)
+  wheel = glob.glob(str(wheels / "svmattn-*.whl"))
+  assert len(wheel) == 1
+  env_dir = tmp_path / "venv"
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], check=True, timeout=120)
+  py = env_dir / "bin" / "python"
+  purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                           check=True, capture_output=True, text=True).stdout.strip()
+  subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", wheel[0]],
+                 check=True, capture_output=True, text=True, timeout=300)
+  # this environment's dependencies (but not its editable svmattn: .pth lines of an added directory are not run)
+  ours = [p for p in site.getsitepackages() + [sysconfig.get_paths()["purelib"]] if os.path.isdir(p)]
+  with open(os.path.join(purelib, "zz_deps.pth"), "w") as f:
+    f.write("\n".join(dict.fromkeys(ours)) + "\n")
+  installed = sorted(os.listdir(purelib))
+  assert "svmattn" in installed and not any(n.split(".")[0] == "experiments" for n in installed)
+  assert os.path.isdir(os.path.join(purelib, "svmattn", "experiments"))
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  env["JAX_PLATFORMS"] = "cpu"
+  where = subprocess.run([str(py), "-c", "import svmattn; print(svmattn.__file__)"], cwd=elsewhere, env=env,
+                         check=True, capture_output=True, text=True).stdout
+  assert where.startswith(purelib), where                          # the wheel's copy, not the clone
+  cmd = env_dir / "bin" / "svmattn"
+  listing = subprocess.run([str(cmd), "list"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+  assert listing.returncode == 0 and "local_convergence" in listing.stdout and "reproduce" in listing.stdout
+  out = elsewhere / "e2"
+  run = subprocess.run([str(cmd), "E2", f"--out={out}", "--runs=2", "--steps=50", "--chunk_steps=50", "--noprogress",
+                        "--nocompilation_cache"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert (out / "results.npz").exists() and "corr" in run.stdout
+  assert "Unable to initialize backend" not in run.stderr
+  bad = subprocess.run([str(cmd), "no_such_experiment"], cwd=elsewhere, env=env, capture_output=True, text=True)
+  assert bad.returncode != 0 and "unknown command" in bad.stderr and "Traceback" not in bad.stderr
