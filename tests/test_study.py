@@ -142,6 +142,44 @@ def test_no_worker_outlives_its_parents_sigkill(tmp_path):
           pass
 
 
+PARENT = """
+import os, re, sys, time
+sys.path.insert(0, {root!r})
+from svmattn.study import workers
+pool = workers.pool(1)
+fut = pool.submit(re.match, "(a+)+$", "a" * 60 + "b")   # backtracking in C, holding the GIL for ages
+while not pool._processes:
+  time.sleep(0.01)
+print(*pool._processes, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_worker_holding_the_gil_dies_with_its_parent(tmp_path):
+  """A solver that holds the GIL (the watch thread cannot run) is still killed with its parent."""
+  proc = subprocess.Popen([sys.executable, "-c", PARENT.format(root=REPO_ROOT)], env=ENV, stdout=subprocess.PIPE,
+                          text=True)
+  try:
+    worker = int(proc.stdout.readline().split()[0])
+    time.sleep(1.0)                              # the worker is inside sum(), holding the GIL
+    assert _alive(worker)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(worker):
+      time.sleep(0.05)
+    assert not _alive(worker), "the worker outlived its parent"
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+    for p in _children(os.getpid()):
+      try:
+        os.kill(p, signal.SIGKILL)
+      except OSError:
+        pass
+
+
 # ----------------------------------------------------------------------------
 # Bad flags: one error line naming the flag, nothing written, no traceback
 # ----------------------------------------------------------------------------

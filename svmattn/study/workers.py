@@ -2,8 +2,11 @@
 
 ``pool(n)`` is a ``concurrent.futures.ProcessPoolExecutor`` of ``n`` spawned processes
 (no JAX state is forked). Each worker runs one SVM solve at a time (its own threads would
-only compete with the other workers) and watches its parent: when the parent dies, even
-by SIGKILL, the worker is re-parented, notices within ``WATCH_SECONDS`` and exits.
+only compete with the other workers) and never outlives its parent: on Linux the kernel
+kills it when the parent dies, even by SIGKILL (prctl PR_SET_PDEATHSIG), whatever it is
+computing; elsewhere (and as a second guard) a thread notices the re-parenting within
+``WATCH_SECONDS`` and exits, which needs the GIL: a solver holding the GIL for minutes
+(seen: scipy's NNLS on a 7680 x 4225 problem) would delay it.
 """
 from __future__ import annotations
 
@@ -23,9 +26,24 @@ def _watch_parent(parent: int) -> None:
     time.sleep(WATCH_SECONDS)
 
 
+def _die_with_parent() -> bool:
+  """Ask the Linux kernel to SIGKILL this process when its parent dies (True if it took)."""
+  import ctypes
+  import signal
+  import sys
+  if not sys.platform.startswith("linux"):
+    return False
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0      # 1 = PR_SET_PDEATHSIG
+  except (OSError, AttributeError):
+    return False
+
+
 def _start_worker(parent: int) -> None:
   from svmattn.svm import att_svm
   att_svm.THREADS = 1   # the workers already run in parallel
+  _die_with_parent()
   threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="watch-parent").start()
   if os.getppid() != parent:   # died before the watch began
     os._exit(1)
