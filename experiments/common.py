@@ -287,7 +287,7 @@ def run_study(study, write):
     fail(str(e))
 
 
-STAGE_TIMINGS = {"compile_s": "compile", "train_s": "train", "svm_s": "svm", "wall_s": "pipeline_wall",
+STAGE_TIMINGS = {"data_s": "data", "compile_s": "compile", "train_s": "train", "svm_s": "svm", "wall_s": "pipeline_wall",
                  "overlap": "overlap"}
 
 

@@ -74,7 +74,7 @@ def main(argv):
     with timer("write"):
       results.write_npz(f"{FLAGS.out}/results.npz", arrays)
       draw(arrays["fraction"], shapes, alphas, ds, FLAGS.out)
-    summary = common.write_summary(summary, fl, output, timer, {"svm_s": "feasibility", "wall_s": "pipeline_wall"})
+    summary = common.write_summary(summary, fl, output, timer, {"data_s": "data", "svm_s": "feasibility", "wall_s": "pipeline_wall"})
     report(summary)
 
   common.run_study(study, write)

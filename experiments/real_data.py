@@ -181,7 +181,7 @@ def draw(arrays, summary, fl, out):
     ax.axvline(bound, color="0.5", ls=":", lw=1)
     ax.set(xscale="log", xlabel="n (images per data set)", title=title)
     ax.legend(fontsize=6)
-  axes[0].text(bound, 0.5, " n(T-1) = d^2", fontsize=7, color="0.4")
+  axes[0].text(bound, 0.5, " n(T-1) = d^2", fontsize=7, color="0.4", transform=axes[0].get_xaxis_transform())
   plots.save(fig, f"{out}/vs_n.png")
   draw_attention(arrays, summary, fl, out)
 

@@ -6,15 +6,15 @@ r"""Reproduce every experiment of the paper and assemble a report.
 
 Each experiment runs as its own process (`python -m experiments.NAME --out=OUT/NAME ...`),
 so one failing experiment is recorded in the report instead of stopping the others.
-Writes OUT/report.md and OUT/report.html (every figure, the key numbers against the
-paper's expectations, wall time per experiment, software versions) and OUT/reproduce.json.
+Writes OUT/report.md and OUT/report.html (experiments/report.py: a summary of which claims
+hold, then per experiment its figures, its checks against the paper, wall time and command;
+software versions) and OUT/reproduce.json (`python -m experiments.report OUT` re-renders the
+report from it).
 """
 from __future__ import annotations
 
-import base64
 import dataclasses
 import glob
-import html
 import json
 import os
 import subprocess
@@ -25,6 +25,7 @@ from absl import app
 from absl import flags
 
 from . import common
+from . import report
 from svmattn.io import results
 
 FLAGS = flags.FLAGS
@@ -105,42 +106,6 @@ def selected():
   return [e for e in EXPERIMENTS if e.id in wanted or e.key in wanted or e.module in wanted]
 
 
-NUMERICS_NOTE = (
-    "The paper's code normalizes each gradient as g / (||g|| + eps) with eps the float64 machine epsilon, "
-    "and pools the tokens as X^T s. That is not normalized GD once ||g|| falls to about eps: every step "
-    "then shrinks far below eta, ||W|| stops growing and the run freezes. In E5 a frozen W leaves a dead "
-    "Y = -1 sequence (no gradient through its ReLU) with all its tokens above tau_H, which W^SVMeq's "
-    "equality constraints describe well; with exact numerics W keeps growing, the other sequences sharpen "
-    "that dead sequence onto 2-3 tokens, Gen-SVM predicts it poorly, and the tail of 1 - corr is heavier. "
-    "X^T s also loses the gradient to rounding once the softmax saturates (our pooled token does not). "
-    "Both columns are shown; `exact` is the default of every binary (--numerics).")
-
-
-def numerics_rows(records) -> list[list[str]]:
-  """[statistic, exact, authors] rows for E2 and E5, from the runs of both numerics."""
-  by = {(r["id"].split("-")[0], r.get("variant") or "exact"): r.get("summary", {}) for r in records
-        if r.get("returncode") == 0}
-  rows = []
-  for key, name in (("W_vs_fro", "corr(W, Frobenius SVM)"), ("KQ_vs_nuc", "corr(KQ^T, nuclear SVM)")):
-    vals = [by.get(("E2", v), {}).get("final_corr", {}).get(key, {}).get("mean") for v in ("exact", "authors")]
-    if any(v is not None for v in vals):
-      rows.append([f"E2 mean final {name}"] + [_fmt(v) if v is not None else "-" for v in vals])
-  per = {v: by.get(("E5", v), {}).get("per_d", {}) for v in ("exact", "authors")}
-  for d in sorted(set(per["exact"]) | set(per["authors"]), key=int):
-    for obj, label in (("svmeq", "W^SVMeq"), ("mm", "W^mm"), ("1token", "W^1token")):
-      for stat, sname in (("mean", "1 - mean corr"), ("median", "median 1 - corr"), ("q75", "upper quartile")):
-        if obj != "svmeq" and stat != "mean":
-          continue
-        vals = [per[v].get(d, {}).get("final_one_minus_corr", {}).get(obj, {}).get(stat) for v in ("exact", "authors")]
-        rows.append([f"E5 d={d}: {label} {sname}"] + [_fmt(v) if v is not None else "-" for v in vals])
-    norms = [per[v].get(d, {}).get("final_W_norm") for v in ("exact", "authors")]
-    if any(norms):
-      rows.append([f"E5 d={d}: final ||W||_F median (10th-90th pct)"] + [
-          f"{n['median']:.1f} ({n['p10']:.0f}-{n['p90']:.0f})" if n and n.get("median") is not None else "-"
-          for n in norms])
-  return rows
-
-
 def run_one(exp: Experiment, out: str) -> dict:
   target = os.path.join(out, exp.dir)
   extra = (exp.quick if FLAGS.quick else exp.paper) + exp.args
@@ -177,111 +142,6 @@ def run_one(exp: Experiment, out: str) -> dict:
   return record
 
 
-def _fmt(value):
-  if isinstance(value, float):
-    return f"{value:.4g}"
-  if isinstance(value, list):
-    return ", ".join(_fmt(v) for v in value)
-  return str(value)
-
-
-def write_markdown(path, records, meta):
-  lines = ["# svmattn: reproduction of \"Transformers as Support Vector Machines\"", "",
-           f"Mode: {'quick' if meta['quick'] else 'paper run counts'}; seed {meta['seed']}; "
-           f"total wall time {meta['total_s']:.1f} s.", "",
-           "## Key numbers against the paper's expectations", "",
-           "| exp. | check | value | expected | as expected |", "|---|---|---|---|---|"]
-  for r in records:
-    if "error" in r:
-      lines.append(f"| {r['id']} | experiment failed | - | - | no |")
-    for c in r.get("checks", []):
-      lines.append(f"| {r['id']} | {c['name']} | {_fmt(c['value'])} | {c['expected']} | "
-                   f"{'yes' if c.get('ok') else '**no**'} |")
-  rows = numerics_rows(records)
-  if rows:
-    lines += ["", "## Numerics: exact against the authors' (E2, E5)", "", NUMERICS_NOTE, "",
-              "| statistic | exact | authors |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
-  lines += ["", "## Wall time per experiment", "", "| exp. | title | wall (s) | status |", "|---|---|---|---|"]
-  for r in records:
-    lines.append(f"| {r['id']} | {r['title']} | {r['wall_s']:.1f} | "
-                 f"{'ok' if r['returncode'] == 0 else 'failed'} |")
-  beyond_started = False
-  for r in records:
-    if r.get("beyond") and not beyond_started:
-      beyond_started = True
-      lines += ["", "# Beyond the paper", "", "Questions the paper leaves open, on the same engine (SCIENCE.md "
-                "sections 10-14); their checks state the predictions from the literature, and a failed one is a "
-                "finding."]
-    lines += ["", f"## {r['id']}: {r['title']}", "", f"`python -m {r['command']}`", ""]
-    if "error" in r:
-      lines += ["Failed:", "", "```", r["error"], "```"]
-      continue
-    if r.get("stdout"):
-      lines += ["```", r["stdout"], "```", ""]
-    for fig in r.get("figures", []):
-      lines += [f"![{fig}]({fig})", ""]
-  lines += ["", "## Software", "", "```", json.dumps(meta["environment"], indent=2), "```", ""]
-  with results.atomic_path(path) as tmp:
-    with open(tmp, "w") as f:
-      f.write("\n".join(lines))
-
-
-def write_html(path, records, meta, out):
-  esc = html.escape
-  parts = ["<!doctype html><html><head><meta charset='utf-8'><title>svmattn report</title>",
-           "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
-           "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
-           ".no{color:#b00;font-weight:bold}.yes{color:#070}img{max-width:100%;margin:.5em 0}"
-           "pre{background:#f6f6f6;padding:.5em;overflow-x:auto}</style></head><body>",
-           "<h1>svmattn: reproduction of &ldquo;Transformers as Support Vector Machines&rdquo;</h1>",
-           f"<p>Mode: {'quick' if meta['quick'] else 'paper run counts'}; seed {meta['seed']}; "
-           f"total wall time {meta['total_s']:.1f} s.</p>",
-           "<h2>Key numbers against the paper's expectations</h2><table>"
-           "<tr><th>exp.</th><th>check</th><th>value</th><th>expected</th><th>as expected</th></tr>"]
-  for r in records:
-    if "error" in r:
-      parts.append(f"<tr><td>{r['id']}</td><td>experiment failed</td><td>-</td><td>-</td>"
-                   "<td class='no'>no</td></tr>")
-    for c in r.get("checks", []):
-      ok = bool(c.get("ok"))
-      parts.append(f"<tr><td>{r['id']}</td><td>{esc(c['name'])}</td><td>{esc(_fmt(c['value']))}</td>"
-                   f"<td>{esc(str(c['expected']))}</td><td class='{'yes' if ok else 'no'}'>"
-                   f"{'yes' if ok else 'no'}</td></tr>")
-  rows = numerics_rows(records)
-  if rows:
-    parts.append("</table><h2>Numerics: exact against the authors' (E2, E5)</h2>"
-                 f"<p>{esc(NUMERICS_NOTE)}</p><table><tr><th>statistic</th><th>exact</th><th>authors</th></tr>"
-                 + "".join(f"<tr><td>{esc(a)}</td><td>{esc(b)}</td><td>{esc(c)}</td></tr>" for a, b, c in rows))
-  parts.append("</table><h2>Wall time per experiment</h2><table><tr><th>exp.</th><th>title</th>"
-               "<th>wall (s)</th><th>status</th></tr>")
-  for r in records:
-    parts.append(f"<tr><td>{r['id']}</td><td>{esc(r['title'])}</td><td>{r['wall_s']:.1f}</td>"
-                 f"<td>{'ok' if r['returncode'] == 0 else 'failed'}</td></tr>")
-  parts.append("</table>")
-  beyond_started = False
-  for r in records:
-    if r.get("beyond") and not beyond_started:
-      beyond_started = True
-      parts.append("<h1>Beyond the paper</h1><p>Questions the paper leaves open, on the same engine (SCIENCE.md "
-                   "sections 10-14); their checks state the predictions from the literature, and a failed one is a "
-                   "finding.</p>")
-    parts.append(f"<h2>{r['id']}: {esc(r['title'])}</h2><p><code>python -m {esc(r['command'])}</code></p>")
-    if "error" in r:
-      parts.append(f"<p class='no'>Failed:</p><pre>{esc(r['error'])}</pre>")
-      continue
-    if r.get("stdout"):
-      parts.append(f"<pre>{esc(r['stdout'])}</pre>")
-    for fig in r.get("figures", []):
-      with open(os.path.join(out, fig), "rb") as f:
-        data = base64.b64encode(f.read()).decode()
-      parts.append(f"<figure><img alt='{esc(fig)}' src='data:image/png;base64,{data}'>"
-                   f"<figcaption>{esc(fig)}</figcaption></figure>")
-  parts.append(f"<h2>Software</h2><pre>{esc(json.dumps(meta['environment'], indent=2))}</pre></body></html>")
-  with results.atomic_path(path) as tmp:
-    with open(tmp, "w") as f:
-      f.write("\n".join(parts))
-
-
 def main(argv):
   del argv
   common.quiet_logs()
@@ -291,10 +151,9 @@ def main(argv):
   t0 = time.perf_counter()
   records = [run_one(e, out) for e in experiments]
   meta = {"quick": FLAGS.quick, "seed": FLAGS.seed, "total_s": time.perf_counter() - t0,
-          "environment": common.environment()}
+          "environment": common.environment(), "command": report.command_line(package=__package__)}
   results.write_json(os.path.join(out, "reproduce.json"), {"meta": meta, "experiments": records})
-  write_markdown(os.path.join(out, "report.md"), records, meta)
-  write_html(os.path.join(out, "report.html"), records, meta, out)
+  report.write(out, records, meta)
   failed = [r["id"] for r in records if r["returncode"] != 0]
   unexpected = [f"{r['id']}:{c['name']}" for r in records for c in r.get("checks", []) if not c.get("ok")]
   print(f"\nreport: {out}/report.md and {out}/report.html ({meta['total_s']:.0f} s)")

@@ -215,7 +215,13 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
   bar = progress_lib.MultiProgress(counters, enabled=show_progress)
   pool = workers_lib.pool(workers) if workers > 0 and len(todo) > 1 else None
   pending: dict[Unit, concurrent.futures.Future] = {}
-  timings = {"train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
+  timings = {"data_s": 0.0, "train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
+
+  def load(cell, runs):
+    t0 = time.perf_counter()
+    data = study.load(cell, runs)
+    timings["data_s"] += time.perf_counter() - t0
+    return data
   t_start = time.perf_counter()
   path = lambda u, name=None: os.path.join(work, u.tag + (f"_{name}" if name else "") + ".npz")  # noqa: E731
   finished: dict[int, list] = {c: [] for c in range(len(study.cells))}   # analyzed units per cell, in order
@@ -287,7 +293,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
           bar.update("train", stage.steps)
           continue
         if data is None:
-          data = study.load(cell, u.runs)
+          data = load(cell, u.runs)
           write_data(u, data)
         checkpoints = ckpt_lib.Checkpoints(ckdir, {"cell": u.cell, "batch": u.batch, "stage": stage.name,
                                                    **ckpt_lib._normalize({"identity": study.identity})},
@@ -299,7 +305,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
         results.write_npz(target, arrays)
         checkpoints.remove()
       if not os.path.exists(path(u, "data")):  # no stage, or trained earlier and the data file lost
-        write_data(u, study.load(cell, u.runs))
+        write_data(u, load(cell, u.runs))
       if pool is None:
         timings["svm_s"] += _analyze_and_save(study.analyze, cell.label, path(u, "data"), stage_paths, path(u))
         cleanup(u)
