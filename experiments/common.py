@@ -287,6 +287,42 @@ def run_study(study, write):
     fail(str(e))
 
 
+def run_one_cell(module, draw, report) -> None:
+  """The main of a binary whose study has one cell: build it from the flags, run it on the
+  pipeline, then ``module.reduce`` -> results.npz, ``draw(arrays, summary, out)`` (figures),
+  summary.json and ``report(summary)`` (the terminal)."""
+  timer = Timer()
+  fl, study = start_study(module)
+
+  def write(output):
+    from svmattn.io import results
+    arrays, summary = module.reduce(fl, output.cells[0])
+    with timer("write"):
+      results.write_npz(f"{FLAGS.out}/results.npz", arrays)
+      draw(arrays, summary, FLAGS.out)
+    report(write_summary(summary, fl, output, timer))
+
+  run_study(study, write)
+
+
+def define_training_flags(params=("W", "KQ"), steps: int = 2000, n: int = 6, T: int = 8, d: int = 10) -> None:
+  """E2's sizes and normalized-GD flags: --n --T --d --params --steps --lr --optimizer
+  --snapshot_every --chunk_steps --block_size, with their validators."""
+  flags.DEFINE_integer("n", n, "Sequences per data set.", lower_bound=1)
+  flags.DEFINE_integer("T", T, "Tokens per sequence.", lower_bound=2)
+  flags.DEFINE_integer("d", d, "Embedding dimension.", lower_bound=1)
+  flags.DEFINE_list("params", list(params), "Parameterizations: W, KQ.")
+  flags.DEFINE_integer("steps", steps, "Normalized-GD steps.", lower_bound=0)
+  flags.DEFINE_float("lr", 0.1, "Step size.")
+  flags.DEFINE_string("optimizer", "normalized_gd", "Optimizer (each parameter normalized by its own norm).")
+  flags.DEFINE_integer("snapshot_every", 10, "Record the matrices every this many steps.", lower_bound=1)
+  flags.DEFINE_integer("chunk_steps", 1000, "Steps per jitted chunk; a checkpoint is saved after each.", lower_bound=1)
+  flags.DEFINE_integer("block_size", 64, "Data sets per vectorized block.", lower_bound=1)
+  positive_float("lr")
+  known_params()
+  known_optimizer()
+
+
 STAGE_TIMINGS = {"data_s": "data", "compile_s": "compile", "train_s": "train", "svm_s": "svm", "wall_s": "pipeline_wall",
                  "overlap": "overlap"}
 

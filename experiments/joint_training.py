@@ -31,7 +31,6 @@ import numpy as np
 
 from . import common
 from svmattn.io import plots
-from svmattn.io import results
 from svmattn.studies import joint_training as e11
 
 FLAGS = flags.FLAGS
@@ -61,22 +60,11 @@ flags.register_validator("params", lambda v: v is None or (bool(v) and len(set(v
 
 def main(argv):
   del argv
-  timer = common.Timer()
   if FLAGS.setting == "toy" and FLAGS.data:
     common.fail("--data goes with --setting=e2 (--setting=toy runs the public code's own data sets)")
   if FLAGS.setting == "toy" and FLAGS.params not in (None, ["p"]):
     common.fail("--setting=toy trains prompt attention: --params=p (or leave --params out)")
-  fl, study = common.start_study(e11)
-
-  def write(output):
-    arrays, summary = e11.reduce(fl, output.cells[0])
-    with timer("write"):
-      results.write_npz(f"{FLAGS.out}/results.npz", arrays)
-      draw(arrays, summary, FLAGS.out)
-    summary = common.write_summary(summary, fl, output, timer)
-    report(summary)
-
-  common.run_study(study, write)
+  common.run_one_cell(e11, draw, report)
 
 
 def draw(arrays, summary, out):

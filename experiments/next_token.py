@@ -31,7 +31,6 @@ import numpy as np
 
 from . import common
 from svmattn.io import plots
-from svmattn.io import results
 from svmattn.studies import next_token as e12
 
 FLAGS = flags.FLAGS
@@ -71,18 +70,7 @@ common.known_optimizer()
 
 def main(argv):
   del argv
-  timer = common.Timer()
-  fl, study = common.start_study(e12)
-
-  def write(output):
-    arrays, summary = e12.reduce(fl, output.cells[0])
-    with timer("write"):
-      results.write_npz(f"{FLAGS.out}/results.npz", arrays)
-      draw(arrays, summary, FLAGS.out)
-    summary = common.write_summary(summary, fl, output, timer)
-    report(summary)
-
-  common.run_study(study, write)
+  common.run_one_cell(e12, draw, report)
 
 
 def draw(arrays, summary, out):

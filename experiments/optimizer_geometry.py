@@ -27,7 +27,6 @@ import numpy as np
 
 from . import common
 from svmattn.io import plots
-from svmattn.io import results
 from svmattn.studies import optimizer_geometry as e10
 
 FLAGS = flags.FLAGS
@@ -83,18 +82,7 @@ flags.register_validator("norms", _known_norms, message="must list distinct norm
 
 def main(argv):
   del argv
-  timer = common.Timer()
-  fl, study = common.start_study(e10)
-
-  def write(output):
-    arrays, summary = e10.reduce(fl, output.cells[0])
-    with timer("write"):
-      results.write_npz(f"{FLAGS.out}/results.npz", arrays)
-      draw(arrays, summary, FLAGS.out)
-    summary = common.write_summary(summary, fl, output, timer)
-    report(summary)
-
-  common.run_study(study, write)
+  common.run_one_cell(e10, draw, report)
 
 
 def draw(arrays, summary, out):

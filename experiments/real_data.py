@@ -118,7 +118,6 @@ def flag_values() -> dict:
 
 def main(argv):
   del argv
-  from svmattn.data import datasets as data_lib
   timer = common.Timer()
   fl = flag_values()
   try:

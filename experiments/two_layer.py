@@ -20,42 +20,18 @@ from absl import flags
 
 from . import common
 from svmattn.io import plots
-from svmattn.io import results
 from svmattn.studies import two_layer as e15
 
 FLAGS = flags.FLAGS
 common.define_common_flags(runs=100)
 common.define_pipeline_flags(batch_size=1000)
 common.define_numerics_flag()
-flags.DEFINE_integer("n", 6, "Sequences per data set.", lower_bound=1)
-flags.DEFINE_integer("T", 8, "Tokens per sequence.", lower_bound=2)
-flags.DEFINE_integer("d", 10, "Embedding dimension.", lower_bound=1)
-flags.DEFINE_list("params", ["W", "KQ"], "Parameterizations of both layers: W, KQ.")
-flags.DEFINE_integer("steps", 2000, "Normalized-GD steps.", lower_bound=0)
-flags.DEFINE_float("lr", 0.1, "Step size.")
-flags.DEFINE_string("optimizer", "normalized_gd", "Optimizer (each parameter normalized by its own norm).")
-flags.DEFINE_integer("snapshot_every", 10, "Record the matrices every this many steps.", lower_bound=1)
-flags.DEFINE_integer("chunk_steps", 1000, "Steps per jitted chunk; a checkpoint is saved after each.", lower_bound=1)
-flags.DEFINE_integer("block_size", 64, "Data sets per vectorized block.", lower_bound=1)
-common.positive_float("lr")
-common.known_params()
-common.known_optimizer()
+common.define_training_flags()
 
 
 def main(argv):
   del argv
-  timer = common.Timer()
-  fl, study = common.start_study(e15)
-
-  def write(output):
-    arrays, summary = e15.reduce(fl, output.cells[0])
-    with timer("write"):
-      results.write_npz(f"{FLAGS.out}/results.npz", arrays)
-      draw(arrays, summary, FLAGS.out)
-    summary = common.write_summary(summary, fl, output, timer)
-    report(summary)
-
-  common.run_study(study, write)
+  common.run_one_cell(e15, draw, report)
 
 
 def draw(arrays, summary, out):

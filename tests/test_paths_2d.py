@@ -92,6 +92,7 @@ def test_record_holds_every_run(e1):
 BAD_FLAGS = ["--d=0", "--T=1", "--lr=0", "--snapshot_every=0", "--draw_run=16"]
 
 
+@pytest.mark.slow   # long (subprocesses); .ci/run runs the slow tests too
 def test_bad_flags(tmp_path):
   """Each bad value: exit status != 0, one error naming the flag, no traceback, no --out directory."""
   procs = {flag: subprocess.Popen([sys.executable, "-m", "experiments.paths_2d", f"--out={tmp_path / str(i)}",

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
@@ -71,6 +72,7 @@ def test_seq_causal_binary_end_to_end(tmp_path):
 BAD_FLAGS = ["--T=1", "--d=0", "--modes=seq2seq,bogus", "--params=W,W", "--optimizer=bogus", "--lr=-1"]
 
 
+@pytest.mark.slow   # long (subprocesses); .ci/run runs the slow tests too
 def test_bad_flags(tmp_path):
   """Each bad value: exit status != 0, one error naming the flag, no traceback, no --out directory."""
   procs = {flag: subprocess.Popen([sys.executable, "-m", "experiments.seq_causal", f"--out={tmp_path / str(i)}",

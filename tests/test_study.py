@@ -189,6 +189,7 @@ BAD_E2 = ["--n=0", "--T=1", "--m=0", "--lr=nan", "--lr=-1", "--steps=-5", "--opt
           "--num_processes=2"]
 
 
+@pytest.mark.slow   # long (subprocesses); .ci/run runs the slow tests too
 def test_bad_flags_of_local_convergence(tmp_path):
   procs = {}
   for i, flag in enumerate(BAD_E2):
@@ -226,6 +227,7 @@ def e4_reference(tmp_path_factory):
   return out
 
 
+@pytest.mark.slow   # long (subprocesses); .ci/run runs the slow tests too
 def test_e4_killed_at_random_moments_then_resumed_equals_uninterrupted(e4_reference, tmp_path):
   rng = random.Random(4)
   out = tmp_path / "killed"
@@ -257,6 +259,7 @@ def test_e4_killed_at_random_moments_then_resumed_equals_uninterrupted(e4_refere
     assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f") for k in a)
 
 
+@pytest.mark.slow   # long (subprocesses); .ci/run runs the slow tests too
 def test_e4_two_processes_of_two_devices_equal_one_process(e4_reference, tmp_path):
   with socket.socket() as s:
     s.bind(("localhost", 0))

@@ -149,3 +149,14 @@ def bregman_lp(A: np.ndarray, B: np.ndarray, p: float) -> np.ndarray:
     psi = lambda M: np.sum(np.abs(M) ** p, axis=(-2, -1)) / p  # noqa: E731
     grad = np.sign(B) * np.abs(B) ** (p - 1)
     return psi(A) - psi(B) - np.sum(grad * (A - B), axis=(-2, -1))
+
+
+def finite_stats(x) -> dict | None:
+  """{mean, median, min, max, count} of the finite entries of x (NaN: not solved, diverged), or
+  None when there are none."""
+  x = np.asarray(x, np.float64).reshape(-1)
+  x = x[np.isfinite(x)]
+  if not x.size:
+    return None
+  return {"mean": float(x.mean()), "median": float(np.median(x)), "min": float(x.min()), "max": float(x.max()),
+          "count": int(x.size)}

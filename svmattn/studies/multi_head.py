@@ -18,6 +18,7 @@ import numpy as np
 
 from svmattn import rng
 from svmattn.analysis import heads as heads_lib
+from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.models import flax_models
 from svmattn.study import pipeline
@@ -101,10 +102,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
   return out
 
 
-def _stats(x):
-  x = np.asarray(x, np.float64)
-  x = x[np.isfinite(x)]
-  return None if not x.size else {"mean": float(x.mean()), "min": float(x.min()), "median": float(np.median(x))}
+_stats = metrics.finite_stats
 
 
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:

@@ -152,12 +152,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
   return out
 
 
-def _stats(x):
-  x = np.asarray(x, np.float64)
-  x = x[np.isfinite(x)]
-  if not x.size:
-    return None
-  return {"mean": float(x.mean()), "min": float(x.min()), "max": float(x.max()), "count": int(x.size)}
+_stats = metrics.finite_stats
 
 
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:

@@ -28,7 +28,6 @@ import numpy as np
 
 from svmattn import rng
 from svmattn.analysis import metrics
-from svmattn.data import datasets as data_lib
 from svmattn.data import images as images_lib
 from svmattn.study import pipeline
 from svmattn.study import stages
@@ -210,12 +209,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
   return out
 
 
-def _stats(x):
-  x = np.asarray(x, np.float64)
-  x = x[np.isfinite(x)]
-  if not x.size:
-    return None
-  return {"mean": float(x.mean()), "median": float(np.median(x)), "min": float(x.min()), "count": int(x.size)}
+_stats = metrics.finite_stats
 
 
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:

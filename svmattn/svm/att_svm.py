@@ -125,12 +125,15 @@ def margin_matrix(X: np.ndarray, Z: np.ndarray, alpha: np.ndarray,
 # Solvers of  min ||W|| s.t. A vec(W) >= 1
 # ----------------------------------------------------------------------------
 
-def _solve_nnls(A: np.ndarray, d: int):
-  """Frobenius SVM by NNLS. Returns (status, w, dual, message)."""
+def least_distance(A: np.ndarray, b: np.ndarray | None = None):
+  """min ||w||_2 s.t. A w >= b (b >= 0; default all ones) by Lawson & Hanson's reduction to
+  NNLS: with E = [A^T; b^T], f = e_last, u = argmin_{u >= 0} ||E u - f|| and r = E u - f, the
+  constraints cannot all hold when r = 0, else w = -r[:-1] / r[-1] = A^T lambda with the
+  multipliers lambda = u / -r[-1]. Returns (status, w, lambda, message); exact up to rounding."""
   N, D = A.shape
-  if N == 0:
-    return "optimal", np.zeros(D), np.zeros(0), "no constraints"
-  E = np.vstack([A.T, np.ones((1, N))])
+  if N == 0 or (b is not None and not np.any(np.asarray(b) > 0)):
+    return "optimal", np.zeros(D), np.zeros(N), "no constraints"
+  E = np.vstack([A.T, np.ones((1, N)) if b is None else np.asarray(b, np.float64)[None, :]])
   f = np.zeros(D + 1)
   f[-1] = 1.0
   try:
@@ -144,6 +147,12 @@ def _solve_nnls(A: np.ndarray, d: int):
     return "infeasible", None, None, f"nnls residual {np.linalg.norm(r):.2e}: constraints cannot all hold"
   scale = -r[-1]
   return "optimal", r[:-1] / scale, u / scale, ""  # w = -r[:-1] / r[-1] = A^T lambda
+
+
+def _solve_nnls(A: np.ndarray, d: int):
+  """Frobenius SVM by NNLS (``least_distance`` with b = 1). Returns (status, w, dual, message)."""
+  del d
+  return least_distance(A)
 
 
 @functools.lru_cache(maxsize=64)

@@ -23,9 +23,9 @@ import dataclasses
 import warnings
 
 import numpy as np
-import scipy.optimize
 
 from svmattn.data.token_graph import TokenGraph, check_data, graphs, targets_of, token_graph  # noqa: F401
+from svmattn.svm import att_svm as svm_lib
 
 STATUSES = ("optimal", "infeasible", "failed")
 
@@ -94,26 +94,6 @@ def _range(A: np.ndarray, tol: float = 1e-10) -> np.ndarray:
   return vt[:rank].T
 
 
-def _ldp(G: np.ndarray):
-  """min ||u|| s.t. G u >= 1 by NNLS (Lawson & Hanson): (status, u or None, message)."""
-  N, D = G.shape
-  if N == 0:
-    return "optimal", np.zeros(D), "no margin constraints"
-  M = np.vstack([G.T, np.ones((1, N))])
-  f = np.zeros(D + 1)
-  f[-1] = 1.0
-  try:
-    lam, _ = scipy.optimize.nnls(M, f, maxiter=50 * (N + D + 1))
-  except Exception as e:  # noqa: BLE001 - a solver failure is an outcome
-    return "failed", None, f"nnls: {type(e).__name__}: {e}"
-  r = M @ lam - f
-  if not np.all(np.isfinite(r)):
-    return "failed", None, "nnls returned non-finite values"
-  if np.linalg.norm(r) <= 1e-10 or -r[-1] <= 1e-12:
-    return "infeasible", None, f"nnls residual {np.linalg.norm(r):.2e}: the margin constraints cannot all hold"
-  return "optimal", r[:-1] / -r[-1], ""
-
-
 def _solve_nuc(A_eq, A_ge, d, solver):
   import cvxpy as cp
   W = cp.Variable((d, d))
@@ -162,7 +142,7 @@ def graph_svm(E, tokens, labels, norm: str = "fro", solver: str | None = None,
   A_eq, A_ge = constraint_rows(E, tokens, labels, graph_of, ignore)
   if solver == "nnls":
     N = _null_space(A_eq, d * d)
-    status, u, msg = _ldp(A_ge @ N)
+    status, u, _, msg = svm_lib.least_distance(A_ge @ N)
     w = None if u is None else N @ u
   elif norm == "fro":
     import cvxpy as cp

@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-import scipy.optimize
+
+from svmattn.svm import att_svm as svm_lib
 
 # margin - 1 below this: a support vector (the NNLS solution is exact up to rounding)
 SUPPORT_TOL = 1e-7
@@ -43,29 +44,9 @@ class MarginResult:
     return self.status == "optimal"
 
 
-def least_distance(A: np.ndarray, b: np.ndarray):
-  """min ||w||_2 s.t. A w >= b (b >= 0, not all 0) by NNLS: (status, w, lambda, message),
-  w = A^T lambda. Lawson & Hanson: with E = [A^T; b^T], f = e_last, u = argmin_{u >= 0} ||E u - f||,
-  r = E u - f: infeasible when r = 0, else w = -r[:-1] / r[-1] and lambda = u / -r[-1]."""
-  A = np.asarray(A, np.float64)
-  b = np.asarray(b, np.float64)
-  N, D = A.shape
-  if N == 0 or not np.any(b > 0):
-    return "optimal", np.zeros(D), np.zeros(N), "no active bound"
-  E = np.vstack([A.T, b[None, :]])
-  f = np.zeros(D + 1)
-  f[-1] = 1.0
-  try:
-    u, _ = scipy.optimize.nnls(E, f, maxiter=50 * (N + D + 1))
-  except Exception as e:  # noqa: BLE001 - a solver failure is an outcome
-    return "failed", None, None, f"nnls: {type(e).__name__}: {e}"
-  r = E @ u - f
-  if not np.all(np.isfinite(r)):
-    return "failed", None, None, "nnls returned non-finite values"
-  if np.linalg.norm(r) <= 1e-10 or -r[-1] <= 1e-12:
-    return "infeasible", None, None, f"nnls residual {np.linalg.norm(r):.2e}: the constraints cannot all hold"
-  scale = -r[-1]
-  return "optimal", r[:-1] / scale, u / scale, ""
+def least_distance(A, b):
+  """min ||w||_2 s.t. A w >= b: ``svm.att_svm.least_distance`` (NNLS, exact, with the multipliers)."""
+  return svm_lib.least_distance(np.asarray(A, np.float64), np.asarray(b, np.float64))
 
 
 def _result(status, w, dual, msg, A, b):
