@@ -95,7 +95,7 @@ def config_kernel(config, B, n, T, d, steps):
   batch = data_lib.generate(data_lib.DataSpec(n, T, d), 0, runs)
   keys = train_lib.init_keys(0, runs)
   mesh = train_lib.batch_mesh(B, FLAGS.block_size)
-  batch, keys = train_lib.place(train_lib.pad_to_blocks((batch, keys), config.block_size * mesh.size), mesh)
+  batch, keys = (train_lib.place(x, mesh) for x in train_lib.pad_to_blocks((batch, keys), config.block_size * mesh.size))
   state = train_lib._compiled(trainer, "init", mesh)(keys, batch)
   fn = train_lib._compiled(trainer, "advance", mesh, steps, 1)
   t0 = time.perf_counter()
@@ -146,7 +146,7 @@ def gd_kernel(B, n, T, d, steps, param="W", mode="engine"):
   else:
     mesh = train_lib.batch_mesh(B, FLAGS.block_size,
                                 None if mode == "engine" else train_lib.data_mesh(jax.local_devices()[:1]))
-    batch, keys = train_lib.place(train_lib.pad_to_blocks((batch, keys), config.block_size * mesh.size), mesh)
+    batch, keys = (train_lib.place(x, mesh) for x in train_lib.pad_to_blocks((batch, keys), config.block_size * mesh.size))
     state = train_lib._compiled(trainer, "init", mesh)(keys, batch)
     fn = train_lib._compiled(trainer, "advance", mesh, steps, 1)
   t0 = time.perf_counter()
