@@ -47,6 +47,7 @@ def test_toy_matches_the_hand_solved_svms(toy):
   assert all(c["ok"] for c in summary["checks"]) and "E11 joint training (toy)" in stdout
 
 
+@pytest.mark.slow   # a second end-to-end run (.ci/run runs the slow tests too)
 def test_e2_from_a_data_file(tmp_path):
   data = data_lib.generate(data_lib.DataSpec(n=3, T=4, d=5), 3, np.arange(3))
   path = tmp_path / "d.npz"

@@ -100,6 +100,7 @@ def test_outputs(run):
   assert "E12 next-token prediction (global)" in stdout
 
 
+@pytest.mark.slow   # a second end-to-end run (.ci/run runs the slow tests too)
 def test_local_setting_and_data_file(tmp_path):
   d = nt.generate(nt.TokenSpec(), 5, np.arange(2))
   path = tmp_path / "d.npz"
