@@ -63,3 +63,22 @@ def agreement(selections: list) -> dict:
 def summed_selection(X: np.ndarray, Z: np.ndarray, W: np.ndarray) -> np.ndarray:
   """(B,n) argmax_t x_it^T W z_i of the final matrices W (B,d,d) (e.g. sum_h K_h Q_h^T)."""
   return np.argmax(np.einsum("bntd,bnd->bnt", X, np.einsum("bde,bne->bnd", W, Z)), axis=-1)
+
+
+def store(out: dict, prefix: str, stats: dict, res: dict, W_final) -> None:
+  """out[<prefix>_selected, _max_prob, _above_tau, _svm_status, _corr, _W_final] of one attention."""
+  out[f"{prefix}_selected"] = stats["selected"]
+  out[f"{prefix}_max_prob"] = stats["max_prob"]
+  out[f"{prefix}_above_tau"] = stats["above_tau"]
+  out[f"{prefix}_svm_status"] = res["status"]
+  out[f"{prefix}_corr"] = res["corr"]
+  out[f"{prefix}_W_final"] = np.asarray(W_final)
+
+
+def summary_row(arrays: dict, prefix: str) -> dict:
+  """The summary of one attention from the arrays ``store`` wrote: sparsity, SVM outcomes, final corr."""
+  status = arrays[f"{prefix}_svm_status"]
+  return {"max_prob": metrics.finite_stats(arrays[f"{prefix}_max_prob"]),
+          "tokens_above_tau": metrics.finite_stats(arrays[f"{prefix}_above_tau"]),
+          "svm_solved": int(np.sum(status == "optimal")), "svm_infeasible": int(np.sum(status == "infeasible")),
+          "corr_final": metrics.finite_stats(arrays[f"{prefix}_corr"][:, -1])}

@@ -83,12 +83,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
       W = np.asarray(t[f"sown_{h}_kq"], np.float64)                  # (B,S,d,d)
       res = heads_lib.svm_and_corr(X, Z, st["selected"], W, norm, finite)
       sels.append(st["selected"])
-      out[f"{name}_{h}_selected"] = st["selected"]
-      out[f"{name}_{h}_max_prob"] = st["max_prob"]
-      out[f"{name}_{h}_above_tau"] = st["above_tau"]
-      out[f"{name}_{h}_svm_status"] = res["status"]
-      out[f"{name}_{h}_corr"] = res["corr"]
-      out[f"{name}_{h}_W_final"] = W[:, -1]
+      heads_lib.store(out, f"{name}_{h}", st, res, W[:, -1])
     agree = heads_lib.agreement(sels)
     out[f"{name}_all_same"], out[f"{name}_all_different"] = agree["all_same"], agree["all_different"]
     Wsum = np.asarray(t["W"], np.float64)                             # (B,S,d,d) sum of the heads
@@ -114,10 +109,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   for name, _ in cfgs:
     heads = sorted(k[len(name) + 1:-len("_selected")] for k in arrays
                    if k.startswith(f"{name}_head") and k.endswith("_selected"))
-    per_head = {h: {"max_prob": _stats(arrays[f"{name}_{h}_max_prob"]),
-                    "tokens_above_tau": _stats(arrays[f"{name}_{h}_above_tau"]),
-                    "svm_solved": int(np.sum(arrays[f"{name}_{h}_svm_status"] == "optimal")),
-                    "corr_final": _stats(arrays[f"{name}_{h}_corr"][:, -1])} for h in heads}
+    per_head = {h: heads_lib.summary_row(arrays, f"{name}_{h}") for h in heads}
     rows[name] = {"heads": per_head,
                   "all_heads_same_token": _stats(arrays[f"{name}_all_same"]),
                   "all_heads_different_tokens": _stats(arrays[f"{name}_all_different"]),

@@ -59,12 +59,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
     r1 = heads_lib.svm_and_corr(X, None, s1["selected"], t["sown_layer1_kq"], norm, finite)
     r2 = heads_lib.svm_and_corr(X1, Z, s2["selected"], t["sown_layer2_kq"], norm, finite)
     for layer, st, r in (("layer1", s1, r1), ("layer2", s2, r2)):
-      out[f"{name}_{layer}_selected"] = st["selected"]
-      out[f"{name}_{layer}_max_prob"] = st["max_prob"]
-      out[f"{name}_{layer}_above_tau"] = st["above_tau"]
-      out[f"{name}_{layer}_svm_status"] = r["status"]
-      out[f"{name}_{layer}_corr"] = r["corr"]
-      out[f"{name}_{layer}_W_final"] = np.asarray(t[f"sown_{layer}_kq"])[:, -1]
+      heads_lib.store(out, f"{name}_{layer}", st, r, np.asarray(t[f"sown_{layer}_kq"])[:, -1])
     # layer 1's diagonal: does each token attend to itself?
     sel1 = s1["selected"]
     out[f"{name}_layer1_self"] = np.mean(sel1 == np.arange(sel1.shape[-1]), axis=(1, 2))
@@ -82,12 +77,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every, first.chunk_steps))
   rows = {}
   for name, _ in cfgs:
-    rows[name] = {layer: {"max_prob": _stats(arrays[f"{name}_{layer}_max_prob"]),
-                          "tokens_above_tau": _stats(arrays[f"{name}_{layer}_above_tau"]),
-                          "svm_solved": int(np.sum(arrays[f"{name}_{layer}_svm_status"] == "optimal")),
-                          "svm_infeasible": int(np.sum(arrays[f"{name}_{layer}_svm_status"] == "infeasible")),
-                          "corr_final": _stats(arrays[f"{name}_{layer}_corr"][:, -1])}
-                  for layer in ("layer1", "layer2")}
+    rows[name] = {layer: heads_lib.summary_row(arrays, f"{name}_{layer}") for layer in ("layer1", "layer2")}
     rows[name]["layer1"]["attends_to_itself"] = _stats(arrays[f"{name}_layer1_self"])
     rows[name]["diverged"] = int(np.sum(~arrays[f"{name}_finite"]))
   summary = {"experiment": "E15 two-layer attention", "data_sets": len(arrays["runs"]),
