@@ -14,7 +14,7 @@ the selection, and the same attention trained with the head held fixed.
 
 Writes to --out:
   results.npz   W_final_<param> (B,d,d) ((B,d) for p), v_final_<param> (B,d), selected_<param> (B,n),
-                v_mm_<param> (B,d), support_<param> (B,n), W_relaxed_<param>, corr_v_<param>,
+                v_mm_<param> (B,d), support_<param> (B,n), W_relaxed_<param>, W_full_<param>, corr_v_<param>,
                 corr_relaxed_<param>, corr_full_<param> (B,S), the *_fixed runs' corr_full, statuses, steps (S,)
   summary.json  per parameterization: mean/min final corrs, support vectors, which SVM W is nearer
   joint.png     corr(v, v^mm), corr(W, relaxed), corr(W, full) against iteration, and the fixed-head run
@@ -96,8 +96,7 @@ def draw_toy(arrays, out):
     run = np.flatnonzero(arrays["runs"] == i)[0]
     ax.plot(steps, angle(arrays["p_path_p"][run]), color="C0", label="p(t)")
     ax.plot(steps, angle(arrays["v_path_p"][run]), color="C2", label="v(t)")
-    p_full = _full_p(study.TOY_X[i], arrays["selected_p"][run])
-    for ref, color, style, label in ((p_full, "C3", ":", "full p^mm"),
+    for ref, color, style, label in ((arrays["W_full_p"][run], "C3", ":", "full p^mm"),
                                      (arrays["W_relaxed_p"][run], "C1", "--", "relaxed p^mm"),
                                      (arrays["v_mm_p"][run], "C2", "--", "v^mm")):
       ax.axhline(angle(ref), color=color, ls=style, lw=1, label=label)
@@ -105,12 +104,6 @@ def draw_toy(arrays, out):
            title=f"toy, {study.TOY_NAMES[i]} (n=3, T=2, d=2)")
     ax.legend(fontsize=7)
   plots.save(fig, f"{out}/toy.png")
-
-
-def _full_p(X, sel):
-  from svmattn.svm import joint
-  r = joint.relaxed_att_svm(X, np.zeros((X.shape[0], X.shape[-1])), sel, np.ones(X.shape[0], bool), prompt=True)
-  return r.w if r.ok else np.full(X.shape[-1], np.nan)
 
 
 def report(summary):

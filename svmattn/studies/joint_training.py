@@ -93,28 +93,20 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   if setting == "toy":
     if fl.get("data"):
       raise ValueError("--setting=toy runs the public code's own data sets; --data goes with --setting=e2")
-    file_data = toy_data()
-    start = TOY_START
+    spec, file_data, start = None, toy_data(), TOY_START
   else:
-    data_lib.DataSpec(fl["n"], fl["T"], fl["d"]).validate()
+    spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"]).validate()
     file_data = data_lib.load_npz(fl["data"]) if fl.get("data") else None
     start = None
-  spec = None if setting == "toy" else data_lib.DataSpec(fl["n"], fl["T"], fl["d"])
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
 
-  def load(cell, runs):
-    if file_data is not None:
-      batch = data_lib.take(file_data, runs)
-    else:
-      batch = data_lib.generate(spec, fl["seed"], runs)
-    batch = data_lib.Dataset(*(np.asarray(a, np.float64) for a in batch))
-    return {**{f: np.asarray(a) for f, a in batch._asdict().items()},
-            "gamma": local_convergence.token_scores(batch)}
+  load = local_convergence.batches(spec, fl["seed"], np.float64, file_data)
 
   def stage_list(cell):
     return tuple(stages.Train(name, c, start=start if p == "p" else None) for name, p, _, c in cfgs)
 
-  return pipeline.Study(NAME, (pipeline.Cell({"setting": setting}, int(runs)),), load, stage_list, analyze,
+  return pipeline.Study(NAME, (pipeline.Cell({"setting": setting}, int(runs)),), lambda cell, runs: load(runs),
+                        stage_list, analyze,
                         fl.get("batch_size", 1000), fl["seed"], ident)
 
 
@@ -162,6 +154,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
         if r.ok:
           full[b] = r.W
     out[f"svm_full_{name}_status"] = np.array(full_status, dtype="<U10")
+    out[f"W_full_{name}"] = full
     corr = _vcorr if prompt else metrics.corr
     out[f"corr_full_{name}"] = corr(W, full[:, None])
     if "V" not in t:                      # a fixed head: the fixed-head comparison only
@@ -224,8 +217,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   cfgs = configs(fl)
   first = cfgs[0][3]
   arrays = dict(arrays)
-  arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every,
-                                                                first.chunk_steps))
+  arrays["steps"] = train_lib.config_snapshot_steps(first)
   stages_summary = {}
   for name, p, joint, _ in cfgs:
     row = {"param": p, "head": "trained" if joint else "fixed",

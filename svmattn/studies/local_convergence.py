@@ -59,6 +59,20 @@ def token_scores(batch: data_lib.Dataset) -> np.ndarray:
   return np.asarray(_token_scores(batch.v, batch.X, batch.Y), np.float64)
 
 
+def batches(spec: data_lib.DataSpec, seed: int, dtype=np.float64, file_data: data_lib.Dataset | None = None):
+  """load(runs) -> {X, Y, Z, v (host arrays), gamma (token scores)}: the rows ``runs`` of
+  ``file_data`` (as loaded), or those runs of ``spec``'s generator at ``seed`` cast to ``dtype``.
+  The data source of every study on E2's data sets."""
+  def load(runs):
+    if file_data is not None:
+      batch = data_lib.take(file_data, runs)
+    else:
+      batch = data_lib.generate(spec, seed, runs)
+      batch = data_lib.Dataset(*(np.asarray(a).astype(dtype) for a in batch))
+    return {**{f: np.asarray(a) for f, a in batch._asdict().items()}, "gamma": token_scores(batch)}
+  return load
+
+
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E2 study of flag values ``fl``: the data sets of fl["data"] (a .npz file; raises
   ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones."""
@@ -66,16 +80,9 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
   file_data = data_lib.load_npz(fl["data"], dtype) if fl.get("data") else None
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
+  load = batches(spec, fl["seed"], dtype, file_data)
 
-  def load(cell, runs):
-    if file_data is not None:
-      batch = data_lib.take(file_data, runs)
-    else:
-      batch = data_lib.generate(spec, fl["seed"], runs)
-      batch = data_lib.Dataset(*(np.asarray(a).astype(dtype) for a in batch))
-    return {**{f: np.asarray(a) for f, a in batch._asdict().items()}, "gamma": token_scores(batch)}
-
-  return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
+  return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
                         lambda cell: tuple(stages.Train(p, c) for p, c in configs), analyze,
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
 
@@ -103,8 +110,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   _, configs = setup(fl)
   first = configs[0][1]
   arrays = dict(arrays)
-  arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every,
-                                                                first.chunk_steps))
+  arrays["steps"] = train_lib.config_snapshot_steps(first)
   params = [p for p, _ in configs]
   n, T = arrays["token_scores"].shape[1:3]
   d = arrays[f"W_final_{params[0]}"].shape[-1]

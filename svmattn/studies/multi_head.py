@@ -23,6 +23,7 @@ from svmattn.data import datasets as data_lib
 from svmattn.models import flax_models
 from svmattn.study import pipeline
 from svmattn.study import stages
+from svmattn.studies import local_convergence
 from svmattn.train import loop as train_lib
 
 NAME = "multi_head"
@@ -58,9 +59,10 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   file_data = data_lib.load_npz(fl["data"]) if fl.get("data") else None
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
 
+  source = local_convergence.batches(spec, fl["seed"], np.float64, file_data)
+
   def load(cell, runs):
-    batch = data_lib.take(file_data, runs) if file_data is not None else data_lib.generate(spec, fl["seed"], runs)
-    out = {f: np.asarray(a, np.float64) for f, a in batch._asdict().items()}
+    out = source(runs)
     if not fl.get("shared_head", False):
       out["v"] = head_vectors(fl["seed"], fl["heads"], out["X"].shape[-1], runs)
     return out
@@ -104,7 +106,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   cfgs = configs(fl)
   first = cfgs[0][1]
   arrays = dict(arrays)
-  arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every, first.chunk_steps))
+  arrays["steps"] = train_lib.config_snapshot_steps(first)
   rows = {}
   for name, _ in cfgs:
     heads = sorted(k[len(name) + 1:-len("_selected")] for k in arrays

@@ -94,7 +94,7 @@ class TrainNegative(stages.Train):
       if progress is not None:
         progress(self.steps)
       c = self.config
-      steps = train_lib.snapshot_steps(train_lib.schedule(c.steps, c.snapshot_every, c.chunk_steps))
+      steps = train_lib.config_snapshot_steps(c)
       n, T, d = data.X.shape[1:]
       f = data.X.dtype
       return {"W": np.full((B, len(steps), d, d), np.nan, f), "max_prob": np.full((B, len(steps)), np.nan, f),

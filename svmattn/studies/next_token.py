@@ -96,6 +96,10 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
   B, n, T = tokens.shape
   d = E.shape[-1]
   out = {"runs": np.asarray(data["runs"]), "E": E, "tokens": tokens, "labels": labels}
+  graph_of = [graph_svm.graphs(tokens[b], labels[b]) for b in range(B)]        # the data's, whatever the stage
+  out["sccs"] = np.array([sum(len(g.components) for g in gs.values()) for gs in graph_of], np.int64)
+  out["cyclic_sccs"] = np.array([sum(len(c) > 1 for g in gs.values() for c in g.components) for gs in graph_of],
+                                np.int64)
   solved = {}
   for name, t in trajs.items():
     norm = "nuc" if name == "KQ" else "fro"
@@ -107,7 +111,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
     out[f"loss_{name}"] = t["loss"]
     out[f"max_prob_{name}"] = t["max_prob"]
     W_svm, W_fin = np.full((B, d, d), np.nan), np.full((B, d, d), np.nan)
-    status, fin_status, n_scc, big = [], [], np.zeros(B, np.int64), np.zeros(B, np.int64)
+    status, fin_status = [], []
     resid, gap, scale = (np.full((B, S), np.nan) for _ in range(3))
     for b in range(B):
       key = (b, norm)
@@ -116,8 +120,6 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
       r = solved[key]
       status.append(r.status)
       fin_status.append(r.fin_status[:10])
-      n_scc[b] = sum(len(g.components) for g in r.graphs.values())
-      big[b] = sum(len(c) > 1 for g in r.graphs.values() for c in g.components)
       if r.ok:
         W_svm[b] = r.W
       if r.ok and r.W_fin is not None:
@@ -131,8 +133,6 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
     out[f"resid_{name}"] = resid
     out[f"fin_gap_{name}"] = gap
     out[f"scale_{name}"] = scale
-    out["sccs"] = n_scc
-    out["cyclic_sccs"] = big
     if local:
       att = np.asarray(t["attention"], np.float64)                     # (B,n,T)
       W_loc = np.full((B, d, d), np.nan)
@@ -160,8 +160,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   cfgs = configs(fl)
   first = cfgs[0][1]
   arrays = dict(arrays)
-  arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every,
-                                                                first.chunk_steps))
+  arrays["steps"] = train_lib.config_snapshot_steps(first)
   rows = {}
   for name, _ in cfgs:
     row = {"corr_final": _stats(arrays[f"corr_{name}"][:, -1]),

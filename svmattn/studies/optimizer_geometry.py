@@ -80,14 +80,10 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
   norms = tuple(fl["norms"])
 
+  source = local_convergence.batches(spec, fl["seed"], dtype, file_data)
+
   def load(cell, runs):
-    if file_data is not None:
-      batch = data_lib.take(file_data, runs)
-    else:
-      batch = data_lib.generate(spec, fl["seed"], runs)
-      batch = data_lib.Dataset(*(np.asarray(a).astype(dtype) for a in batch))
-    return {**{f: np.asarray(a) for f, a in batch._asdict().items()},
-            "gamma": local_convergence.token_scores(batch), "norms": np.array(norms)}
+    return {**source(runs), "norms": np.array(norms)}
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
                         lambda cell: tuple(stages.Train(name, c) for name, _, _, c in cfgs), analyze,
@@ -138,8 +134,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   cfgs = configs(fl)
   first = cfgs[0][3]
   arrays = dict(arrays)
-  arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every,
-                                                                first.chunk_steps))
+  arrays["steps"] = train_lib.config_snapshot_steps(first)
   norms = list(fl["norms"])
   tables = {"corr": {}, "distance": {}, "bregman": {}, "svm_solved": {}}
   nearest = {}

@@ -114,7 +114,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
 def steps(fl: dict) -> np.ndarray:
   """(S,) the snapshot steps (the same for W and (K,Q))."""
   c = configs(fl)[0][1]
-  return train_lib.snapshot_steps(train_lib.schedule(c.steps, c.snapshot_every, c.chunk_steps))
+  return train_lib.config_snapshot_steps(c)
 
 
 KEYS = ("runs", "X", "Y", "Z", "v", "optimal_tokens", "token_scores")

@@ -100,10 +100,6 @@ def fit_head(X: np.ndarray, Y: np.ndarray, kind: str) -> np.ndarray:
   return v / norm if norm > 0 else v
 
 
-def stage_name(param: str) -> str:
-  return param
-
-
 def configs(fl: dict) -> tuple:
   return tuple((p, train_lib.TrainConfig(
       param=p, lr=fl["lr"], steps=fl["steps"], snapshot_every=fl["snapshot_every"],
@@ -218,8 +214,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   accuracies, and where Att-SVM stops being feasible against n(T-1) = d^2)."""
   cfgs = configs(fl)
   first = cfgs[0][1]
-  arrays = {"steps": train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every,
-                                                                 first.chunk_steps)),
+  arrays = {"steps": train_lib.config_snapshot_steps(first),
             "n_values": np.asarray(fl["n_values"])}
   per_n = {}
   T = d = None

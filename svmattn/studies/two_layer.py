@@ -19,6 +19,7 @@ from svmattn.data import datasets as data_lib
 from svmattn.models import flax_models
 from svmattn.study import pipeline
 from svmattn.study import stages
+from svmattn.studies import local_convergence
 from svmattn.train import loop as train_lib
 
 NAME = "two_layer"
@@ -38,11 +39,9 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   file_data = data_lib.load_npz(fl["data"]) if fl.get("data") else None
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
 
-  def load(cell, runs):
-    batch = data_lib.take(file_data, runs) if file_data is not None else data_lib.generate(spec, fl["seed"], runs)
-    return {f: np.asarray(a, np.float64) for f, a in batch._asdict().items()}
+  load = local_convergence.batches(spec, fl["seed"], np.float64, file_data)
 
-  return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
+  return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
                         lambda cell: tuple(stages.Train(p, c) for p, c in cfgs), analyze,
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
 
@@ -74,7 +73,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   cfgs = configs(fl)
   first = cfgs[0][1]
   arrays = dict(arrays)
-  arrays["steps"] = train_lib.snapshot_steps(train_lib.schedule(first.steps, first.snapshot_every, first.chunk_steps))
+  arrays["steps"] = train_lib.config_snapshot_steps(first)
   rows = {}
   for name, _ in cfgs:
     rows[name] = {layer: heads_lib.summary_row(arrays, f"{name}_{layer}") for layer in ("layer1", "layer2")}

@@ -92,6 +92,11 @@ class TrainConfig:
     return self
 
 
+def config_snapshot_steps(config: "TrainConfig") -> np.ndarray:
+  """(S,) the step of every snapshot ``train`` records for ``config`` from step 0."""
+  return snapshot_steps(schedule(config.steps, config.snapshot_every, config.chunk_steps))
+
+
 class State(NamedTuple):
   params: Any
   opt_state: Any
