@@ -55,12 +55,10 @@ def _enable_cache(values) -> bool:
 
 
 def enable_compilation_cache(path: str = DEFAULT_CACHE_DIR) -> None:
-  """Persistent XLA compilation cache in ``path`` (every program, however fast it compiled)."""
-  import jax
-  os.makedirs(path, exist_ok=True)
-  jax.config.update("jax_compilation_cache_dir", path)
-  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-  jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+  """Persistent XLA compilation cache in ``path``, one program shared by the CPU devices
+  (``svmattn.xla_cache``)."""
+  from svmattn import xla_cache
+  xla_cache.enable(path)
 
 
 def dtype():
