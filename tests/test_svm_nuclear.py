@@ -49,3 +49,32 @@ def test_infeasible_and_wrong_norm(cases):
   assert res.status == "infeasible" and res.W is None
   with pytest.raises(ValueError, match="nuclear"):
     svm.att_svm(X[0], Z[0], np.zeros(3, int), "fro", "scs_direct")
+
+
+def test_dual_interior_point_path_matches_scs(cases):
+  """clarabel_dual solves the dual (N variables, one PSD cone) and reads W off its cone's dual
+  variable: the same optimum as SCS on the primal, to 1e-6, with the same margin checks."""
+  X, Z, alpha = cases
+  for b in range(len(X)):
+    ours = svm.att_svm(X[b], Z[b], alpha[b], "nuc", "clarabel_dual")
+    ref = svm.att_svm(X[b], Z[b], alpha[b], "nuc", "scs_direct")
+    assert ours.ok and ref.ok and ours.solver == "clarabel_dual"
+    assert np.nanmin(ours.margins) == pytest.approx(1.0, abs=1e-12)    # rescaled: smallest margin 1
+    assert abs(ours.objective / ref.objective - 1) <= 1e-6
+    assert np.linalg.norm(ours.W - ref.W) <= 1e-4 * np.linalg.norm(ref.W)
+    assert abs(ours.dual.sum() / ours.objective - 1) <= 1e-6          # strong duality
+    assert ours.support.sum() >= 1
+
+
+def test_dual_path_reports_infeasible():
+  """Two tokens with equal keys: no W separates them, the dual is unbounded."""
+  X = np.zeros((1, 2, 3))
+  X[0, :, 0] = 1.0
+  res = svm.att_svm(X, np.ones((1, 3)), np.array([0]), "nuc", "clarabel_dual")
+  assert res.status == "infeasible" and res.W is None
+
+
+def test_dual_path_is_for_the_nuclear_norm_only(cases):
+  X, Z, alpha = cases
+  with pytest.raises(ValueError, match="nuclear SVM only"):
+    svm.att_svm(X[0], Z[0], alpha[0], "fro", "clarabel_dual")

@@ -34,7 +34,7 @@ from svmattn.svm import feasibility as feas_lib
 NAME = "svm_rank"
 NORMS = ("fro", "nuc")
 NORM_NAMES = {"fro": "Frobenius", "nuc": "nuclear"}
-NUC_SOLVERS = ("SCS", "CLARABEL")
+NUC_SOLVERS = ("SCS", "CLARABEL", "scs_direct", "clarabel_dual")
 UNSOLVED = "unsolved"   # per-run SVM status of a data set with an infeasible Att-SVM(opt) ("" in results.npz)
 
 log = logging.getLogger(__name__)

@@ -17,6 +17,11 @@ Solvers
   nuc, "scs_direct" (default)  SCS called directly on the problem restricted to the
                 spans the constraints see (``svmattn.svm.nuclear``); a fresh solver per
                 data set, so a solution depends on its data set alone (bit for bit).
+  nuc, "clarabel_dual"  the dual (max 1^T lam, ||sum lam_j A_j||_2 <= 1, N variables) by
+                Clarabel's interior-point method on the same reduced problem; W from the
+                dual variable of its PSD cone. Agrees with SCS to ~1e-9 in the objective;
+                faster than scs_direct when the reduced PSD block is small (rl + rr <= ~10),
+                slower above (``python -m experiments.benchmark --suite=svm`` measures both).
   fro / nuc, "SCS" (eps 1e-9) or "CLARABEL" (interior point, slower here; the
                 independent check)   cvxpy; one DPP problem per
                 (number of constraints, d) shape and thread, re-solved with new data,
@@ -47,7 +52,8 @@ ALL_NORMS = norms_lib.EXAMPLES  # examples of every form att_svm accepts (see no
 parse_norm = norms_lib.parse_norm
 DEFAULT_SOLVER = {"fro": "nnls", "nuc": "scs_direct"}
 # Tolerance on (margin - 1) under which a constraint counts as active (support).
-SUPPORT_TOL = {"nnls": 1e-8, "CLARABEL": 1e-5, "SCS": 1e-5, "scs_direct": 1e-5}
+SUPPORT_TOL = {"nnls": 1e-8, "CLARABEL": 1e-5, "SCS": 1e-5, "scs_direct": 1e-5, "clarabel_dual": 1e-5}
+NUCLEAR_DIRECT = ("scs_direct", "clarabel_dual")   # nuclear-norm solvers without cvxpy
 
 
 @dataclasses.dataclass
@@ -181,16 +187,19 @@ def _solve_cvxpy(A: np.ndarray, d: int, norm: str, solver: str):
   return status, w, dual, msg
 
 
-def _solve_scs_direct(A: np.ndarray, d: int):
+def _solve_nuclear_direct(A: np.ndarray, d: int, solver: str):
+  """The nuclear SVM without cvxpy: "scs_direct" (the primal SDP by SCS) or "clarabel_dual"
+  (the dual by Clarabel's interior-point method); see svmattn.svm.nuclear. The solution is
+  rescaled so that its smallest margin is exactly 1."""
   from svmattn.svm import nuclear as svm_nuclear
   if A.shape[0] == 0:
     return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
-  status, w, dual, msg = svm_nuclear.solve(A, d)
+  status, w, dual, msg = (svm_nuclear.solve if solver == "scs_direct" else svm_nuclear.solve_dual)(A, d)
   if status != "optimal":
     return status, w, dual, msg
   lowest = float(np.min(A @ w))
   if not lowest > 0.5:
-    return "failed", None, None, f"scs_direct: smallest margin {lowest:.3g}"
+    return "failed", None, None, f"{solver}: smallest margin {lowest:.3g}"
   return status, w / lowest, dual, msg
 
 
@@ -201,17 +210,17 @@ def solve_margin_program(A: np.ndarray, d: int, norm: str = "fro", solver: str |
   norm = nm.kind if nm.kind in NORMS else nm.name
   solver = solver or default_solver(norm)
   if nm.kind not in NORMS:
-    if solver in ("nnls", "scs_direct"):
+    if solver in ("nnls",) + NUCLEAR_DIRECT:
       raise ValueError(f"the {solver} solver does not solve the {nm.name!r} SVM; use CLARABEL or SCS")
     status, w, dual, msg = norms_lib.solve(A, d, nm, solver)
   elif solver == "nnls":
     if norm != "fro":
       raise ValueError("the nnls solver solves the Frobenius SVM only; use CLARABEL or SCS for 'nuc'")
     status, w, dual, msg = _solve_nnls(A, d)
-  elif solver == "scs_direct":
+  elif solver in NUCLEAR_DIRECT:
     if norm != "nuc":
-      raise ValueError("the scs_direct solver solves the nuclear SVM only; use nnls for 'fro'")
-    status, w, dual, msg = _solve_scs_direct(A, d)
+      raise ValueError(f"the {solver} solver solves the nuclear SVM only; use nnls for 'fro'")
+    status, w, dual, msg = _solve_nuclear_direct(A, d, solver)
   else:
     status, w, dual, msg = _solve_cvxpy(A, d, norm, solver.upper())
   if status == "optimal":
@@ -250,7 +259,7 @@ def att_svm(X, Z, alpha, norm: str = "fro", solver: str | None = None,
   norm: "fro" (Frobenius, W-parameterization) or "nuc" (nuclear, (K,Q)), or "l2" (= fro),
     "spectral", "l1", "linf", "l<p>" for a real p > 1 (entrywise norms of vec(W); see
     svmattn.svm.norms). ValueError for anything else.
-  solver: "nnls" (fro only, default for fro), "scs_direct" (nuc only, default for nuc),
+  solver: "nnls" (fro only, default for fro), "scs_direct" (nuc only, default for nuc), "clarabel_dual" (nuc only),
     or through cvxpy "SCS" or "CLARABEL" (any norm; CLARABEL is the default for the others).
   mask: optional (n,T) bool, the tokens that get a constraint (causal masks).
   support_tol: a constraint is active when margin - 1 <= support_tol
@@ -262,7 +271,7 @@ def att_svm(X, Z, alpha, norm: str = "fro", solver: str | None = None,
   solver = solver or default_solver(nm)
   A, keep = margin_matrix(X, Z, alpha, mask)
   status, W, dual, msg = solve_margin_program(A, X.shape[-1], nm, solver)
-  tol = SUPPORT_TOL.get(solver.upper() if solver != "nnls" else solver, 1e-5) if support_tol is None else support_tol
+  tol = SUPPORT_TOL.get(solver if solver in SUPPORT_TOL else solver.upper(), 1e-5) if support_tol is None else support_tol
   return _result(status, W, dual, msg, A, keep, nm.name, solver, tol)
 
 
