@@ -31,6 +31,11 @@ Suites (--suites):
   e2     the E2 default experiment end to end in fresh processes, against the authors' code
          (286 s on a 2-core machine of this kind: a quoted reference, SCIENCE.md section 8).
   quick  `reproduce --quick` end to end.
+  stages every stage of a `reproduce` run (--reproduce_json=OUT/reproduce.json) beside its floor,
+         with rates measured in this run: train = its data-set-steps at the GD kernel's rate (E2
+         sizes), data = its bytes at the memory bandwidth, svm_analysis = one Frobenius NNLS solve
+         per analyzed data set; the cause of anything above 3x (per shape generator compiles,
+         the achieved training rate, ms per analyzed data set). Run it on an idle machine.
 Writes DIR/benchmark.json and figures; prints a table.
 """
 from __future__ import annotations
@@ -49,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import common
+from . import report as report_lib
 from svmattn.data import datasets as data_lib
 from svmattn.io import plots
 from svmattn.io import results
@@ -59,7 +65,7 @@ from svmattn.train import loop as train_lib
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for benchmark.json and figures.")
 flags.DEFINE_list("suites", ["gd", "floor", "svm", "norms", "models", "e2"],
-                  "Suites to run: gd, floor, svm, norms, models, e2, quick.")
+                  "Suites to run: gd, floor, svm, norms, models, e2, quick, stages (needs --reproduce_json).")
 flags.DEFINE_list("norms", ["fro", "nuc", "l1", "linf", "l1.75", "l3", "spectral"], "Norms of the norms suite.")
 flags.DEFINE_list("batch_sizes", ["1", "10", "100", "1000", "10000", "100000"], "GD batch sizes.")
 flags.DEFINE_integer("gd_steps", 200, "Steps per timed GD call.")
@@ -71,6 +77,8 @@ flags.DEFINE_integer("svm_sets", 50, "Data sets per SVM measurement.")
 flags.DEFINE_integer("repeats", 3, "Repetitions (the best is kept for kernels, the median for end to end).")
 flags.DEFINE_integer("models_batch", 1000, "Data sets in the models suite.")
 flags.DEFINE_list("e2_flags", [], "Extra flags for the E2 end-to-end run (e.g. --runs=20).")
+flags.DEFINE_string("reproduce_json", None, "The stages suite: a reproduce.json (python -m experiments.reproduce) "
+                    "whose experiments' stages are put beside their floors.")
 
 AUTHORS_E2_SECONDS = 286.0
 E2 = dict(n=6, T=8, d=10)
@@ -382,7 +390,7 @@ def nuclear_solvers():
     keep = np.flatnonzero(feas_lib.check(X, Z, alpha).feasible)[:max(10, FLAGS.svm_sets // 5)]
     entry = {"n": n, "T": T, "d": d, "sets": len(keep)}
     ref = {}
-    for solver in ("SCS", "scs_direct", "clarabel_dual"):
+    for solver in ("SCS", "scs_direct", "clarabel_dual", "nuc_auto"):
       svm_lib.att_svm(X[keep[0]], Z[keep[0]], alpha[keep[0]], "nuc", solver)     # setup outside the timing
       res = {}
 
@@ -405,7 +413,8 @@ def nuclear_solvers():
           f"{entry['scs_direct_ms']:.1f} ms ({entry['scs_direct_vs_SCS']:.1f}x, objective within "
           f"{entry['scs_direct_max_rel_objective_diff']:.0e}); clarabel_dual {entry['clarabel_dual_ms']:.1f} ms "
           f"({entry['clarabel_dual_vs_SCS']:.1f}x, objective within {entry['clarabel_dual_max_rel_objective_diff']:.0e}, "
-          f"W within {entry['clarabel_dual_max_rel_W_diff']:.0e})", flush=True)
+          f"W within {entry['clarabel_dual_max_rel_W_diff']:.0e}); nuc_auto {entry['nuc_auto_ms']:.1f} ms "
+          f"({entry['nuc_auto_vs_SCS']:.1f}x)", flush=True)
   return out
 
 
@@ -474,6 +483,45 @@ def suite_e2(report):
         f"{imports + compile_med:.2f} s (the 100x target is {AUTHORS_E2_SECONDS / 100:.2f} s)", flush=True)
 
 
+def stage_rates():
+  """The rates the floors of ``suite_stages`` use, measured now: the GD kernel (E2 sizes, W,
+  B = 1000, as train.train runs it), the Frobenius NNLS solve (the fastest exact Att-SVM),
+  memory bandwidth, and the compile and run time of the data generator for one new shape."""
+  _, run_s, *_ = gd_kernel(1000, E2["n"], E2["T"], E2["d"], FLAGS.gd_steps)
+  kernel = 1000 * FLAGS.gd_steps / run_s
+  X, Z, alpha = svm_data(100, **E2)
+  svm_lib.att_svm(X[0], Z[0], alpha[0], "fro")
+  nnls = time_svm(lambda b: svm_lib.att_svm(X[b], Z[b], alpha[b], "fro"), 100)
+  _, bandwidth = machine_peaks()
+  spec = data_lib.DataSpec(7, 5, 13)            # a shape no other suite uses: its generator is new
+  t0 = time.perf_counter()
+  jax.block_until_ready(data_lib.generate(spec, 1, np.arange(1000)))
+  first = time.perf_counter() - t0
+  again = best_time(lambda: data_lib.generate(spec, 2, np.arange(1000)), max(2, FLAGS.repeats))
+  return {"kernel_dataset_steps_per_s": kernel, "nnls_solves_per_s": nnls, "bandwidth_bytes_per_s": bandwidth,
+          "generator_first_call_s": first, "generator_run_s": again}
+
+
+def suite_stages(report):
+  if not FLAGS.reproduce_json:
+    raise app.UsageError("--suites=stages needs --reproduce_json=OUT/reproduce.json (python -m experiments.reproduce)")
+  try:
+    with open(FLAGS.reproduce_json) as f:
+      records = json.load(f)["experiments"]
+  except (OSError, ValueError, KeyError) as e:
+    raise app.UsageError(f"--reproduce_json: not a readable reproduce.json: {e}") from None
+  rates = stage_rates()
+  rows = [row for r in records for row in report_lib.stage_floors(r, rates)]
+  print(f"stage floors: GD kernel {rates['kernel_dataset_steps_per_s']:.3g} data-set-steps/s, NNLS "
+        f"{rates['nnls_solves_per_s']:.0f} solves/s, {rates['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s", flush=True)
+  print(f"{'experiment':<12}{'stage':<14}{'seconds':>9}{'floor':>9}{'x floor':>9}  cause (where above 3x)")
+  for row in rows:
+    cause = row["cause"] if row["over_floor"] > 3 else ""
+    print(f"{row['experiment']:<12}{row['stage']:<14}{row['seconds']:>9.1f}{row['floor_s']:>9.2f}"
+          f"{row['over_floor']:>9.1f}  {cause}")
+  report["stages"] = {"rates": rates, "rows": rows, "reproduce_json": FLAGS.reproduce_json}
+
+
 def suite_quick(report):
   with tempfile.TemporaryDirectory() as tmp:
     wall = run_process([f"{__package__}.reproduce", f"--out={tmp}", "--quick"])
@@ -482,7 +530,7 @@ def suite_quick(report):
 
 
 SUITES = {"models": suite_models, "gd": suite_gd, "floor": suite_floor, "svm": suite_svm, "norms": suite_norms, "e2": suite_e2,
-          "quick": suite_quick}
+          "quick": suite_quick, "stages": suite_stages}
 
 
 def main(argv):

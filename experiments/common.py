@@ -335,6 +335,7 @@ def write_summary(summary: dict, fl: dict, output, timer: "Timer", names: dict |
   head = {"experiment": summary.pop("experiment"), "flags": fl}
   summary = {**head, **summary,
              "timings_s": {**{name: t[key] for key, name in names.items()}, **timer.seconds, "total": timer.total()},
+             "work": dict(getattr(output, "work", {}) or {}),
              "environment": environment()}
   from svmattn.io import results
   results.write_json(os.path.join(FLAGS.out, "summary.json"), summary)

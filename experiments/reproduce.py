@@ -135,53 +135,13 @@ def run_one(exp: Experiment, out: str) -> dict:
   record["checks"] = summary.get("checks", [])
   record["summary"] = {k: summary[k] for k in ("final_corr", "per_d", "numerics") if k in summary}
   record["timings_s"] = summary.get("timings_s", {})
-  record["stages_s"] = stages(record["timings_s"], wall)
+  record["stages_s"] = report.stages(record["timings_s"], wall)
+  record["work"] = summary.get("work", {})
   record["figures"] = sorted(os.path.relpath(p, out) for p in glob.glob(os.path.join(target, "*.png")))
   record["stdout"] = proc.stdout.strip()[-3000:]
   ok = sum(bool(c.get("ok")) for c in record["checks"])
   print(f"[{exp.key}] done in {wall:.1f}s: {ok}/{len(record['checks'])} checks as expected", flush=True)
   return record
-
-
-STAGES = ("startup", "compile", "data", "train", "svm_analysis", "write", "other")
-
-
-def stages(t: dict, wall: float) -> dict:
-  """An experiment's wall time cut into STAGES (seconds) from its summary's ``timings_s``:
-  startup (process start, imports, flags: wall minus the binary's own total), compile (XLA),
-  data (generating or loading data sets), train (device steps, compile excluded; E7's
-  regularization paths), svm_analysis (host solvers and analysis: svm, feasibility, analysis),
-  write (results, figures, summary) and other (the rest of the binary: reductions). The host
-  analysis may run beside training in worker processes, so stages can add up to more than
-  the wall time (the summary's ``overlap``)."""
-  compile_s = float(t.get("compile", 0.0))
-  out = {"startup": max(wall - float(t.get("total", wall)), 0.0), "compile": compile_s,
-         "data": float(t.get("data", 0.0)),
-         "train": max(float(t.get("train", 0.0)) - compile_s, 0.0) + float(t.get("paths", 0.0)),
-         "svm_analysis": sum(float(t.get(k, 0.0)) for k in ("svm", "feasibility", "analysis")),
-         "write": float(t.get("write", 0.0))}
-  inside = float(t.get("pipeline_wall", 0.0)) + out["write"]
-  out["other"] = max(float(t.get("total", 0.0)) - inside, 0.0)
-  return out
-
-
-def stage_table(records: list) -> str:
-  """A text table: one row per experiment, one column per stage, then the totals of the
-  paper's experiments (E1-E9) and of the ones beyond it."""
-  head = f"{'experiment':<14}{'wall':>8}" + "".join(f"{s:>13}" for s in STAGES)
-  lines = [head]
-
-  def row(name, wall, st):
-    return f"{name:<14}{wall:>8.1f}" + "".join(f"{st.get(s, 0.0):>13.1f}" for s in STAGES)
-  for part, beyond in (("paper E1-E9", False), ("beyond", True)):
-    chosen = [r for r in records if bool(r.get("beyond")) == beyond]
-    if not chosen:
-      continue
-    for r in chosen:
-      lines.append(row(r["id"], r["wall_s"], r.get("stages_s", {})))
-    total = {s: sum(r.get("stages_s", {}).get(s, 0.0) for r in chosen) for s in STAGES}
-    lines.append(row(part, sum(r["wall_s"] for r in chosen), total))
-  return "\n".join(lines)
 
 
 def main(argv):
@@ -200,7 +160,7 @@ def main(argv):
   report.write(out, records, meta)
   failed = [r["id"] for r in records if r["returncode"] != 0]
   unexpected = [f"{r['id']}:{c['name']}" for r in records for c in r.get("checks", []) if not c.get("ok")]
-  print("\nseconds per stage (reproduce.json: stages_s of each experiment)\n" + stage_table(records))
+  print("\nseconds per stage (reproduce.json: stages_s of each experiment)\n" + report.stage_table(records))
   print(f"\nreport: {out}/report.md and {out}/report.html ({meta['total_s']:.0f} s)")
   if failed:
     print(f"failed experiments: {', '.join(failed)}")

@@ -6,7 +6,7 @@ until --runs of them have a feasible Att-SVM(opt) (``svmattn.svm.feasibility.che
 the infeasible draws are counted, and a cell stops after --max_draws_factor * --runs
 draws (d = 1 with many constraints is almost never feasible) and is reported as
 incomplete. On the kept data sets it solves Att-SVM(opt) in the Frobenius norm
-(NNLS, exact) and in the nuclear norm (SCS), and takes numerical ranks with
+(NNLS, exact) and in the nuclear norm (--nuc_solver, default nuc_auto), and takes numerical ranks with
 relative tolerance --rtol (singular values above rtol * the largest; the SDP is
 accurate to about 1e-6, so rtol sits well above that). Prediction: the nuclear
 solution has lower rank than the Frobenius one, whose rank is min(n, d).
@@ -50,7 +50,9 @@ flags.DEFINE_list("shapes", ["5:5", "10:5", "15:5", "5:10", "5:15"],
 flags.DEFINE_list("ds", ["1", "2", "3", "4", "5", "10", "15", "20"], "Embedding dimensions d.")
 flags.DEFINE_float("rtol", 1e-4, "Numerical rank: singular values > rtol * the largest.")
 flags.DEFINE_integer("max_draws_factor", 100, "Stop a cell after this many times --runs draws.", lower_bound=1)
-flags.DEFINE_enum("nuc_solver", "SCS", list(e3.NUC_SOLVERS), "Solver of the nuclear-norm SDP.")
+flags.DEFINE_enum("nuc_solver", e3.DEFAULT_NUC_SOLVER, list(e3.NUC_SOLVERS),
+                  "Solver of the nuclear-norm SVM: nuc_auto (Clarabel on the dual for small problems, SCS on "
+                  "the primal otherwise), clarabel_dual, scs_direct, or SCS / CLARABEL through cvxpy.")
 common.int_list("ds", minimum=1)
 common.positive_float("rtol")
 

@@ -61,6 +61,12 @@ def test_early_stop_keeps_the_first_batches_that_suffice(tmp_path, batch_size, w
     np.testing.assert_array_equal(arrays["run"], np.arange(min(end, 40)))
 
 
+def test_output_counts_the_work_done(tmp_path):
+  """Output.work: what the floors of benchmark --suites=stages are computed from."""
+  out = pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)
+  assert out.work == {"cells": 2, "sets_loaded": 20, "data_bytes": 20 * 8, "dataset_steps": 0, "sets_analyzed": 20}
+
+
 def test_resume_refuses_another_study(tmp_path):
   pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)
   with pytest.raises(pipeline.StudyError, match="unfinished run"):

@@ -78,3 +78,20 @@ def test_dual_path_is_for_the_nuclear_norm_only(cases):
   X, Z, alpha = cases
   with pytest.raises(ValueError, match="nuclear SVM only"):
     svm.att_svm(X[0], Z[0], alpha[0], "fro", "clarabel_dual")
+
+
+def test_auto_path_picks_by_reduced_size(cases, monkeypatch):
+  """nuc_auto solves the dual where the reduced block is small, SCS's primal otherwise: the same
+  optimum either way."""
+  X, Z, alpha = cases
+  ref = svm.att_svm(X[0], Z[0], alpha[0], "nuc", "scs_direct")
+  calls = []
+  for name in ("_solve_dual_reduced", "_solve_rect"):
+    original = getattr(svm_nuclear, name)
+    monkeypatch.setattr(svm_nuclear, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+  for limit, path in ((0, "_solve_rect"), (100, "_solve_dual_reduced")):   # the block here has 5 + 3 rows
+    monkeypatch.setattr(svm_nuclear, "AUTO_DUAL_MAX_BLOCK", limit)
+    calls.clear()
+    res = svm.att_svm(X[0], Z[0], alpha[0], "nuc", "nuc_auto")
+    assert calls == [path]
+    assert res.ok and abs(res.objective / ref.objective - 1) <= 1e-6

@@ -27,6 +27,11 @@ def max_over_processes(values: dict) -> dict:
   return {k: float(np.max(multihost_utils.process_allgather(np.array([v])))) for k, v in values.items()}
 
 
+def sum_over_processes(values: dict) -> dict:
+  from jax.experimental import multihost_utils
+  return {k: int(np.sum(multihost_utils.process_allgather(np.array([v])))) for k, v in values.items()}
+
+
 def gather_arrays(arrays: dict, runs: int, process_index: int, process_count: int) -> dict:
   """Every process's per-run arrays of one cell (``runs`` data sets), concatenated in run order.
 
@@ -66,4 +71,4 @@ def gather(output: pipeline.Output, study: pipeline.Study, process_index: int, p
   if process_count == 1:
     return output
   cells = [gather_arrays(a, cell.runs, process_index, process_count) for a, cell in zip(output.cells, study.cells)]
-  return pipeline.Output(cells, max_over_processes(output.timings))
+  return pipeline.Output(cells, max_over_processes(output.timings), sum_over_processes(output.work))

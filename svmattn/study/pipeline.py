@@ -191,6 +191,7 @@ def _analyze_and_save(analyze, label, data_path, stage_paths, target):
 class Output:
   cells: list          # per cell: {name: per-run array}, in run order (this process's share)
   timings: dict
+  work: dict = dataclasses.field(default_factory=dict)   # cells, sets_loaded, data_bytes, dataset_steps, sets_analyzed
 
 
 def _concat(parts: Sequence[dict]) -> dict:
@@ -216,11 +217,16 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
   pool = workers_lib.pool(workers) if workers > 0 and len(todo) > 1 else None
   pending: dict[Unit, concurrent.futures.Future] = {}
   timings = {"data_s": 0.0, "train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
+  # the work this run did (resumed units excluded): the floors of its stages (benchmark --suites=stages)
+  counts = {"cells": len({u.cell for u in todo}), "sets_loaded": 0, "data_bytes": 0, "dataset_steps": 0,
+            "sets_analyzed": 0}
 
   def load(cell, runs):
     t0 = time.perf_counter()
     data = study.load(cell, runs)
     timings["data_s"] += time.perf_counter() - t0
+    counts["sets_loaded"] += len(runs)
+    counts["data_bytes"] += sum(int(np.asarray(a).nbytes) for a in data.values())
     return data
   t_start = time.perf_counter()
   path = lambda u, name=None: os.path.join(work, u.tag + (f"_{name}" if name else "") + ".npz")  # noqa: E731
@@ -300,6 +306,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
                                            keep=keep_checkpoints)
         t0 = time.perf_counter()
         arrays, compile_s = stage.run(data, u.runs, study.seed, lambda s: bar.update("train", s), checkpoints)
+        counts["dataset_steps"] += stage.steps * len(u.runs)
         timings["train_s"] += time.perf_counter() - t0
         timings["compile_s"] += compile_s
         results.write_npz(target, arrays)
@@ -329,9 +336,10 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
   for c in range(len(study.cells)):
     done = sorted(finished[c], key=lambda x: x.batch)[:enough_at.get(c)]
     cells.append(_concat([load_npz(path(u)) for u in done]))
+  counts["sets_analyzed"] = sum(len(u.runs) for c in finished for u in finished[c])
   timings["wall_s"] = time.perf_counter() - t_start
   timings["overlap"] = (timings["train_s"] + timings["svm_s"]) / max(timings["wall_s"], 1e-9)
-  return Output(cells, timings)
+  return Output(cells, timings, counts)
 
 
 def finish(out: str, process_index: int = 0, process_count: int = 1) -> None:

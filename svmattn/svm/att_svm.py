@@ -22,6 +22,7 @@ Solvers
                 dual variable of its PSD cone. Agrees with SCS to ~1e-9 in the objective;
                 faster than scs_direct when the reduced PSD block is small (rl + rr <= ~10),
                 slower above (``python -m experiments.benchmark --suite=svm`` measures both).
+  nuc, "nuc_auto"  clarabel_dual where the reduced block has at most 12 rows, else scs_direct.
   fro / nuc, "SCS" (eps 1e-9) or "CLARABEL" (interior point, slower here; the
                 independent check)   cvxpy; one DPP problem per
                 (number of constraints, d) shape and thread, re-solved with new data,
@@ -52,8 +53,8 @@ ALL_NORMS = norms_lib.EXAMPLES  # examples of every form att_svm accepts (see no
 parse_norm = norms_lib.parse_norm
 DEFAULT_SOLVER = {"fro": "nnls", "nuc": "scs_direct"}
 # Tolerance on (margin - 1) under which a constraint counts as active (support).
-SUPPORT_TOL = {"nnls": 1e-8, "CLARABEL": 1e-5, "SCS": 1e-5, "scs_direct": 1e-5, "clarabel_dual": 1e-5}
-NUCLEAR_DIRECT = ("scs_direct", "clarabel_dual")   # nuclear-norm solvers without cvxpy
+SUPPORT_TOL = {"nnls": 1e-8, "CLARABEL": 1e-5, "SCS": 1e-5, "scs_direct": 1e-5, "clarabel_dual": 1e-5, "nuc_auto": 1e-5}
+NUCLEAR_DIRECT = ("scs_direct", "clarabel_dual", "nuc_auto")   # nuclear-norm solvers without cvxpy
 
 
 @dataclasses.dataclass
@@ -188,13 +189,15 @@ def _solve_cvxpy(A: np.ndarray, d: int, norm: str, solver: str):
 
 
 def _solve_nuclear_direct(A: np.ndarray, d: int, solver: str):
-  """The nuclear SVM without cvxpy: "scs_direct" (the primal SDP by SCS) or "clarabel_dual"
-  (the dual by Clarabel's interior-point method); see svmattn.svm.nuclear. The solution is
+  """The nuclear SVM without cvxpy: "scs_direct" (the primal SDP by SCS), "clarabel_dual"
+  (the dual by Clarabel's interior-point method) or "nuc_auto" (the faster of the two for the
+  problem's size); see svmattn.svm.nuclear. The solution is
   rescaled so that its smallest margin is exactly 1."""
   from svmattn.svm import nuclear as svm_nuclear
   if A.shape[0] == 0:
     return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
-  status, w, dual, msg = (svm_nuclear.solve if solver == "scs_direct" else svm_nuclear.solve_dual)(A, d)
+  solve = {"scs_direct": svm_nuclear.solve, "clarabel_dual": svm_nuclear.solve_dual, "nuc_auto": svm_nuclear.solve_auto}
+  status, w, dual, msg = solve[solver](A, d)
   if status != "optimal":
     return status, w, dual, msg
   lowest = float(np.min(A @ w))
