@@ -514,11 +514,11 @@ def suite_stages(report):
   rows = [row for r in records for row in report_lib.stage_floors(r, rates)]
   print(f"stage floors: GD kernel {rates['kernel_dataset_steps_per_s']:.3g} data-set-steps/s, NNLS "
         f"{rates['nnls_solves_per_s']:.0f} solves/s, {rates['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s", flush=True)
-  print(f"{'experiment':<12}{'stage':<14}{'seconds':>9}{'floor':>9}{'x floor':>9}  cause (where above 3x)")
+  print(f"{'experiment':<12}{'stage':<14}{'seconds':>9}{'floor':>10}{'x floor':>10}  cause (where above 3x)")
   for row in rows:
     cause = row["cause"] if row["over_floor"] > 3 else ""
-    print(f"{row['experiment']:<12}{row['stage']:<14}{row['seconds']:>9.1f}{row['floor_s']:>9.2f}"
-          f"{row['over_floor']:>9.1f}  {cause}")
+    print(f"{row['experiment']:<12}{row['stage']:<14}{row['seconds']:>9.1f}{row['floor_s']:>10.3g}"
+          f"{row['over_floor']:>10.3g}  {cause}")
   report["stages"] = {"rates": rates, "rows": rows, "reproduce_json": FLAGS.reproduce_json}
 
 

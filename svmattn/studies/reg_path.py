@@ -59,6 +59,7 @@ class Paths:
   config: regpath.PathConfig
   R: tuple
   candidates: bool = True
+  gradient_steps = False     # its steps are path points, not GD steps (the pipeline's work counts)
 
   @property
   def steps(self) -> int:

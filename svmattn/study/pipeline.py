@@ -306,7 +306,8 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
                                            keep=keep_checkpoints)
         t0 = time.perf_counter()
         arrays, compile_s = stage.run(data, u.runs, study.seed, lambda s: bar.update("train", s), checkpoints)
-        counts["dataset_steps"] += stage.steps * len(u.runs)
+        if getattr(stage, "gradient_steps", True):       # E7's path points are no GD steps
+          counts["dataset_steps"] += stage.steps * len(u.runs)
         timings["train_s"] += time.perf_counter() - t0
         timings["compile_s"] += compile_s
         results.write_npz(target, arrays)
