@@ -446,7 +446,8 @@ def _md_record(record, level, lead, out=None, numerics=False) -> list[str]:
   else:
     lines += [f"**Reported** (no checks: no theorem predicts the outcome). Found: {_md(key_number(record, out))}; "
               "every number is in the program output below.", ""]
-  lines += [f"Wall time {record.get('wall_s', 0.0):.1f} s. Command:", "", "```", _command(record), "```", ""]
+  lines += [f"Wall time {record.get('wall_s', 0.0):.1f} s{_stage_words(record)}. Command:", "", "```",
+            _command(record), "```", ""]
   if record.get("stdout"):
     show = " open" if not record.get("checks") else ""
     lines += [f"<details{show}><summary>Program output</summary>", "", "```", record["stdout"], "```", "",
@@ -638,7 +639,7 @@ def _html_record(record, out, lead, numerics=False) -> str:
   else:
     parts.append(f"<p><b>Reported</b> (no checks: no theorem predicts the outcome). Found: "
                  f"{esc(key_number(record, out))}; every number is in the program output below.</p>")
-  parts.append(f"<p class='run'>Wall time {record.get('wall_s', 0.0):.1f} s. Command:</p>"
+  parts.append(f"<p class='run'>Wall time {record.get('wall_s', 0.0):.1f} s{esc(_stage_words(record))}. Command:</p>"
                f"<pre class='cmd'>{esc(_command(record))}</pre>")
   if record.get("stdout"):
     # without checks the program output is the result: shown open
@@ -759,6 +760,13 @@ if __name__ == "__main__":
 # ----------------------------------------------------------------------------
 
 STAGES = ("startup", "compile", "data", "train", "svm_analysis", "write", "other")
+
+
+def _stage_words(record) -> str:
+  """" (startup 1.5 s, compile 2.2 s, ...)": the record's nonzero stages, or "" without them."""
+  st = record.get("stages_s") or {}
+  shown = [f"{s.replace('svm_analysis', 'SVMs and analysis')} {st[s]:.1f} s" for s in STAGES if st.get(s, 0.0) >= 0.05]
+  return f" ({', '.join(shown)})" if shown else ""
 
 
 def stages(t: dict, wall: float) -> dict:

@@ -29,3 +29,11 @@ def test_floors_and_causes():
   assert rows["svm_analysis"]["floor_s"] == pytest.approx(1.0)
   # no work recorded (an older reproduce.json, or a binary without the pipeline): no rows
   assert report.stage_floors({"id": "E7", "stages_s": {"train": 5.0}}, RATES) == []
+
+
+def test_report_shows_the_stages():
+  record = {"stages_s": {"startup": 1.5, "compile": 2.25, "data": 0.0, "train": 1.0, "svm_analysis": 0.6,
+                         "write": 0.2, "other": 0.0}}
+  assert report._stage_words(record) == (" (startup 1.5 s, compile 2.2 s, train 1.0 s, SVMs and analysis 0.6 s, "
+                                         "write 0.2 s)")
+  assert report._stage_words({}) == ""
