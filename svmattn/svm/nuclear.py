@@ -47,11 +47,17 @@ def solve(A: np.ndarray, d: int):
   """min ||W||_* s.t. A vec(W) >= 1 by SCS, on the reduced problem (see ``reduce``).
 
   Returns (status, w (d*d,) or None, dual (N,) or None, message)."""
+  return _reduced(A, d, "scs_direct", lambda p, q: _solve_rect)
+
+
+def _reduced(A: np.ndarray, d: int, name: str, pick):
+  """Solve the problem restricted to the spans the constraints see (``reduce``) with the
+  solver ``pick(rl, rr)`` of the reduced sizes, and map W back: W = QL Wr QR^T."""
   QL, QR, Ar = reduce(A, d)
   rl, rr = QL.shape[1], QR.shape[1]
   if rl == 0 or rr == 0:
-    return "infeasible", None, None, "scs_direct: every constraint row is zero"
-  status, wr, dual, msg = _solve_rect(Ar, rl, rr)
+    return "infeasible", None, None, f"{name}: every constraint row is zero"
+  status, wr, dual, msg = pick(rl, rr)(Ar, rl, rr)
   if wr is None:
     return status, None, dual, msg
   return status, (QL @ wr.reshape(rl, rr) @ QR.T).reshape(-1), dual, msg
@@ -136,14 +142,7 @@ def _structure_dual(p: int, q: int):
 def solve_dual(A: np.ndarray, d: int):
   """min ||W||_* s.t. A vec(W) >= 1 through its dual (above) by Clarabel, on the reduced
   problem (``reduce``). Returns (status, w (d*d,) or None, dual multipliers (N,) or None, message)."""
-  QL, QR, Ar = reduce(A, d)
-  p, q = QL.shape[1], QR.shape[1]
-  if p == 0 or q == 0:
-    return "infeasible", None, None, "clarabel_dual: every constraint row is zero"
-  status, wr, lam, msg = _solve_dual_reduced(Ar, p, q)
-  if wr is None:
-    return status, None, lam, msg
-  return status, (QL @ wr.reshape(p, q) @ QR.T).reshape(-1), lam, msg
+  return _reduced(A, d, "clarabel_dual", lambda p, q: _solve_dual_reduced)
 
 
 # The reduced PSD block size (rl + rr) up to which the dual's interior point beats SCS on the
@@ -154,15 +153,7 @@ AUTO_DUAL_MAX_BLOCK = 12
 def solve_auto(A: np.ndarray, d: int):
   """The faster exact path for the problem's size: the dual by Clarabel when the reduced PSD
   block has at most AUTO_DUAL_MAX_BLOCK rows, else the primal by SCS (``solve``). Same returns."""
-  QL, QR, Ar = reduce(A, d)
-  p, q = QL.shape[1], QR.shape[1]
-  if p == 0 or q == 0:
-    return "infeasible", None, None, "auto: every constraint row is zero"
-  solve_reduced = _solve_dual_reduced if p + q <= AUTO_DUAL_MAX_BLOCK else _solve_rect
-  status, wr, dual, msg = solve_reduced(Ar, p, q)
-  if wr is None:
-    return status, None, dual, msg
-  return status, (QL @ wr.reshape(p, q) @ QR.T).reshape(-1), dual, msg
+  return _reduced(A, d, "nuc_auto", lambda p, q: _solve_dual_reduced if p + q <= AUTO_DUAL_MAX_BLOCK else _solve_rect)
 
 
 def _solve_dual_reduced(Ar: np.ndarray, p: int, q: int):
