@@ -751,9 +751,6 @@ def main(argv=None):
   print(f"report: {out}/report.md and {out}/report.html")
 
 
-if __name__ == "__main__":
-  main()
-
 
 # ----------------------------------------------------------------------------
 # Stages of a reproduce run, and their floors (benchmark --suites=stages)
@@ -838,3 +835,7 @@ def stage_floors(record: dict, rates: dict) -> list[dict]:
         f"{sets} data sets, {1e3 * st.get('svm_analysis', 0.0) / sets:.1f} ms each; one Frobenius NNLS solve takes "
         f"{1e3 / rates['nnls_solves_per_s']:.2f} ms")
   return rows
+
+
+if __name__ == "__main__":
+  main()

@@ -209,6 +209,21 @@ def test_rerender_from_reproduce_json(run, tmp_path):
     assert f.read() == run["html"]
 
 
+def test_rerender_as_a_command(run):
+  """`python -m experiments.report OUT`, as a user runs it (every function defined before main runs)."""
+  import subprocess
+  import sys
+  from svmattn.io import results
+  results.write_json(os.path.join(run["out"], "reproduce.json"), {"meta": run["meta"], "experiments": run["records"]})
+  os.remove(os.path.join(run["out"], "report.html"))
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run([sys.executable, "-m", "experiments.report", run["out"]], cwd=root, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  with open(os.path.join(run["out"], "report.html")) as f:
+    assert f.read() == run["html"]
+
+
 def test_command_line():
   assert report.command_line(["/x/reproduce.py", "--out=a b", "--quick"], "experiments") == \
       "python -m experiments.reproduce '--out=a b' --quick"
