@@ -12,6 +12,7 @@ once JAX has created its CPU backend, and none on GPU/TPU devices.
 
 Layout (the data flow, one way; imports only point down this list):
   rng        PRNG keys and flat random draws (ground floor)
+  xla_cache  the persistent compilation cache, one compiled program for all CPU devices (ground floor)
   io/        atomic results files, orbax checkpoints, progress display, figures (ground floor)
   models/    attention (parameterizations, pooled token, loss and gradient), heads, losses
   optim/     normalized GD and optimizers by name (optax)
