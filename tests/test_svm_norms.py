@@ -188,3 +188,25 @@ def test_support_and_convergence_types_in_any_norm(norm):
   assert metrics.convergence_type(np.array([[0.0, 1.0, 6.0]]), np.array([0]), r) == "not-local"
   assert metrics.convergence_type(np.array([[0.0, -1.0, 2.0]]), np.array([2]),
                                   svm.att_svm(X, Z, np.array([2]), norm)) == "global"
+
+
+def test_spectral_on_the_reduced_problem_agrees_with_clarabel(cases, solved):
+  """clarabel_reduced (Clarabel without cvxpy, on the spans the constraints see): the same
+  optimum to 1e-6, an exact smallest margin of 1 and a dual certificate."""
+  for (X, Z, a), ref in zip(cases, solved["spectral"]):
+    r = svm.att_svm(X, Z, a, "spectral", "clarabel_reduced")
+    assert r.ok and r.solver == "clarabel_reduced", r.message
+    np.testing.assert_allclose(r.objective, ref.objective, rtol=1e-6)
+    np.testing.assert_allclose(np.nanmin(_margins(r.W, X, Z, a)), 1.0, atol=1e-12)
+    diff = X[np.arange(3), a][:, None, :] - X
+    M = np.einsum("nt,ntd,ne->de", r.dual, diff, Z)
+    assert norms.dual_norm_value(M, "spectral") <= 1 + 1e-6
+    np.testing.assert_allclose(r.dual.sum(), r.objective, rtol=1e-6)
+
+
+def test_spectral_reduced_infeasible_and_other_norms():
+  X = np.array([[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]]])
+  r = svm.att_svm(X, ZH, np.array([1]), "spectral", "clarabel_reduced")
+  assert r.status == "infeasible" and r.W is None
+  with pytest.raises(ValueError, match="spectral SVM only"):
+    svm.att_svm(X, ZH, np.array([1]), "l1", "clarabel_reduced")

@@ -53,7 +53,8 @@ ALL_NORMS = norms_lib.EXAMPLES  # examples of every form att_svm accepts (see no
 parse_norm = norms_lib.parse_norm
 DEFAULT_SOLVER = {"fro": "nnls", "nuc": "scs_direct"}
 # Tolerance on (margin - 1) under which a constraint counts as active (support).
-SUPPORT_TOL = {"nnls": 1e-8, "CLARABEL": 1e-5, "SCS": 1e-5, "scs_direct": 1e-5, "clarabel_dual": 1e-5, "nuc_auto": 1e-5}
+SUPPORT_TOL = {"nnls": 1e-8, "CLARABEL": 1e-5, "SCS": 1e-5, "scs_direct": 1e-5, "clarabel_dual": 1e-5, "nuc_auto": 1e-5,
+               "clarabel_reduced": 1e-5}
 NUCLEAR_DIRECT = ("scs_direct", "clarabel_dual", "nuc_auto")   # nuclear-norm solvers without cvxpy
 
 

@@ -19,7 +19,9 @@ l1-linf, lp-lq with 1/p + 1/q = 1.
 
 One DPP problem per (number of constraints, d, norm), built once (``cvxpy_problem``) and
 re-solved with new data. Default solver CLARABEL (interior point: accurate, deterministic,
-no warm start); SCS (eps 1e-9, warm_start=False) is the independent check.
+no warm start); SCS (eps 1e-9, warm_start=False) is the independent check. The spectral SVM
+also has "clarabel_reduced" (``svm.nuclear.solve_spectral``: Clarabel without cvxpy on the
+problem restricted to the spans the constraints see).
 """
 from __future__ import annotations
 
@@ -175,10 +177,21 @@ def solve(A: np.ndarray, d: int, norm, solver: str | None = None):
   dual (N,) or None, message); w is rescaled so that its smallest margin is 1."""
   import cvxpy as cp
   nm = parse_norm(norm)
-  solver = (solver or DEFAULT_SOLVER).upper()
   N = A.shape[0]
   if N == 0:
     return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
+  if solver == "clarabel_reduced":
+    if nm.kind != "spectral":
+      raise ValueError(f"the clarabel_reduced solver solves the spectral SVM only, not {nm.name!r}")
+    from svmattn.svm import nuclear
+    status, w, dual, msg = nuclear.solve_spectral(A, d)
+    if status != "optimal":
+      return status, w, dual, msg
+    lowest = float(np.min(A @ w))
+    if not lowest > 0.5:
+      return "failed", None, None, f"clarabel_reduced: smallest margin {lowest:.3g}"
+    return status, w / lowest, dual, msg
+  solver = (solver or DEFAULT_SOLVER).upper()
   prob, A_par, W, margin = cvxpy_problem(N, d, nm.name)
   kwargs = SCS_SETTINGS if solver == "SCS" else CLARABEL_SETTINGS if solver == "CLARABEL" else {}
   return solve_problem(prob, A_par, W, margin, A, solver, kwargs)

@@ -183,3 +183,53 @@ def _solve_dual_reduced(Ar: np.ndarray, p: int, q: int):
   z = np.asarray(sol.z)[N:]
   wr = -np.sqrt(2.0) * z[block]          # W = -2 Z12, Z12 = z[block] / sqrt(2)
   return "optimal", wr, np.asarray(sol.x), "" if status == "Solved" else status
+
+
+# ----------------------------------------------------------------------------
+# The spectral-norm SVM on the same reduced problem (Clarabel): E10's "spectral"
+# ----------------------------------------------------------------------------
+#
+#   minimize t  s.t.  [[t I, Wr], [Wr^T, t I]] >= 0 (size rl + rr),  Ar vec(Wr) >= 1
+#
+# ``reduce`` holds for the spectral norm too (P_L W P_R keeps the margins and has no larger
+# norm), so the PSD block has rl + rr rows instead of cvxpy's 2d, and cvxpy's per-solve
+# canonicalization is skipped.
+
+def solve_spectral(A: np.ndarray, d: int):
+  """min ||W||_2 s.t. A vec(W) >= 1 by Clarabel on the reduced problem. Returns (status, w
+  (d*d,) or None, the margin constraints' multipliers (N,) or None, message)."""
+  return _reduced(A, d, "clarabel_reduced", lambda p, q: _solve_spectral_reduced)
+
+
+def _solve_spectral_reduced(Ar: np.ndarray, p: int, q: int):
+  import clarabel
+  N = Ar.shape[0]
+  block, eye, size = _structure_dual(p, q)
+  n_var = 1 + p * q                                   # x = (t, vec(Wr)) row-major
+  # margins: -Ar wr + s = -1, s >= 0
+  margins = sp.hstack([sp.csc_matrix((N, 1)), sp.csc_matrix(-Ar)])
+  # PSD: s = -A2 x = svec([[t I, Wr], [Wr^T, t I]]): t on the diagonal, sqrt(2) Wr in the block
+  diag = np.flatnonzero(eye)
+  rows = np.concatenate([diag, block])
+  cols = np.concatenate([np.zeros(len(diag), int), 1 + np.arange(p * q)])
+  vals = np.concatenate([-np.ones(len(diag)), -np.sqrt(2.0) * np.ones(p * q)])
+  psd = sp.csc_matrix((vals, (rows, cols)), shape=(size, n_var))
+  q_vec = np.zeros(n_var)
+  q_vec[0] = 1.0
+  settings = clarabel.DefaultSettings()
+  for key, value in CLARABEL_SETTINGS.items():
+    setattr(settings, key, value)
+  try:
+    solver = clarabel.DefaultSolver(sp.csc_matrix((n_var, n_var)), q_vec, sp.vstack([margins, psd]).tocsc(),
+                                    np.concatenate([-np.ones(N), np.zeros(size)]),
+                                    [clarabel.NonnegativeConeT(N), clarabel.PSDTriangleConeT(p + q)], settings)
+    sol = solver.solve()
+  except Exception as e:  # noqa: BLE001 - a solver failure is an outcome
+    return "failed", None, None, f"clarabel_reduced: {type(e).__name__}: {e}"
+  status = str(sol.status)
+  if "PrimalInfeasible" in status:
+    return "infeasible", None, None, f"clarabel_reduced: {status}"
+  if "Solved" not in status:
+    return "failed", None, None, f"clarabel_reduced: {status}"
+  x = np.asarray(sol.x)
+  return "optimal", x[1:], np.asarray(sol.z)[:N], "" if status == "Solved" else status
