@@ -125,8 +125,8 @@ def test_killed_then_resumed_equals_uninterrupted(tmp_path):
     kills.append(killed)
   assert kills, "the run ended before it could be killed"
   print("killed with", [sorted(p for p in k if p.endswith(".npz")) for k in kills])   # pytest -s
-  if len(kills) == 2:              # killed twice: resume once more to the end
-    assert not os.path.exists(out / "results.npz")
+  if len(kills) == 2:              # killed twice: resume once more to the end (the second kill may
+    # also have landed after results.npz was written, while the run cleaned up: resume finishes that)
     proc = _e3(out, "--resume", "--svm_workers=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
   else:                            # the resumed run (attempt 1) ran to the end before its kill

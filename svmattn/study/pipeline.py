@@ -13,6 +13,9 @@ identity. Every cell is cut into batches of ``batch_size`` runs; for each batch 
   the stage's arrays                                           OUT/work/<unit>_<stage>.npz
   study.analyze(label, data, {stage: arrays}) in a worker      OUT/work/<unit>.npz (per-run arrays)
 
+The next unit's data (and the next cell's first batch, whose load compiles a new shape's
+generator) are loaded on a thread while the current unit trains or waits for its analysis.
+
 Every file is written atomically; checkpoints of a stage are deleted once its arrays exist,
 stage and data files once the unit's results exist. While the device runs unit u+1, a pool of
 ``workers`` processes analyzes unit u (0 workers: in the main process). With ``resume``,
@@ -37,6 +40,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from typing import Any, Callable, Sequence
 
@@ -221,13 +225,44 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
   counts = {"cells": len({u.cell for u in todo}), "sets_loaded": 0, "data_bytes": 0, "dataset_steps": 0,
             "sets_analyzed": 0}
 
-  def load(cell, runs):
+  tally = threading.Lock()      # loads also run on the prefetch thread
+
+  def timed_load(cell, runs):
     t0 = time.perf_counter()
     data = study.load(cell, runs)
-    timings["data_s"] += time.perf_counter() - t0
-    counts["sets_loaded"] += len(runs)
-    counts["data_bytes"] += sum(int(np.asarray(a).nbytes) for a in data.values())
+    with tally:
+      timings["data_s"] += time.perf_counter() - t0
+      counts["sets_loaded"] += len(runs)
+      counts["data_bytes"] += sum(int(np.asarray(a).nbytes) for a in data.values())
     return data
+
+  # The next unit's data is loaded on a thread while this unit trains or waits for its analysis:
+  # a new shape's first load compiles its generator (about a second, on one core), which then
+  # runs beside the device or the SVM worker instead of before them. Loads are deterministic,
+  # so the data are the same as loaded in turn.
+  prefetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="prefetch") if len(todo) > 1 else None
+  prefetched: dict[str, concurrent.futures.Future] = {}
+
+  def load(cell, runs, u=None):
+    fut = prefetched.pop(u.tag, None) if u is not None else None
+    return fut.result() if fut is not None else timed_load(cell, runs)
+
+  def prefetch_after(i):
+    """Start loading the next unit that needs data and the first one of the next cell (whose
+    load compiles; a cell stopping early skips its remaining units)."""
+    if prefetcher is None:
+      return
+    wanted = []
+    for later in todo[i + 1:]:
+      if later.cell in stopped or os.path.exists(path(later)) or os.path.exists(path(later, "data")):
+        continue
+      if not wanted or later.cell != wanted[0].cell:
+        wanted.append(later)
+      if len(wanted) == 2 or later.cell != todo[i].cell:
+        break
+    for later in wanted:
+      if later.tag not in prefetched:
+        prefetched[later.tag] = prefetcher.submit(timed_load, study.cells[later.cell], later.runs)
   t_start = time.perf_counter()
   path = lambda u, name=None: os.path.join(work, u.tag + (f"_{name}" if name else "") + ".npz")  # noqa: E731
   finished: dict[int, list] = {c: [] for c in range(len(study.cells))}   # analyzed units per cell, in order
@@ -278,7 +313,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
       results.write_npz(path(u, "data"), {**data, "runs": u.runs})
 
   try:
-    for u in todo:
+    for i, u in enumerate(todo):
       cell = study.cells[u.cell]
       started.add(u.tag)
       if os.path.exists(path(u)):
@@ -299,8 +334,9 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
           bar.update("train", stage.steps)
           continue
         if data is None:
-          data = load(cell, u.runs)
+          data = load(cell, u.runs, u)
           write_data(u, data)
+          prefetch_after(i)
         checkpoints = ckpt_lib.Checkpoints(ckdir, {"cell": u.cell, "batch": u.batch, "stage": stage.name,
                                                    **ckpt_lib._normalize({"identity": study.identity})},
                                            keep=keep_checkpoints)
@@ -313,7 +349,8 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
         results.write_npz(target, arrays)
         checkpoints.remove()
       if not os.path.exists(path(u, "data")):  # no stage, or trained earlier and the data file lost
-        write_data(u, load(cell, u.runs))
+        write_data(u, load(cell, u.runs, u))
+        prefetch_after(i)
       if pool is None:
         timings["svm_s"] += _analyze_and_save(study.analyze, cell.label, path(u, "data"), stage_paths, path(u))
         cleanup(u)
@@ -328,6 +365,8 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
     while pending:
       collect(block=True)
   finally:
+    if prefetcher is not None:
+      prefetcher.shutdown(wait=True, cancel_futures=True)
     if pool is not None:
       pool.shutdown(wait=True, cancel_futures=True)
     bar.close()
