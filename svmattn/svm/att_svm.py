@@ -198,13 +198,7 @@ def _solve_nuclear_direct(A: np.ndarray, d: int, solver: str):
   if A.shape[0] == 0:
     return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
   solve = {"scs_direct": svm_nuclear.solve, "clarabel_dual": svm_nuclear.solve_dual, "nuc_auto": svm_nuclear.solve_auto}
-  status, w, dual, msg = solve[solver](A, d)
-  if status != "optimal":
-    return status, w, dual, msg
-  lowest = float(np.min(A @ w))
-  if not lowest > 0.5:
-    return "failed", None, None, f"{solver}: smallest margin {lowest:.3g}"
-  return status, w / lowest, dual, msg
+  return svm_nuclear.unit_margin(solve[solver](A, d), A, solver)
 
 
 def solve_margin_program(A: np.ndarray, d: int, norm: str = "fro", solver: str | None = None):

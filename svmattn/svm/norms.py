@@ -184,13 +184,7 @@ def solve(A: np.ndarray, d: int, norm, solver: str | None = None):
     if nm.kind != "spectral":
       raise ValueError(f"the clarabel_reduced solver solves the spectral SVM only, not {nm.name!r}")
     from svmattn.svm import nuclear
-    status, w, dual, msg = nuclear.solve_spectral(A, d)
-    if status != "optimal":
-      return status, w, dual, msg
-    lowest = float(np.min(A @ w))
-    if not lowest > 0.5:
-      return "failed", None, None, f"clarabel_reduced: smallest margin {lowest:.3g}"
-    return status, w / lowest, dual, msg
+    return nuclear.unit_margin(nuclear.solve_spectral(A, d), A, solver)
   solver = (solver or DEFAULT_SOLVER).upper()
   prob, A_par, W, margin = cvxpy_problem(N, d, nm.name)
   kwargs = SCS_SETTINGS if solver == "SCS" else CLARABEL_SETTINGS if solver == "CLARABEL" else {}

@@ -50,6 +50,18 @@ def solve(A: np.ndarray, d: int):
   return _reduced(A, d, "scs_direct", lambda p, q: _solve_rect)
 
 
+def unit_margin(result: tuple, A: np.ndarray, name: str) -> tuple:
+  """A solver's (status, w, dual, message) with w rescaled so that its smallest margin is
+  exactly 1; "failed" when the solver's margins are far from 1 (an inaccurate solve)."""
+  status, w, dual, msg = result
+  if status != "optimal":
+    return result
+  lowest = float(np.min(A @ w))
+  if not lowest > 0.5:
+    return "failed", None, None, f"{name}: smallest margin {lowest:.3g}"
+  return status, w / lowest, dual, msg
+
+
 def _reduced(A: np.ndarray, d: int, name: str, pick):
   """Solve the problem restricted to the spans the constraints see (``reduce``) with the
   solver ``pick(rl, rr)`` of the reduced sizes, and map W back: W = QL Wr QR^T."""
