@@ -381,12 +381,13 @@ def nuclear_solvers():
   run, on E2's shape and E3's: ms per solve and, per solver, the largest relative difference
   from SCS in the objective and in W over the feasible data sets (the same checks: margins
   >= 1 - 1e-6, rescaled to a smallest margin of 1)."""
+  from svmattn.studies import svm_rank
   from svmattn.svm import feasibility as feas_lib
   out = []
   for n, T, d in NUCLEAR_SHAPES:
     batch = data_lib.generate(data_lib.DataSpec(n, T, d), 0, np.arange(60))
-    X, Y, Z, v = (np.asarray(a) for a in batch)
-    alpha = np.argmax(np.einsum("bntd,bd->bnt", X, v) * Y[..., None], axis=-1)    # E3's alpha = opt
+    X, Z = np.asarray(batch.X), np.asarray(batch.Z)
+    alpha = np.asarray(svm_rank.opt_tokens_fn()(batch.v, batch.X, batch.Y))      # E3's alpha = opt
     keep = np.flatnonzero(feas_lib.check(X, Z, alpha).feasible)[:max(10, FLAGS.svm_sets // 5)]
     entry = {"n": n, "T": T, "d": d, "sets": len(keep)}
     ref = {}

@@ -52,7 +52,7 @@ def _random_alphas_fn(n, T):
 
 def token_choices(spec, seed, runs, data) -> dict:
   """alpha = opt and a uniform random alpha (from each run's initialization key): (B, n) each."""
-  opt = svm_rank._opt_fn()(data.v, data.X, data.Y)
+  opt = svm_rank.opt_tokens_fn()(data.v, data.X, data.Y)
   rnd = _random_alphas_fn(spec.n, spec.T)(jnp.asarray(seed, jnp.uint32), jnp.asarray(runs, jnp.uint32))
   return {"opt": np.asarray(opt), "random": np.asarray(rnd)}
 

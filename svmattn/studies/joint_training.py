@@ -215,9 +215,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   where W sits (nearer the relaxed or the full SVM)."""
   fl = resolve(fl)
   cfgs = configs(fl)
-  first = cfgs[0][3]
-  arrays = dict(arrays)
-  arrays["steps"] = train_lib.config_snapshot_steps(first)
+  arrays = {**arrays, "steps": train_lib.config_snapshot_steps(cfgs[0][3])}   # the same for every config
   stages_summary = {}
   for name, p, joint, _ in cfgs:
     row = {"param": p, "head": "trained" if joint else "fixed",

@@ -108,9 +108,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   """(results.npz arrays, summary) of the whole run from its per-run ``arrays``."""
   _, configs = setup(fl)
-  first = configs[0][1]
-  arrays = dict(arrays)
-  arrays["steps"] = train_lib.config_snapshot_steps(first)
+  arrays = {**arrays, "steps": train_lib.config_snapshot_steps(configs[0][1])}   # the same for every config
   params = [p for p, _ in configs]
   n, T = arrays["token_scores"].shape[1:3]
   d = arrays[f"W_final_{params[0]}"].shape[-1]

@@ -104,9 +104,7 @@ _stats = metrics.finite_stats
 
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   cfgs = configs(fl)
-  first = cfgs[0][1]
-  arrays = dict(arrays)
-  arrays["steps"] = train_lib.config_snapshot_steps(first)
+  arrays = {**arrays, "steps": train_lib.config_snapshot_steps(cfgs[0][1])}   # the same for every config
   rows = {}
   for name, _ in cfgs:
     heads = sorted(k[len(name) + 1:-len("_selected")] for k in arrays

@@ -158,9 +158,7 @@ _stats = metrics.finite_stats
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   fl = resolve(fl)
   cfgs = configs(fl)
-  first = cfgs[0][1]
-  arrays = dict(arrays)
-  arrays["steps"] = train_lib.config_snapshot_steps(first)
+  arrays = {**arrays, "steps": train_lib.config_snapshot_steps(cfgs[0][1])}   # the same for every config
   rows = {}
   for name, _ in cfgs:
     row = {"corr_final": _stats(arrays[f"corr_{name}"][:, -1]),

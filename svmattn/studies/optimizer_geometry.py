@@ -132,9 +132,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   """(results.npz arrays, summary): the optimizer x norm tables of mean final corr, mean final
   distance and (l_p) mean Bregman divergence, the nearest norm of each optimizer, and checks."""
   cfgs = configs(fl)
-  first = cfgs[0][3]
-  arrays = dict(arrays)
-  arrays["steps"] = train_lib.config_snapshot_steps(first)
+  arrays = {**arrays, "steps": train_lib.config_snapshot_steps(cfgs[0][3])}   # the same for every config
   norms = list(fl["norms"])
   tables = {"corr": {}, "distance": {}, "bregman": {}, "svm_solved": {}}
   nearest = {}

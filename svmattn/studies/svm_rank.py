@@ -69,7 +69,8 @@ def grid(fl: dict) -> tuple[list[tuple[int, int]], list[int], list[tuple[int, in
 
 
 @functools.lru_cache(maxsize=None)
-def _opt_fn():
+def opt_tokens_fn():
+  """Jitted (v, X, Y) -> (B, n) alpha = opt, the tokens of largest score (E3 and E9)."""
   score = jax.vmap(lambda v, X, Y: jnp.argmax(heads.token_scores(heads.LINEAR, v, X, Y), axis=-1))
   return jax.jit(score)
 
@@ -92,7 +93,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     label = cell.label
     spec = data_lib.DataSpec(label["n"], label["T"], label["d"]).validate()
     data = data_lib.generate(spec, fl["seed"], runs)             # float64: host-side SVMs
-    alpha = np.asarray(_opt_fn()(data.v, data.X, data.Y))
+    alpha = np.asarray(opt_tokens_fn()(data.v, data.X, data.Y))
     # the analysis options travel with the batch (analyze is a module-level function)
     return {"X": np.asarray(data.X, np.float64), "Z": np.asarray(data.Z, np.float64), "alpha": alpha,
             "rtol": np.array(rtol), "nuc_solver": np.array(nuc_solver)}

@@ -71,9 +71,7 @@ _stats = metrics.finite_stats
 
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   cfgs = configs(fl)
-  first = cfgs[0][1]
-  arrays = dict(arrays)
-  arrays["steps"] = train_lib.config_snapshot_steps(first)
+  arrays = {**arrays, "steps": train_lib.config_snapshot_steps(cfgs[0][1])}   # the same for every config
   rows = {}
   for name, _ in cfgs:
     rows[name] = {layer: heads_lib.summary_row(arrays, f"{name}_{layer}") for layer in ("layer1", "layer2")}
