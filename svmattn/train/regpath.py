@@ -412,7 +412,11 @@ def path_one(config: PathConfig, data, R: jax.Array, key: jax.Array, ref=None, c
     R_s, n = inputs
     # warm start: linear extrapolation in R from the last two solutions; with one
     # solution only, a rescale onto the new sphere if the bound was active
-    two = R_prev > R_prev2
+    # (only while the bound is active at both: the form R U + Delta holds on the sphere,
+    # and extrapolating interior solutions throws the start into another basin, which
+    # made E7's local paths depend on the CPU's rounding: tests/test_regpath.py)
+    active = lambda p, r: constraint_value(config.param, p) >= r * (1.0 - 1e-9)
+    two = (R_prev > R_prev2) & active(x, R_prev) & active(x_prev, R_prev2)
     step = jnp.where(two, (R_s - R_prev) / jnp.where(two, R_prev - R_prev2, 1.0), 0.0)
     extrapolated = _axpy(step, jax.tree_util.tree_map(jnp.subtract, x, x_prev), x)
     on_boundary = constraint_value(config.param, x) >= R_prev * (1.0 - 1e-9)
