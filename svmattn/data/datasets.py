@@ -104,9 +104,20 @@ def generate(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
   # batch size (data set r does not depend on the length of the list it is drawn in).
   size = 1 << max(int(len(runs)) - 1, 0).bit_length()
   padded = np.concatenate([runs, np.full(size - len(runs), runs[-1] if len(runs) else 0, np.uint32)])
-  out = _generate_fn(spec, head, sampler, jnp.dtype(dtype))(jnp.asarray(seed, jnp.uint32), jnp.asarray(padded))
-  # sliced on the host (an eager slice would compile a program per shape), returned as jax arrays
-  return jax.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a)[:len(runs)]), out)
+  with jax.default_device(_host_device()):   # drawn on the host CPU: the same bits on every backend
+    out = _generate_fn(spec, head, sampler, jnp.dtype(dtype))(jnp.asarray(seed, jnp.uint32), jnp.asarray(padded))
+    # sliced on the host (an eager slice would compile a program per shape), returned as jax arrays
+    return jax.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a)[:len(runs)]), out)
+
+
+def _host_device():
+  """The first local CPU device (None, the default device, where JAX has no CPU backend).
+  A TPU has no float64 and emulates it slowly, so data sets are drawn on the host whatever
+  the default backend; float32 runs round the float64 draw there, as on a CPU."""
+  try:
+    return jax.local_devices(backend="cpu")[0]
+  except RuntimeError:
+    return None
 
 
 @functools.lru_cache(maxsize=32)
