@@ -22,7 +22,9 @@ _ABSL_FLAGS = frozenset(FLAGS)  # absl's own flags, left out of summaries
 def define_common_flags(runs: int = 100, seed: int = 0):
   flags.DEFINE_integer("runs", runs, "Number of random data sets (ignored with --data).", lower_bound=1)
   flags.DEFINE_integer("seed", seed, "Seed; data set r is drawn from fold_in(PRNGKey(seed), r).")
-  flags.DEFINE_enum("precision", "float64", ["float64", "float32"], "Floating-point precision.")
+  flags.DEFINE_enum("precision", os.environ.get("SVMATTN_PRECISION") or "float64", ["float64", "float32"],
+                    "Floating-point precision (default: the environment variable SVMATTN_PRECISION, else float64; "
+                    "the Colab notebook sets float32 on a TPU).")
   flags.DEFINE_string("out", None, "Results directory (created; files in it are replaced atomically).")
   flags.DEFINE_string("data", None, "Run on the data sets of this .npz (X (B,n,T,d), Y (B,n), Z (B,n,d), "
                       "v (B,d)) instead of generated ones.")
