@@ -1,6 +1,7 @@
 """The study pipeline (svmattn.study): grids of cells, early stops, workers that die with their
 parent, flags checked before any work, and E4 (a grid with training) killed and resumed or
 shared by two processes, equal to one uninterrupted process."""
+import json
 import os
 import random
 import signal
@@ -77,11 +78,37 @@ def test_resume_refuses_another_study(tmp_path):
   np.testing.assert_array_equal(again.cells[1]["run"], np.arange(10))
 
 
-def test_a_corrupt_batch_file_is_a_clear_error(tmp_path):
-  pipeline.run(_toy(5), str(tmp_path), workers=0, show_progress=False)
-  (tmp_path / "work" / "c0000_b00001.npz").write_bytes(b"not a zip")
-  with pytest.raises(pipeline.StudyError, match="c0000_b00001.npz: unreadable"):
-    pipeline.run(_toy(5), str(tmp_path), resume=True, workers=0, show_progress=False)
+@pytest.mark.parametrize("damage", ["overwritten", "truncated"])
+def test_a_damaged_batch_file_is_computed_again(tmp_path, damage):
+  """--resume over a finished batch whose file was damaged recomputes that batch (a warning names it)."""
+  first = pipeline.run(_toy(5), str(tmp_path), workers=0, show_progress=False)
+  target = tmp_path / "work" / "c0000_b00001.npz"
+  target.write_bytes(b"not a zip" if damage == "overwritten" else target.read_bytes()[:100])
+  again = pipeline.run(_toy(5), str(tmp_path), resume=True, workers=0, show_progress=False)
+  for a, b in zip(first.cells, again.cells):
+    assert a.keys() == b.keys()
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k])
+  assert again.work["sets_loaded"] == 5        # only the damaged batch was computed again
+
+
+def test_a_fresh_start_replaces_another_runs_work(tmp_path):
+  """A failed run's work directory does not block the corrected command: a fresh start over
+  another run's work replaces it; --resume with other settings says to drop --resume."""
+  pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)      # unfinished: work/ stays
+  with pytest.raises(pipeline.StudyError, match="Drop --resume"):
+    pipeline.run(_toy(4), str(tmp_path), resume=True, workers=0, show_progress=False)
+  out = pipeline.run(_toy(4), str(tmp_path), workers=0, show_progress=False)
+  np.testing.assert_array_equal(out.cells[0]["run"], np.arange(10))
+  with open(tmp_path / "work" / "run.json") as f:
+    assert json.load(f)["batch_size"] == 4
+
+
+def test_a_fresh_start_removes_the_old_records(tmp_path):
+  (tmp_path / "runs").mkdir()
+  (tmp_path / "runs" / "cell_0007.npz").write_bytes(b"old")
+  pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)
+  assert not (tmp_path / "runs").exists()
 
 
 # ----------------------------------------------------------------------------

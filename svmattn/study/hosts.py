@@ -10,11 +10,40 @@ import numpy as np
 from svmattn.study import pipeline
 
 
-def initialize(coordinator_address: str, num_processes: int, process_id: int) -> None:
-  """Join the ``num_processes`` processes (before anything starts a JAX backend)."""
+class HostsError(RuntimeError):
+  """The processes of a several-host run could not join, with the reason."""
+
+
+def initialize(coordinator_address: str, num_processes: int, process_id: int, timeout: int = 300) -> None:
+  """Join the ``num_processes`` processes (before anything starts a JAX backend). When they have
+  not all joined within ``timeout`` seconds the process ends with one line naming the missing
+  ones, exit status 1 (jax's own deadline aborts the interpreter with a C++ stack trace, so a
+  watchdog ends it first)."""
+  import os
+  import sys
+  import threading
   import jax
   jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU collectives; no effect on GPU/TPU
-  jax.distributed.initialize(coordinator_address, num_processes, process_id)
+  others = [p for p in range(num_processes) if p != process_id]
+
+  def give_up():
+    sys.stderr.write(f"error: process {process_id} of {num_processes}: the other processes {others} did not all "
+                     f"join {coordinator_address} within {timeout} s (--hosts_timeout); start each with its "
+                     "--process_id and the same --coordinator_address and --num_processes\n")
+    sys.stderr.flush()
+    os._exit(1)
+
+  watchdog = threading.Timer(timeout, give_up)
+  watchdog.daemon = True
+  watchdog.start()
+  try:
+    jax.distributed.initialize(coordinator_address, num_processes, process_id, initialization_timeout=timeout + 60)
+  except Exception as e:  # noqa: BLE001 - jax raises its runtime's errors (UNAVAILABLE, bad address, ...)
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+    raise HostsError(f"process {process_id} of {num_processes}: cannot join {coordinator_address}: "
+                     f"{type(e).__name__}: {first}") from None
+  finally:
+    watchdog.cancel()
 
 
 def sync(name: str) -> None:

@@ -35,6 +35,7 @@ Several hosts: process p of P takes the p-th contiguous share of every cell's ru
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import dataclasses
 import json
 import logging
@@ -52,6 +53,9 @@ from svmattn.io import results
 from svmattn.study import workers as workers_lib
 
 log = logging.getLogger(__name__)
+
+
+MAX_POOL_RESTARTS = 3    # SVM worker pools replaced after a worker died, before the run gives up
 
 
 class StudyError(RuntimeError):
@@ -144,35 +148,56 @@ def _lock(work: str):
 
 
 def _prepare(out: str, study: Study, resume: bool, process_index: int, process_count: int) -> str:
+  """Open (resume) or create this process's work directory; returns (work, lock).
+
+  A work directory left by a run with other settings (or one whose identity cannot be read) is
+  replaced by a fresh start (without --resume) with a notice, and refused by --resume; one of
+  this very run needs --resume (or it would be lost by accident). A fresh start also removes
+  the records (OUT/runs/) of the run that finished in ``out`` before."""
   work = work_dir(out, process_index, process_count)
   meta_path = os.path.join(work, "run.json")
   ident = identity(study, process_index, process_count)
   if os.path.isdir(work):
     lock = _lock(work)
-    if not resume:
-      os.close(lock)
-      raise StudyError(f"{out} holds an unfinished run ({work}): pass --resume to continue it, "
-                       "or choose another --out")
     try:
       with open(meta_path) as f:
         saved = json.load(f)
-    except (OSError, ValueError) as e:
-      raise StudyError(f"{meta_path}: cannot read the run's identity ({e}); remove {work} to start afresh") from e
-    diff = ckpt_lib._differences(saved, ident, ("the run in " + out, "this command"))
-    if diff:
+      diff = ckpt_lib._differences(saved, ident, ("the run in " + out, "this command"))
+    except (OSError, ValueError, AttributeError) as e:
+      saved, diff = None, [f"its identity {meta_path} is unreadable ({type(e).__name__})"]
+    if not diff:
+      if resume:
+        return work, lock
       os.close(lock)
-      raise StudyError(f"--resume: {out} holds another run: " + "; ".join(diff[:6]))
-  else:
+      raise StudyError(f"{out} holds an unfinished run of these settings ({work}): pass --resume to continue it, "
+                       "or choose another --out")
     if resume:
-      log.warning("--resume: nothing to resume in %s; starting afresh", out)
-    # created whole or not at all: a kill here never leaves a work directory without run.json
-    os.makedirs(os.path.dirname(work), exist_ok=True)
-    tmp = f"{work}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    results.write_json(os.path.join(tmp, "run.json"), ident)
-    lock = _lock(tmp)        # the lock file moves with the directory
-    os.replace(tmp, work)
+      os.close(lock)
+      raise StudyError(f"--resume: {out} holds another run: " + "; ".join(diff[:6])
+                       + ". Drop --resume to replace it with this run, or choose another --out")
+    log.warning("%s held an unfinished run with other settings (%s); replacing it with this run", work,
+                "; ".join(diff[:2]))
+    trash = f"{work}.replaced-{os.getpid()}"
+    os.replace(work, trash)          # atomic: the old run is gone whole, then deleted at leisure
+    os.close(lock)
+    shutil.rmtree(trash, ignore_errors=True)
+  elif resume:
+    log.warning("--resume: nothing to resume in %s; starting afresh", out)
+  if process_index == 0:
+    # the records of a run that finished here before: a fresh start must not leave them beside its own
+    old = os.path.join(out, "runs")
+    if os.path.isdir(old):
+      trash = f"{old}.old-{os.getpid()}"
+      os.replace(old, trash)
+      shutil.rmtree(trash, ignore_errors=True)
+  # created whole or not at all: a kill here never leaves a work directory without run.json
+  os.makedirs(os.path.dirname(work), exist_ok=True)
+  tmp = f"{work}.tmp-{os.getpid()}"
+  shutil.rmtree(tmp, ignore_errors=True)
+  os.makedirs(tmp)
+  results.write_json(os.path.join(tmp, "run.json"), ident)
+  lock = _lock(tmp)        # the lock file moves with the directory
+  os.replace(tmp, work)
   return work, lock
 
 
@@ -182,6 +207,22 @@ def load_npz(path: str) -> dict:
       return {k: f[k] for k in f.files}
   except (OSError, ValueError, EOFError) as e:
     raise StudyError(f"{path}: unreadable ({e}); remove it to recompute that batch") from None
+
+
+def readable(path: str) -> bool:
+  """Whether ``path`` exists and reads whole as an .npz; an unreadable one (truncated,
+  overwritten) is removed with a warning, so that what it held is computed again."""
+  if not os.path.exists(path):
+    return False
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      for k in f.files:
+        f[k]
+    return True
+  except Exception as e:  # noqa: BLE001 - zipfile, ValueError, OSError, EOFError, ...: any damage
+    log.warning("%s is damaged (%s: %s); computing it again", path, type(e).__name__, str(e)[:120])
+    os.remove(path)
+    return False
 
 
 def _analyze_and_save(analyze, label, data_path, stage_paths, target):
@@ -295,13 +336,48 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
               bar.total["train"] -= sum(s.steps for s in stages[later.cell])
         return
 
+  restarts = [0]
+
+  def submit(u):
+    nonlocal pool
+    args = (study.analyze, study.cells[u.cell].label, path(u, "data"),
+            {s.name: path(u, s.name) for s in stages[u.cell]}, path(u))
+    try:
+      pending[u] = pool.submit(_analyze_and_save, *args)
+    except concurrent.futures.process.BrokenProcessPool:
+      replace_pool(u)
+      pending[u] = pool.submit(_analyze_and_save, *args)
+
+  def replace_pool(u):
+    """A worker died (killed, out of memory): start new workers and redo every unit in flight."""
+    nonlocal pool
+    restarts[0] += 1
+    if restarts[0] > MAX_POOL_RESTARTS:
+      raise StudyError(f"the SVM worker processes died {restarts[0]} times (last while analyzing batch {u.tag}); "
+                       "see the system log (out of memory?), or pass --svm_workers=0; then the same command "
+                       "with --resume continues")
+    log.warning("an SVM worker process died while analyzing %s; replacing the workers and redoing %d batch(es)",
+                u.tag, len(pending))
+    pool.shutdown(wait=False, cancel_futures=True)
+    pool = workers_lib.pool(workers)
+    for w in list(pending):
+      pending.pop(w)
+      submit(w)
+
   def collect(block: bool):
     for u in list(pending):
+      if u not in pending:      # redone after a worker died
+        continue
       fut = pending[u]
       if not block and not fut.done():
         continue
       t0 = time.perf_counter()
-      timings["svm_s"] += fut.result()
+      try:
+        seconds = fut.result()
+      except concurrent.futures.process.BrokenProcessPool:
+        replace_pool(u)
+        continue
+      timings["svm_s"] += seconds
       timings["svm_wait_s"] += time.perf_counter() - t0
       cleanup(u)
       bar.update("svm", len(u.runs))
@@ -309,14 +385,14 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
       note_done(u)
 
   def write_data(u, data):
-    if not os.path.exists(path(u, "data")):
+    if not readable(path(u, "data")):
       results.write_npz(path(u, "data"), {**data, "runs": u.runs})
 
   try:
     for i, u in enumerate(todo):
       cell = study.cells[u.cell]
       started.add(u.tag)
-      if os.path.exists(path(u)):
+      if readable(path(u)):
         for s in stages[u.cell]:
           bar.update("train", s.steps)
         bar.update("svm", len(u.runs))
@@ -329,7 +405,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
       for stage in stages[u.cell]:
         target = stage_paths[stage.name] = path(u, stage.name)
         ckdir = os.path.join(work, f"ckpt_{u.tag}_{stage.name}")
-        if os.path.exists(target):
+        if readable(target):
           shutil.rmtree(ckdir, ignore_errors=True)  # killed between writing the arrays and this
           bar.update("train", stage.steps)
           continue
@@ -348,7 +424,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
         timings["compile_s"] += compile_s
         results.write_npz(target, arrays)
         checkpoints.remove()
-      if not os.path.exists(path(u, "data")):  # no stage, or trained earlier and the data file lost
+      if not readable(path(u, "data")):  # no stage, or trained earlier and the data file lost
         write_data(u, load(cell, u.runs, u))
         prefetch_after(i)
       if pool is None:
@@ -357,13 +433,16 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
         bar.update("svm", len(u.runs))
         note_done(u)
       else:
-        pending[u] = pool.submit(_analyze_and_save, study.analyze, cell.label, path(u, "data"), stage_paths,
-                                 path(u))
+        submit(u)
         collect(block=False)
         while len(pending) > workers:   # bounded memory and disk: at most workers + 1 units in flight
           collect(block=True)
     while pending:
       collect(block=True)
+  except BaseException:
+    if pool is not None:        # interrupted or failed: the workers' current jobs are not waited for
+      workers_lib.terminate(pool)
+    raise
   finally:
     if prefetcher is not None:
       prefetcher.shutdown(wait=True, cancel_futures=True)

@@ -41,7 +41,9 @@ def _die_with_parent() -> bool:
 
 
 def _start_worker(parent: int) -> None:
+  import signal
   from svmattn.svm import att_svm
+  signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole group: the parent decides (terminate)
   att_svm.THREADS = 1   # the workers already run in parallel
   _die_with_parent()
   threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="watch-parent").start()
@@ -53,3 +55,15 @@ def pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
   """``workers`` spawned worker processes that exit by themselves when this process dies."""
   return concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                                 initializer=_start_worker, initargs=(os.getpid(),))
+
+
+def terminate(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+  """Stop ``pool``'s workers now (an interrupted run): queued jobs are cancelled and running ones
+  killed instead of waited for."""
+  processes = list((getattr(pool, "_processes", None) or {}).values())
+  pool.shutdown(wait=False, cancel_futures=True)
+  for p in processes:
+    if p.is_alive():
+      p.terminate()
+  for p in processes:
+    p.join(5)
