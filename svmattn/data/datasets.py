@@ -172,9 +172,11 @@ def validate(data: Dataset, batched: bool = True, where: str = "data") -> Datase
     raise DataError(f"{where}: Y must have shape {pre + (n,)} to match X {X.shape}, got {Y.shape}")
   if Z.shape != pre + (n, d):
     raise DataError(f"{where}: Z must have shape {pre + (n, d)} to match X {X.shape}, got {Z.shape}")
-  if v.shape[:lead] != pre or v.ndim < lead + 1 or v.shape[lead] != d:
-    raise DataError(f"{where}: v must have shape {pre + (d,)} (or {pre + (d, d)} for a matrix head), "
-                    f"got {v.shape}")
+  if v.shape not in (pre + (d,), pre + (d, d)):
+    raise DataError(f"{where}: v must have shape {pre + (d,)} (or {pre + (d, d)} for a matrix head) to match X "
+                    f"{X.shape}, got {v.shape}")
+  if batched and B < 1:
+    raise DataError(f"{where}: holds no data set (X has shape {X.shape})")
   for name, a in arrays.items():
     if not np.all(np.isfinite(a)):
       bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
@@ -212,7 +214,42 @@ def load_npz(path: str | os.PathLike, dtype=np.float64) -> Dataset:
   except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
     raise DataError(f"{path}: not a readable .npz data file ({type(e).__name__}: {e})") from e
   data = validate(Dataset(**arrays), batched=True, where=path)
+  check_magnitudes(data._asdict(), dtype, path)
   return Dataset(*(np.asarray(a, dtype) for a in data))
+
+
+def check_magnitudes(arrays: dict, dtype=np.float64, where: str = "data") -> None:
+  """DataError when a numeric array holds a value too large for models in ``dtype``
+  (``magnitude_limit``)."""
+  limit = magnitude_limit(dtype)
+  for name, a in arrays.items():
+    a = np.asarray(a)
+    if a.dtype.kind not in "fiu" or not a.size:
+      continue
+    biggest = float(np.max(np.abs(a.astype(np.float64))))
+    if biggest > limit:
+      raise DataError(f"{where}: array '{name}' holds values as large as {biggest:.3g}; {np.dtype(dtype).name} "
+                      f"models need |values| <= {limit:.0e} (larger ones overflow in the scores and the SVMs); "
+                      "rescale the data")
+
+
+def check_file_magnitudes(path: str | os.PathLike, dtype=np.float64) -> None:
+  """``check_magnitudes`` on every array of the .npz at ``path`` (any data format); an unreadable
+  file is left to the format's own loader."""
+  try:
+    with np.load(os.fspath(path), allow_pickle=False) as f:
+      arrays = {k: f[k] for k in f.files}
+  except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+    return
+  check_magnitudes(arrays, dtype, os.fspath(path))
+
+
+def magnitude_limit(dtype=np.float64) -> float:
+  """The largest |value| a data file may hold for models in ``dtype``: the sixth root of the
+  largest float, rounded down to a power of ten (1e51 in float64, 1e6 in float32), so that the
+  products of several values in the scores, Gram matrices and SVDs stay finite."""
+  import math
+  return 10.0 ** math.floor(math.log10(float(np.finfo(dtype).max)) / 6)
 
 
 def take(data: Dataset, index) -> Dataset:

@@ -268,9 +268,12 @@ def att_svm(X, Z, alpha, norm: str = "fro", solver: str | None = None,
   nm = norms_lib.parse_norm(norm)
   solver = solver or default_solver(nm)
   A, keep = margin_matrix(X, Z, alpha, mask)
-  status, W, dual, msg = solve_margin_program(A, X.shape[-1], nm, solver)
   tol = SUPPORT_TOL.get(solver if solver in SUPPORT_TOL else solver.upper(), 1e-5) if support_tol is None else support_tol
-  return _result(status, W, dual, msg, A, keep, nm.name, solver, tol)
+  try:
+    status, W, dual, msg = solve_margin_program(A, X.shape[-1], nm, solver)
+    return _result(status, W, dual, msg, A, keep, nm.name, solver, tol)
+  except (np.linalg.LinAlgError, ArithmeticError) as e:   # an SVD or a solve that did not converge: an outcome
+    return _result("failed", None, None, f"{solver}: {type(e).__name__}: {e}", A, keep, nm.name, solver, tol)
 
 
 # Threads for batches of solves. The solvers (SCS, SciPy's NNLS) release the GIL, so threads

@@ -125,9 +125,11 @@ def validate(data: data_lib.Dataset, batched: bool = True, where: str = "data") 
                     f"to match X {X.shape}, got {Y.shape}")
   if Z.shape != X.shape:
     raise DataError(f"{where}: seq2seq queries Z must have the shape of X {X.shape} (Z = X), got {Z.shape}")
-  if v.shape[:lead] != pre or v.ndim < lead + 1 or v.shape[lead] != d:
+  if v.shape not in (pre + (d,), pre + (d, d)):
     raise DataError(f"{where}: v must have shape {pre + (d,)} (or {pre + (d, d)} for a matrix head), "
                     f"got {v.shape}")
+  if batched and pre and pre[0] < 1:
+    raise DataError(f"{where}: holds no data set (X has shape {X.shape})")
   for name, a in arrays.items():
     if not np.all(np.isfinite(a)):
       bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
@@ -164,6 +166,7 @@ def load_npz(path: str | os.PathLike, dtype=np.float64) -> data_lib.Dataset:
     raise data_lib.DataError(f"{path}: not a readable .npz data file ({type(e).__name__}: {e})") from e
   arrays.setdefault("Z", arrays["X"])
   data = validate(data_lib.Dataset(**arrays), batched=True, where=path)
+  data_lib.check_magnitudes(data._asdict(), dtype, path)
   return data_lib.Dataset(*(np.asarray(a, dtype) for a in data))
 
 
