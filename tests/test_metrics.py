@@ -139,8 +139,8 @@ def test_convergence_type_with_two_sequences():
 
 def test_type_fractions():
   fr = metrics.type_fractions(["global", "local", "global", "not-local"])
-  assert fr == {"global": 0.5, "local": 0.25, "not-local": 0.25, "tie": 0.0}
-  assert metrics.type_fractions([]) == {"global": 0.0, "local": 0.0, "not-local": 0.0, "tie": 0.0}
+  assert fr == {"global": 0.5, "local": 0.25, "not-local": 0.25, "tie": 0.0, "diverged": 0.0, "stalled": 0.0, "unsaturated": 0.0}
+  assert metrics.type_fractions([]) == {"global": 0.0, "local": 0.0, "not-local": 0.0, "tie": 0.0, "diverged": 0.0, "stalled": 0.0, "unsaturated": 0.0}
 
 
 # ----------------------------------------------------------------------------
@@ -183,7 +183,7 @@ def test_ties_in_the_optimal_token_are_their_own_type():
   batch = np.stack([np.array([[0.0, 1.0, 2.0], [3.0, 3.0, 0.0]]), np.array([[0.0, 1.0, 2.0], [3.0, 1.0, 0.0]])])
   np.testing.assert_array_equal(metrics.has_tie(batch), [True, False])
   fr = metrics.type_fractions(["tie", "global", "global", "local"])
-  assert fr == {"global": 0.5, "local": 0.25, "not-local": 0.0, "tie": 0.25}
+  assert fr == {"global": 0.5, "local": 0.25, "not-local": 0.0, "tie": 0.25, "diverged": 0.0, "stalled": 0.0, "unsaturated": 0.0}
 
 
 def test_norms_distances_and_bregman():

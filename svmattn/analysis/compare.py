@@ -8,7 +8,8 @@ returns, as NumPy arrays with a leading axis B:
   svm_{norm}_{P}_status     (B,) "optimal" / "infeasible" / "failed"
   svm_{norm}_{P}_support    (B,n,T) support tokens
   corr_{P}_{norm}           (B,S) corr of each snapshot with that solution
-  convergence_type_{P}      (B,) global / local / not-local (Frobenius SVM, SCIENCE.md section 5)
+  convergence_type_{P}      (B,) global / local / not-local / tie (Frobenius SVM, SCIENCE.md section 5),
+                            or the run's health label (diverged / stalled / unsaturated)
 """
 from __future__ import annotations
 
@@ -22,9 +23,12 @@ from svmattn.svm import att_svm as svm_lib
 
 def compare_with_svms(X: np.ndarray, Z: np.ndarray, gamma: np.ndarray, snapshots: dict[str, np.ndarray],
                       selected: dict[str, np.ndarray], norms=svm_lib.NORMS,
-                      progress: Callable[[int], None] | None = None) -> dict[str, np.ndarray]:
+                      progress: Callable[[int], None] | None = None,
+                      health: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
   """X (B,n,T,d), Z (B,n,d), gamma (B,n,T) token scores; per parameterization P:
-  snapshots[P] (B,S,d,d) W or K Q^T, selected[P] (B,n) the selected tokens."""
+  snapshots[P] (B,S,d,d) W or K Q^T, selected[P] (B,n) the selected tokens, and optionally
+  health[P] (B,) the runs' ``analysis.health`` labels (an unhealthy run's convergence type is
+  its label)."""
   X = np.asarray(X, np.float64)
   Z = np.asarray(Z, np.float64)
   B, d = X.shape[0], X.shape[-1]
@@ -48,7 +52,8 @@ def compare_with_svms(X: np.ndarray, Z: np.ndarray, gamma: np.ndarray, snapshots
       out[f"corr_{p}_{norm}"] = metrics.corr(np.asarray(snapshots[p], np.float64), stacked["W"][:, None])
     if "fro" in per_norm:
       out[f"convergence_type_{p}"] = np.array(
-          [metrics.convergence_type(gamma[b], sel[b], per_norm["fro"][b]) for b in range(B)])
+          [metrics.convergence_type(gamma[b], sel[b], per_norm["fro"][b],
+                                    "ok" if health is None else health[p][b]) for b in range(B)])
   return out
 
 

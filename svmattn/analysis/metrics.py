@@ -9,7 +9,9 @@ import numpy as np
 
 from svmattn.svm import att_svm as svm_lib
 
-CONVERGENCE_TYPES = ("global", "local", "not-local", "tie")
+# The last three are training-health labels (``analysis.health``): such a run has no converged
+# selection to classify, and is counted apart, as ties are.
+CONVERGENCE_TYPES = ("global", "local", "not-local", "tie", "diverged", "stalled", "unsaturated")
 # Token scores within this relative distance of a sequence's largest count as tied with it.
 TIE_RTOL = 1e-12
 
@@ -62,13 +64,18 @@ def is_locally_optimal(gamma: np.ndarray, alpha: np.ndarray, result: svm_lib.SVM
   return bool(np.all((gamma < top) | ~result.support))
 
 
-def convergence_type(gamma: np.ndarray, alpha_hat: np.ndarray, result: svm_lib.SVMResult) -> str:
+def convergence_type(gamma: np.ndarray, alpha_hat: np.ndarray, result: svm_lib.SVMResult,
+                     health: str = "ok") -> str:
   """"tie" when some sequence's optimal token is not unique (``has_tie``: then there is no
-  opt to converge to, and Att-SVM(opt) is infeasible); else "global" when alpha_hat = opt,
-  "local" when alpha_hat is locally optimal but not opt, "not-local" otherwise (an
-  infeasible SVM included). result: Att-SVM(alpha_hat), fro."""
-  if has_tie(gamma):
+  opt to converge to, and Att-SVM(opt) is infeasible); else the run's ``health`` label
+  (``analysis.health``: "diverged", "stalled", "unsaturated") when it is not "ok": its
+  selection is not a converged one; else "global" when alpha_hat = opt, "local" when alpha_hat is
+  locally optimal but not opt, "not-local" otherwise (an infeasible SVM included).
+  result: Att-SVM(alpha_hat), fro."""
+  if has_tie(gamma):      # a property of the data: no training can give a converged type
     return "tie"
+  if health != "ok":
+    return str(health)
   if np.array_equal(alpha_hat, optimal_tokens(gamma)):
     return "global"
   return "local" if is_locally_optimal(gamma, alpha_hat, result) else "not-local"

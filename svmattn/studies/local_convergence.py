@@ -10,10 +10,13 @@ or the "flags" of its summary.json: replay rebuilds the same study from it.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 
 from svmattn.analysis import compare
+from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
@@ -83,15 +86,19 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   load = batches(spec, fl["seed"], dtype, file_data)
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
-                        lambda cell: tuple(stages.Train(p, c) for p, c in configs), analyze,
+                        lambda cell: tuple(stages.Train(p, c) for p, c in configs),
+                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
 
 
-def analyze(label: dict, data: dict, trajs: dict) -> dict:
+def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
   """The per-run results of one batch: the SVM comparison plus the final W, selections,
-  softmax and loss curves of each parameterization P."""
-  out = compare.compare_with_svms(data["X"], data["Z"], data["gamma"], {p: t["W"] for p, t in trajs.items()},
-                                  {p: t["selected"] for p, t in trajs.items()})
+  softmax and loss curves and the training health (``analysis.health``) of each
+  parameterization P."""
+  out = {}
+  labels = {p: health.add(out, p, t, saturation) for p, t in trajs.items()}
+  out.update(compare.compare_with_svms(data["X"], data["Z"], data["gamma"], {p: t["W"] for p, t in trajs.items()},
+                                       {p: t["selected"] for p, t in trajs.items()}, health=labels))
   for p, t in trajs.items():
     out[f"W_final_{p}"] = t["W"][:, -1]
     out[f"selected_{p}"] = t["selected"]
@@ -123,6 +130,8 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
       status = arrays[f"svm_{norm}_{p}_status"]
       summary["svm_status"][f"{norm}_{p}"] = {s: int(np.sum(status == s)) for s in svm_lib.STATUSES}
     summary["convergence_types"][p] = metrics.type_fractions(arrays[f"convergence_type_{p}"])
+  summary["health"] = health.summary(arrays)
+  summary["saturation_threshold"] = fl.get("saturation", health.SATURATION)
   summary["checks"] = checks(summary["final_corr"])
   return arrays, summary
 

@@ -10,9 +10,12 @@ feasible (d >= max(T-1, n)). Runs that diverge to NaN are counted and left out o
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.stats
 
+from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.study import pipeline
@@ -44,27 +47,31 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     data = data_lib.Dataset(*(np.asarray(a) for a in data))
     return {**data._asdict(), "gamma": local_convergence.token_scores(data)}
 
-  return pipeline.Study(NAME, cells, load, lambda cell: (stages.Train("W", config, dtype),), analyze,
+  return pipeline.Study(NAME, cells, load, lambda cell: (stages.Train("W", config, dtype),),
+                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
 
 
-def analyze(label: dict, data: dict, trajs: dict) -> dict:
-  """Per run: convergence type, corr(W_GD, W^mm_alpha_hat), SVM status, feasibility of
-  Att-SVM(opt), the selected and the optimal tokens."""
+def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
+  """Per run: convergence type (an unhealthy run's health label, ``analysis.health``),
+  corr(W_GD, W^mm_alpha_hat), SVM status, feasibility of Att-SVM(opt), the selected and the
+  optimal tokens."""
   X, Z, gamma = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64), data["gamma"]
   tr = trajs["W"]
   selected, W_final = tr["selected"], tr["W"][:, -1]
   B = len(X)
-  types, corr = np.full(B, "", dtype="<U9"), np.full(B, np.nan)
+  labels = health.of_trajectory(tr, saturation)
+  types, corr = np.full(B, "", dtype="<U11"), np.full(B, np.nan)
   status = np.full(B, "", dtype="<U10")
   for b in range(B):
     res = svm_lib.att_svm(X[b], Z[b], selected[b], "fro")
     status[b] = res.status
-    types[b] = metrics.convergence_type(gamma[b], selected[b], res)
+    types[b] = metrics.convergence_type(gamma[b], selected[b], res, labels[b])
     if res.ok:
       corr[b] = metrics.corr(W_final[b], res.W)
   opt = metrics.optimal_tokens(gamma)
-  return {"types": types, "corr": corr, "svm_status": status, "finite": tr["finite"],
+  return {"types": types, "corr": corr, "svm_status": status, "finite": tr["finite"], "health": labels,
+          "stalled_step": tr["stalled_step"],
           "feasible_opt": feas_lib.check(X, Z, opt).feasible, "selected": selected, "optimal": opt}
 
 
@@ -79,6 +86,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict, dict]:
 
   types, corr, svm_status = stack("types"), stack("corr"), stack("svm_status")
   finite, feasible_opt = stack("finite"), stack("feasible_opt")
+  labels = stack("health") if "health" in cells[0] else np.where(finite, "ok", "diverged")
   arrays = {}
   for ni, n in enumerate(n_values):
     part = cells[ni * len(ds):(ni + 1) * len(ds)]
@@ -96,16 +104,19 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict, dict]:
       summary_cells.append({"n": n, "T": T, "d": int(d), "runs": R, "diverged": int(np.sum(~ok)),
                             **{f"share_{t}": fr[t] for t in TYPES},
                             "ties": int(np.sum(types[ni, di][ok] == "tie")),
+                            **{h: int(np.sum(labels[ni, di] == h)) for h in ("stalled", "unsaturated")},
                             "svm_infeasible": int(np.sum(svm_status[ni, di] == "infeasible")),
                             "svm_failed": int(np.sum(svm_status[ni, di] == "failed")),
                             "feasible_opt_fraction": float(np.mean(feasible_opt[ni, di])),
                             "corr_mean": float(np.nanmean(c)) if np.any(np.isfinite(c)) else None})
   arrays.update({"n_values": np.array(n_values), "ds": ds, "runs": np.arange(R), "types": types, "corr": corr,
-                 "svm_status": svm_status, "finite": finite, "feasible_opt": feasible_opt,
+                 "svm_status": svm_status, "finite": finite, "feasible_opt": feasible_opt, "health": labels,
+                 **({"stalled_step": stack("stalled_step")} if "stalled_step" in cells[0] else {}),
                  **{f"share_{t.replace('-', '_')}": shares[t] for t in TYPES}})
   summary = {"experiment": "E4 over-parameterization", "numerics": fl.get("numerics", "exact"),
              "T": T, "n_values": n_values, "ds": ds,
-             "runs_per_cell": R, "cells": summary_cells, "checks": checks(shares, n_values, ds, T)}
+             "runs_per_cell": R, "health": health.counts(labels),
+             "saturation_threshold": fl.get("saturation", health.SATURATION), "cells": summary_cells, "checks": checks(shares, n_values, ds, T)}
   return arrays, summary, shares
 
 

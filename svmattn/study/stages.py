@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from svmattn.analysis import health
 from svmattn.data import datasets as data_lib
 from svmattn.train import loop as train_lib
 
@@ -28,7 +29,8 @@ class Train:
 
   ``dtype``: cast the data to it before training (None: as stored). Stores the snapshots
   W (B,S,d,d) (K Q^T for (K,Q)), max_prob (B,S), loss (B,S), the final attention (B,n,T),
-  the selected tokens (B,n), finite (B,) and the snapshot steps (S,) (same for every run), and
+  the selected tokens (B,n), finite (B,), stalled_step (B,) (``analysis.health``) and the snapshot
+  steps (S,) (same for every run), and
   with a trained head its snapshots V (B,S,...).
 
   ``start``: ((name, values), ...) parameters every run starts from instead of the random
@@ -59,7 +61,8 @@ class Train:
       start = train_lib.start_state(self.config, given)
     traj = train_lib.train(self.config, data, train_lib.init_keys(seed, runs), progress, checkpoints, start=start)
     arrays = {"W": traj.W, "max_prob": traj.max_prob, "loss": traj.loss, "attention": traj.attention,
-              "selected": traj.selected, "finite": traj.finite, "steps": traj.steps}
+              "selected": traj.selected, "finite": traj.finite, "steps": traj.steps,
+              "stalled_step": health.stalled_step(traj.W, traj.loss, traj.steps)}
     if traj.V is not None:
       arrays["V"] = traj.V
     for k, v in (traj.sown or {}).items():     # a flax model's sown values: sown_<path>_<name>
