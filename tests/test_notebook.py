@@ -10,7 +10,16 @@ times into the same output folder, as a user whose Colab runtime went away would
 
 The kernel is a "python3" kernelspec written to a tmp dir (JUPYTER_PATH) for this interpreter,
 so that the notebook runs in the repository's environment whatever kernels the machine has.
+
+The install cell's Colab branch runs too (slow): with SVMATTN_NOTEBOOK_VENV=DIR and SVMATTN_REPO=a copy
+of this checkout it creates a virtual environment, pip installs svmattn into it with requirements.txt as
+constraints, checks the pins, and every later cell runs that environment's python. Fast tests cover the
+parameters cell's REPO message, the install cell's git clone at URL@REF and the devices cell's precision.
 """
+import ast
+import json
+import shutil
+import subprocess
 import os
 import re
 import signal
@@ -39,8 +48,78 @@ def test_notebook_is_valid_clean_and_compiles():
   for tag, cell in cells.items():
     assert not cell.outputs and cell.execution_count is None, f"cell {tag} holds outputs: clear them"
     compile(cell.source, tag, "exec")
-  assert 'REPO = "https://github.com/svmattn/svmattn"' in cells["parameters"].source
+  assert 'REPO = ""  # @param {type:"string"}' in cells["parameters"].source    # a Colab form field
   assert '"--resume"' in cells["sweep"].source and '"--quick"' in cells["reproduce"].source
+  install = cells["install"].source
+  assert '"pip", "install", "-q", "-c", requirements, src, *extra' in install
+  assert """f"jax[tpu]=={pinned['jax']}\"""" in install
+
+
+def _run_cell(cell, namespace):
+  exec(compile(cell.source, cell.metadata["tags"][0], "exec"), namespace)
+  return namespace
+
+
+def test_parameters_ask_for_repo_when_installing(monkeypatch):
+  cell = _code_cells(nbformat.read(NOTEBOOK, as_version=4))["parameters"]
+  monkeypatch.delenv("SVMATTN_REPO", raising=False)
+  monkeypatch.delenv("SVMATTN_NOTEBOOK_VENV", raising=False)
+  assert _run_cell(cell, {})["REPO"] == ""                      # nothing to install: no REPO needed
+  monkeypatch.setenv("SVMATTN_NOTEBOOK_VENV", "/tmp/unused-venv")
+  with pytest.raises(ValueError, match=r"^REPO is not set: in the first code cell .*SVMATTN_REPO"):
+    _run_cell(cell, {})
+  monkeypatch.setenv("SVMATTN_REPO", " https://example.org/me/svmattn@v1 ")
+  ns = _run_cell(cell, {})
+  assert ns["REPO"] == "https://example.org/me/svmattn@v1" and ns["INSTALL"]
+
+
+def _definitions(cell, **names):
+  """The imports and functions of a cell (nothing else of it runs), with ``names`` as globals."""
+  tree = ast.parse(cell.source)
+  tree.body = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom, ast.FunctionDef))]
+  namespace = dict(names)
+  exec(compile(tree, cell.metadata["tags"][0], "exec"), namespace)
+  return namespace
+
+
+def test_install_clones_repo_at_its_ref(tmp_path):
+  origin = tmp_path / "origin"
+  git = lambda *a: subprocess.run(["git", "-C", str(origin), *a], check=True, capture_output=True,   # noqa: E731
+                                  text=True).stdout.strip()
+  origin.mkdir()
+  git("init", "-q")
+  for text in ("jax==1\n", "jax==2\n"):
+    (origin / "requirements.txt").write_text(text)
+    git("add", "requirements.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", text)
+  first = git("rev-list", "--max-parents=0", "HEAD")
+  fetch = _definitions(_code_cells(nbformat.read(NOTEBOOK, as_version=4))["install"], ON_COLAB=False, os=os)["fetch"]
+  assert fetch(str(origin)) == str(origin)                      # a folder: used as it is
+  for repo, want in ((f"file://{origin}", "jax==2\n"), (f"file://{origin}@{first}", "jax==1\n"),
+                     (f"git+file://{origin}@{first}", "jax==1\n")):
+    clone = fetch(repo)
+    try:
+      assert open(os.path.join(clone, "requirements.txt")).read() == want, repo
+    finally:
+      shutil.rmtree(clone)
+
+
+@pytest.mark.parametrize("backend, precision, want", [("tpu", "", "float32"), ("cpu", "", "float64"),
+                                                      ("gpu", "", "float64"), ("tpu", "float64", "float64")])
+def test_devices_cell_sets_the_runs_precision(monkeypatch, backend, precision, want):
+  cell = _code_cells(nbformat.read(NOTEBOOK, as_version=4))["devices"]
+  monkeypatch.setenv("SVMATTN_PRECISION", "")   # restored after the test (the cell sets it)
+  fake_run = lambda cmd: f"[Device(id=0)]\ndefault backend: {backend}\n"   # noqa: E731
+  ns = _run_cell(cell, {"os": os, "run": fake_run, "PYTHON": sys.executable, "TPU": backend == "tpu", "PRECISION": precision})
+  assert ns["RUN_PRECISION"] == want and os.environ["SVMATTN_PRECISION"] == want
+
+
+def test_precision_environment_sets_the_binaries_default():
+  env = dict(os.environ, SVMATTN_PRECISION="float32", JAX_PLATFORMS="cpu")
+  out = subprocess.run([sys.executable, "-m", "experiments.local_convergence", "--helpfull"], cwd=REPO_ROOT,
+                       env=env, capture_output=True, text=True).stdout
+  flag = out[out.index("--precision:"):]
+  assert "(default: 'float32')" in flag[:flag.index("\n  --", 1)], flag[:600]
 
 
 # ----------------------------------------------------------------------------
@@ -90,12 +169,12 @@ def _kill_after_a_checkpoint(out, stop, killed):
     time.sleep(0.01)
 
 
-def _execute():
-  """Run the notebook: (executed notebook, CellExecutionError or None, {tag: output text})."""
+def _execute(cwd=REPO_ROOT, timeout=300):
+  """Run the notebook in ``cwd``: (executed notebook, CellExecutionError or None, {tag: output text})."""
   from nbclient import NotebookClient
   from nbclient.exceptions import CellExecutionError
   nb = nbformat.read(NOTEBOOK, as_version=4)
-  client = NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": REPO_ROOT}})
+  client = NotebookClient(nb, kernel_name="python3", timeout=timeout, resources={"metadata": {"path": str(cwd)}})
   error = None
   try:
     client.execute()
@@ -121,6 +200,8 @@ def tiny(tmp_path, monkeypatch):
   monkeypatch.setenv("SVMATTN_NOTEBOOK_TINY", "1")
   monkeypatch.setenv("SVMATTN_NOTEBOOK_OUT", str(tmp_path / "out"))
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  for name in ("SVMATTN_NOTEBOOK_VENV", "SVMATTN_REPO", "SVMATTN_PRECISION"):
+    monkeypatch.delenv(name, raising=False)
   return tmp_path / "out"
 
 
@@ -141,7 +222,8 @@ def test_notebook_runs_and_its_sweep_resumes_after_a_kill(tiny):
   assert killed, "the sweep finished before it could be killed"
   assert error is not None and "killed by signal 9" in text["sweep"], text["sweep"][-3000:]
   assert f"python: {sys.executable}\n" in text["install"]      # the kernel runs this environment
-  assert "backend: cpu" in text["devices"]
+  assert "not on Colab: nothing installed" in text["install"]
+  assert "backend: cpu" in text["devices"] and "runs default to --precision=float64" in text["devices"]
   assert os.path.exists(os.path.join(reproduce, "report.html"))
   assert os.path.exists(os.path.join(reproduce, "paths_2d", "summary.json"))
   assert _has_checkpoint(_listing(sweep)) and not os.path.exists(os.path.join(sweep, "results.npz"))
@@ -167,3 +249,43 @@ def test_notebook_runs_and_its_sweep_resumes_after_a_kill(tiny):
   assert "the sweep is finished; not run again" in text["sweep"], text["sweep"]
   assert "not run again" in text["reproduce"]
   assert os.stat(os.path.join(sweep, "results.npz")).st_mtime_ns == stamp
+
+
+def _pins():
+  with open(os.path.join(REPO_ROOT, "requirements.txt")) as f:
+    return dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", f.read(), re.M))
+
+
+@pytest.mark.slow   # a virtual environment and a pip install of every pinned dependency: about 2-3 min
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the venv's python is bin/python")
+def test_notebook_installs_as_on_colab_into_a_fresh_venv(tiny, tmp_path, monkeypatch):
+  """The install cell's Colab branch (clone aside, covered above) on a copy of this checkout: svmattn and
+  the pinned dependencies go into a new venv, whose python then runs the devices, reproduce and sweep cells."""
+  src, venv, cwd = tmp_path / "src", tmp_path / "venv", tmp_path / "cwd"
+  files = subprocess.run(["git", "-C", REPO_ROOT, "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         check=True, capture_output=True).stdout.decode().split("\0")
+  for name in filter(None, files):   # the working tree as CI has it (pip builds in the folder it installs)
+    if os.path.isfile(os.path.join(REPO_ROOT, name)):
+      os.makedirs(os.path.dirname(src / name), exist_ok=True)
+      shutil.copy2(os.path.join(REPO_ROOT, name), src / name)
+  cwd.mkdir()   # not the checkout: `python -m svmattn` must import the installed package
+  monkeypatch.setenv("SVMATTN_NOTEBOOK_VENV", str(venv))
+  monkeypatch.setenv("SVMATTN_REPO", str(src))
+
+  _, error, text = _execute(cwd=cwd, timeout=1200)
+  assert error is None, str(error)[-3000:]
+  install = text["install"]
+  assert f"python: {venv}/bin/python\n" in install and f"svmattn {_version()} {venv}/lib/" in install, install
+  pins = _pins()
+  for name in ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "scipy", "cvxpy"):
+    assert f"{name}=={pins[name]} (pinned)" in install, (name, install[-3000:])
+  assert "runs default to --precision=float64" in text["devices"]
+  assert os.path.exists(os.path.join(tiny, "reproduce_quick", "report.html"))
+  assert "E2 local convergence: 8 data sets" in text["sweep"]
+  with open(os.path.join(tiny, "sweep", "summary.json")) as f:
+    assert json.load(f)["environment"]["jax"] == pins["jax"]
+
+
+def _version():
+  import svmattn
+  return svmattn.__version__
