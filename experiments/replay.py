@@ -79,7 +79,10 @@ def main(argv):
     print(f"run {run} {stage.name}: {len(traj.steps)} steps from step {int(traj.steps[0])}")
   ref = replay.reference(out, study, c, run)
   where = f"cell {c} ({label})" if label else "the run"
-  if ref is None:
+  if ref is None and not replay.runs_kept(out):
+    report["compared"] = "nothing to compare with (the run was made with --nokeep_runs)"
+    print(f"run {run} of {where}: replayed; {report['compared']}")
+  elif ref is None:
     report["compared"] = "nothing to compare with yet (the run's batch has not been analyzed)"
     print(f"run {run} of {where}: replayed; {report['compared']}")
   else:

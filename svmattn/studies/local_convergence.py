@@ -87,18 +87,29 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
                         lambda cell: tuple(stages.Train(p, c) for p, c in configs),
-                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
+                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION),
+                                          norms=norms(fl)),
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
 
 
-def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
+def norms(fl: dict) -> tuple[str, ...]:
+  """The Att-SVM norms solved (--norms; default every one of ``svm.att_svm.NORMS``), in that order."""
+  wanted = fl.get("norms") or svm_lib.NORMS
+  unknown = set(wanted) - set(svm_lib.NORMS)
+  if unknown:
+    raise ValueError(f"--norms: unknown norm(s) {sorted(unknown)}; known: {', '.join(svm_lib.NORMS)}")
+  return tuple(n for n in svm_lib.NORMS if n in wanted)
+
+
+def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION,
+            norms: tuple[str, ...] = svm_lib.NORMS) -> dict:
   """The per-run results of one batch: the SVM comparison plus the final W, selections,
   softmax and loss curves and the training health (``analysis.health``) of each
   parameterization P."""
   out = {}
   labels = {p: health.add(out, p, t, saturation) for p, t in trajs.items()}
   out.update(compare.compare_with_svms(data["X"], data["Z"], data["gamma"], {p: t["W"] for p, t in trajs.items()},
-                                       {p: t["selected"] for p, t in trajs.items()}, health=labels))
+                                       {p: t["selected"] for p, t in trajs.items()}, norms=norms, health=labels))
   for p, t in trajs.items():
     out[f"W_final_{p}"] = t["W"][:, -1]
     out[f"selected_{p}"] = t["selected"]
@@ -125,11 +136,12 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
              "svm_status": {}, "diverged_runs": {}}
   for p in params:
     summary["diverged_runs"][p] = int(np.sum(~arrays[f"finite_{p}"]))
-    for norm in svm_lib.NORMS:
+    for norm in norms(fl):
       summary["final_corr"][f"{p}_vs_{norm}"] = compare.summarize_corr(arrays[f"corr_{p}_{norm}"][:, -1])
       status = arrays[f"svm_{norm}_{p}_status"]
       summary["svm_status"][f"{norm}_{p}"] = {s: int(np.sum(status == s)) for s in svm_lib.STATUSES}
-    summary["convergence_types"][p] = metrics.type_fractions(arrays[f"convergence_type_{p}"])
+    if f"convergence_type_{p}" in arrays:          # (it needs the Frobenius SVM)
+      summary["convergence_types"][p] = metrics.type_fractions(arrays[f"convergence_type_{p}"])
   summary["health"] = health.summary(arrays)
   summary["saturation_threshold"] = fl.get("saturation", health.SATURATION)
   summary["checks"] = checks(summary["final_corr"])

@@ -61,10 +61,26 @@ def run_one(study: pipeline.Study, c: int, run: int):
   return data, arrays, study.analyze(cell.label, data, arrays)
 
 
+def _runs_kept(out: str) -> bool | None:
+  """False when the finished run in ``out`` was made with --nokeep_runs (None: not finished)."""
+  try:
+    with open(runner.record_path(out)) as f:
+      return bool(json.load(f).get("runs_kept", True))
+  except (OSError, ValueError, AttributeError):
+    return None
+
+
+def runs_kept(out: str) -> bool:
+  """Whether the run in ``out`` kept its per-run records (a partial run compares with work/)."""
+  return _runs_kept(out) is not False
+
+
 def reference(out: str, study: pipeline.Study, c: int, run: int) -> tuple[dict, str] | None:
   """(the run's per-run arrays in the run's own record, where) or None if not analyzed yet."""
   path = runner.record_path(out, c)
   row = run
+  if not os.path.exists(path) and _runs_kept(out) is False:
+    return None
   if not os.path.exists(path):
     k, row = pipeline.unit_of(study, c, run)
     path = os.path.join(out, "work", pipeline.Unit(c, k, np.array([run])).tag + ".npz")

@@ -26,6 +26,7 @@ class Options:
   keep_checkpoints: int = 3
   process_index: int = 0
   process_count: int = 1
+  keep_runs: bool = True       # OUT/runs/cell_*.npz, every run's per-run arrays (what replay compares with)
 
 
 def record_path(out: str, cell: int | None = None) -> str:
@@ -33,14 +34,18 @@ def record_path(out: str, cell: int | None = None) -> str:
   return os.path.join(out, "runs", "study.json" if cell is None else f"cell_{cell:04d}.npz")
 
 
-def write_record(out: str, study: pipeline.Study, output: pipeline.Output) -> None:
+def write_record(out: str, study: pipeline.Study, output: pipeline.Output, keep_runs: bool = True) -> None:
   """Every run's per-run arrays, one file per cell, as the analysis returned them (replay
-  compares a single run with its row)."""
+  compares a single run with its row), and the study's description (study.json). Without
+  ``keep_runs`` only the description is written ("runs_kept": false): replay still rebuilds
+  and reruns any data set, with nothing to compare it with."""
   for c, arrays in enumerate(output.cells):
-    results.write_npz(record_path(out, c), arrays)
+    if keep_runs:
+      results.write_npz(record_path(out, c), arrays)
   results.write_json(record_path(out, None), {"study": study.name, "identity": study.identity,
                                               "cells": [{"label": c.label, "runs": c.runs} for c in study.cells],
-                                              "batch_size": study.batch_size, "seed": study.seed})
+                                              "batch_size": study.batch_size, "seed": study.seed,
+                                              "runs_kept": bool(keep_runs)})
 
 
 def execute(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], None],
@@ -50,7 +55,7 @@ def execute(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], 
                         o.process_count)
   output = hosts.gather(output, study, o.process_index, o.process_count)
   if o.process_index == 0:
-    write_record(out, study, output)
+    write_record(out, study, output, o.keep_runs)
     write(output)
   if o.process_count > 1:
     hosts.sync("results written")
