@@ -224,6 +224,31 @@ def get_model(name: str) -> Callable:
   return MODELS[name]
 
 
+def _log_rest(logits: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(log s of the non-top tokens, -inf at the top one; the top one-hot mask) of softmax(logits)
+  over its last axis (see ``make_loss``, loss_scale="auto")."""
+  ls = jax.nn.log_softmax(logits, axis=-1)
+  top = jax.nn.one_hot(jax.lax.stop_gradient(jnp.argmax(logits, axis=-1)), logits.shape[-1], dtype=bool)
+  return jnp.where(top, -jnp.inf, ls), top
+
+
+def auto_shift(logits: jax.Array) -> jax.Array:
+  """loss_scale="auto"'s shift c = -max log s_it over the non-top tokens of every row of
+  softmax(logits) (no gradient; +inf when no row has a non-top token, see ``auto_softmax``)."""
+  return -jnp.max(jax.lax.stop_gradient(_log_rest(logits)[0]))
+
+
+def auto_softmax(logits: jax.Array, c: jax.Array) -> jax.Array:
+  """softmax(logits) over the last axis with the derivative exp(c) ds, computed in log space
+  (loss_scale="auto", see ``make_loss``); a non-finite c (no non-top token anywhere) is 0."""
+  sg = jax.lax.stop_gradient
+  rest, top = _log_rest(logits)                                          # log s of non-top tokens
+  c = jnp.where(jnp.isfinite(c), c, 0.0)
+  q = jnp.exp(rest + c)                                                  # exp(c) s_it, t != top (0 at top)
+  q = q - top * jnp.sum(q, axis=-1, keepdims=True)                       # top: -sum of the others
+  return sg(jax.nn.softmax(logits, axis=-1)) + (q - sg(q))              # value s, derivative exp(c) ds
+
+
 def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callable = "logistic",
               ridge: float | None = None, model: str = "single_query",
               loss_scale: float | str = 1.0, numerics: str = "exact") -> Callable[[Params, Any], jax.Array]:
@@ -302,16 +327,10 @@ def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callabl
   def auto_objective(params, data):
     data = with_head(params, data)
     logits = logits_fn(param.to_W(params), data)                          # (..., T)
-    ls = jax.nn.log_softmax(logits, axis=-1)
-    top = jax.nn.one_hot(sg(jnp.argmax(logits, axis=-1)), logits.shape[-1], dtype=bool)
-    rest = jnp.where(top, -jnp.inf, ls)                                   # log s of non-top tokens
-    c = -jnp.max(sg(rest))
+    c = auto_shift(logits)
     if lam:
-      c = jnp.minimum(c, -jnp.log(jnp.asarray(lam, ls.dtype)))
-    c = jnp.where(jnp.isfinite(c), c, 0.0)                                # no non-top token anywhere
-    q = jnp.exp(rest + c)                                                  # exp(c) s_it, t != top (0 at top)
-    q = q - top * jnp.sum(q, axis=-1, keepdims=True)                       # top: -sum of the others
-    s = sg(jax.nn.softmax(logits, axis=-1)) + (q - sg(q))                 # value s, derivative exp(c) ds
+      c = jnp.minimum(c, -jnp.log(jnp.asarray(lam, logits.dtype)))
+    s = auto_softmax(logits, c)                                            # value s, derivative exp(c) ds
     value = jnp.mean(ell(data.Y * readout(s, data)))
     if lam:
       r = ridge_sum(params)

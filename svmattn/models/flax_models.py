@@ -5,12 +5,13 @@ The protocol a module follows (a researcher's own module needs nothing else from
     class MyModel(nn.Module):
       @nn.compact
       def __call__(self, X, Z, v):        # ONE data set: X (n,T,d), Z (n,d) queries, v its head parameters
-        ...
+        r, s = attend(logits, X)              # softmax s and pooled tokens X^T s (stable; see ``attend``)
         self.sow("intermediates", "attention", s)    # every softmax, (n,T) or (n,K,T): read per layer/head
         self.sow("intermediates", "kq", W)           # optional: its key-query matrix (d,d), snapshotted
         return f                                     # (n,) predictions; the loss is mean_i l(Y_i f_i)
 
-    TrainConfig(module=MyModel(), ...)      # instead of param= / model=
+    TrainConfig(module=MyModel(), ...)      # instead of param= / model=; loss_scale: a number or "auto"
+                                            # ("auto": every softmax through ``softmax`` / ``attend``)
 
 ``svmattn.train.loop`` initializes the module's "params" with ``module.init`` from each run's
 init key, vmaps and blocks it over the data sets like any model, normalizes each parameter's
@@ -27,11 +28,70 @@ Built-in flax models (SCIENCE.md section 13):
 """
 from __future__ import annotations
 
+import contextvars
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from svmattn.models import attention as attention_lib
+
+# loss_scale="auto" of a module's training (train.loop): None (plain softmax), a list (collect each
+# softmax's shift) or the shift c (scale every softmax's derivative by exp(c)). Set while tracing.
+_AUTO_SCALE = contextvars.ContextVar("svmattn_flax_auto_scale", default=None)
+
+
+def softmax(logits: jax.Array) -> jax.Array:
+  """softmax over the last axis, as jax.nn.softmax; under ``TrainConfig(loss_scale="auto")`` its
+  derivative is scaled by the training's shift exp(c) and computed in log space, so that the
+  gradient survives float32 once the softmax saturates (see ``auto_scaled``)."""
+  mode = _AUTO_SCALE.get()
+  if isinstance(mode, list):
+    mode.append(attention_lib.auto_shift(logits))
+  elif mode is not None:
+    return attention_lib.auto_softmax(logits, mode)
+  return jax.nn.softmax(logits, axis=-1)
+
+
+def attend(logits: jax.Array, X: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(pooled tokens r, softmax s) of attention logits over X's tokens: s = softmax(logits) (see
+  ``softmax``) and r = X^T s computed as ``models.attention.pooled_token`` does: around the most
+  attended token, free of the cancellation of the textbook X^T s, which rounds the gradient away
+  once the softmax saturates (README, Numerics).
+
+  logits (n,T) (one query per sequence) -> r (n,d); or (n,K,T) (K queries) -> r (n,K,d). X (n,T,d).
+  """
+  s = softmax(logits)
+  if s.ndim == 2:
+    return attention_lib.pooled_token(s, X), s
+  return jax.vmap(attention_lib.pooled_token, in_axes=(1, None), out_axes=1)(s, X), s
+
+
+def auto_scaled(loss_fn):
+  """loss_fn(params, data) -> L of a module whose softmaxes go through ``softmax`` / ``attend``
+  -> the objective of loss_scale="auto" (as ``models.attention.make_loss``): the value L, the
+  gradient exp(c) grad L with one shift c per call, c = -max log s over the non-top tokens of
+  every such softmax (a first pass of the module, without gradient, finds it). Exact when each
+  parameter reaches the loss through one softmax (one layer, any number of heads); a path through
+  k stacked softmaxes (TwoLayer's W1 through layer 2) is scaled by exp(k c)."""
+  def objective(params, data):
+    shifts = []
+    token = _AUTO_SCALE.set(shifts)
+    try:
+      loss_fn(params, data)                # traced for its logits only (XLA drops the rest)
+    finally:
+      _AUTO_SCALE.reset(token)
+    if not shifts:
+      raise ValueError("loss_scale='auto' needs the module's softmaxes to go through "
+                       "svmattn.models.flax_models.softmax or attend")
+    c = jax.lax.stop_gradient(functools.reduce(jnp.minimum, shifts))
+    token = _AUTO_SCALE.set(c)
+    try:
+      return loss_fn(params, data)
+    finally:
+      _AUTO_SCALE.reset(token)
+  return objective
 
 
 def uniform_init(key, shape, dtype=jnp.float64):
@@ -63,10 +123,10 @@ class CrossAttention(nn.Module):
   @nn.compact
   def __call__(self, X, Z):
     W = KeyQuery(self.param_kind, name="kq_matrix")(X.shape[-1], X.dtype)
-    s = attention_lib.attention(W, X, Z)
+    r, s = attend(attention_lib.attention_logits(W, X, Z), X)
     self.sow("intermediates", "kq", W)
     self.sow("intermediates", "attention", s)
-    return attention_lib.pooled_token(s, X), s
+    return r, s
 
 
 class SingleHead(nn.Module):
@@ -101,10 +161,10 @@ class SelfAttentionResidual(nn.Module):
   @nn.compact
   def __call__(self, X):
     W = KeyQuery(self.param_kind, name="kq_matrix")(X.shape[-1], X.dtype)
-    s = attention_lib.seq2seq_attention(W, X, X)                  # (n, T, T): query k over tokens t
+    r, s = attend(attention_lib.seq2seq_logits(W, X, X), X)      # s (n, T, T): query k over tokens t
     self.sow("intermediates", "kq", W)
     self.sow("intermediates", "attention", s)
-    return X + jnp.einsum("nkt,ntd->nkd", s, X)
+    return X + r
 
 
 class TwoLayer(nn.Module):

@@ -64,9 +64,10 @@ class TrainConfig:
       import flax.linen as nn
       if not isinstance(self.module, nn.Module):
         raise ValueError(f"TrainConfig.module must be a flax linen Module, got {type(self.module).__name__}")
-      if self.train_head or self.model != "single_query" or self.loss_scale != 1.0:
-        raise ValueError("TrainConfig.module: a flax model goes with the defaults of model, train_head and "
-                         "loss_scale (it holds its own architecture)")
+      if self.train_head or self.model != "single_query":
+        raise ValueError("TrainConfig.module: a flax model goes with the defaults of model and train_head "
+                         "(it holds its own architecture)")
+      _check_loss_scale(self.loss_scale)
     model_lib.get_parameterization(self.param)
     heads_lib.get_head(self.head)
     model_lib.get_model(self.model)
@@ -90,6 +91,19 @@ class TrainConfig:
     if not np.isfinite(self.lr) or self.lr <= 0:
       raise ValueError(f"TrainConfig.lr must be a positive number, got {self.lr}")
     return self
+
+
+def _check_loss_scale(loss_scale) -> None:
+  """A positive finite number or "auto" (as ``model.make_loss`` accepts)."""
+  if isinstance(loss_scale, str):
+    ok = loss_scale == "auto"
+  else:
+    try:
+      ok = 0 < float(loss_scale) < float("inf")
+    except (TypeError, ValueError):
+      ok = False
+  if not ok:
+    raise ValueError(f"loss_scale must be a positive finite number or 'auto', got {loss_scale!r}")
 
 
 def config_snapshot_steps(config: "TrainConfig") -> np.ndarray:
@@ -208,7 +222,10 @@ class FlaxTrainer(NamedTuple):
       raise ValueError("a flax model must sow at least one 'attention' (see svmattn.models.flax_models)")
     d = data.X.shape[-1]
     W = sum(kq.values()) if kq else jnp.zeros((d, d), data.X.dtype)
-    return W, jnp.mean(jnp.max(att[-1], axis=-1)), self.objective(params, data), rest, kq
+    loss = self.objective(params, data)
+    if not isinstance(self.config.loss_scale, str) and self.config.loss_scale != 1.0:
+      loss = loss / self.config.loss_scale  # ("auto" objectives return the unscaled loss)
+    return W, jnp.mean(jnp.max(att[-1], axis=-1)), loss, rest, kq
 
   def init_one(self, key, data):
     params = self.config.module.init({"params": key}, data.X, data.Z, data.v)["params"]
@@ -219,13 +236,24 @@ class FlaxTrainer(NamedTuple):
 
 
 def _flax_trainer(config: TrainConfig) -> FlaxTrainer:
-  from svmattn.models import losses
+  """The objective mean_i l(Y_i f_i) of the module's predictions; loss_scale as ``model.make_loss``:
+  a number S multiplies it, "auto" scales the derivative of every softmax the module takes through
+  ``flax_models.softmax`` / ``attend`` (``flax_models.auto_scaled``)."""
+  from svmattn.models import flax_models, losses
   ell = losses.get_loss(config.loss)
   module = config.module
+  scale = config.loss_scale
 
-  def objective(params, data):
+  def loss(params, data):
     f = module.apply({"params": params}, data.X, data.Z, data.v)
     return jnp.mean(ell(data.Y * f))
+
+  if isinstance(scale, str):
+    objective = flax_models.auto_scaled(loss)
+  elif scale != 1.0:
+    objective = lambda params, data: loss(params, data) * scale  # noqa: E731
+  else:
+    objective = loss
 
   return FlaxTrainer(config, objective, optim_lib.get_optimizer(config.optimizer, config.lr, config.numerics),
                      jax.grad(objective))
