@@ -80,6 +80,36 @@ flags.DEFINE_list("e2_flags", [], "Extra flags for the E2 end-to-end run (e.g. -
 flags.DEFINE_string("reproduce_json", None, "The stages suite: a reproduce.json (python -m experiments.reproduce) "
                     "whose experiments' stages are put beside their floors.")
 
+# every value checked when the flags are parsed: one line, nothing run
+for _name in ("gd_steps", "floor_batch", "scaling_batch", "block_size", "naive_sets", "svm_sets", "repeats",
+              "models_batch"):
+  common.at_least(_name, 1, "an integer >= 1")
+common.int_list("batch_sizes", minimum=1)
+common.out_flag()
+common.distinct_lists("suites", "norms")
+flags.register_validator("suites", lambda v: bool(v) and all(x in ("gd", "floor", "svm", "norms", "models", "e2",
+                                                                   "quick", "stages") for x in v),
+                         message="must list suites among gd, floor, svm, norms, models, e2, quick, stages")
+MAX_P = 100
+
+
+def _norm_ok(v: str) -> bool:
+  if v in ("fro", "nuc", "spectral", "l1", "linf"):
+    return True
+  try:
+    return v.startswith("l") and 1 < float(v[1:]) <= MAX_P
+  except ValueError:
+    return False
+
+
+flags.register_validator("norms", lambda v: bool(v) and all(_norm_ok(x) for x in v),
+                         message=f"must list norms among fro, nuc, spectral, l1, linf and l<p> with 1 < p <= {MAX_P}")
+flags.register_multi_flags_validator(
+    ["suites", "reproduce_json"],
+    lambda v: ("stages" not in v["suites"] or bool(v["reproduce_json"])) and
+              (not v["reproduce_json"] or os.path.isfile(v["reproduce_json"])),
+    message="the stages suite needs --reproduce_json naming an existing reproduce.json")
+
 AUTHORS_E2_SECONDS = 286.0
 E2 = dict(n=6, T=8, d=10)
 
@@ -327,7 +357,7 @@ def suite_svm(report):
   sets = FLAGS.svm_sets
   X, Z, alpha = svm_data(sets, **E2)
   rows = {}
-  naive_sets = max(5, sets // 5)
+  naive_sets = min(sets, max(5, sets // 5))      # the naive solver's data sets are among the sets drawn
   for norm in ("fro", "nuc"):
     svm_lib.att_svm(X[0], Z[0], alpha[0], norm)  # build the DPP problem outside the timing
     ours = time_svm(lambda b: svm_lib.att_svm(X[b], Z[b], alpha[b], norm), sets)

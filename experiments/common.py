@@ -1,6 +1,7 @@
 """Pieces shared by the experiment binaries: flags, data, output directories."""
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
@@ -22,6 +23,7 @@ _ABSL_FLAGS = frozenset(FLAGS)  # absl's own flags, left out of summaries
 def define_common_flags(runs: int = 100, seed: int = 0):
   flags.DEFINE_integer("runs", runs, "Number of random data sets (ignored with --data).", lower_bound=1)
   flags.DEFINE_integer("seed", seed, "Seed; data set r is drawn from fold_in(PRNGKey(seed), r).")
+  seed_flag()
   flags.DEFINE_enum("precision", os.environ.get("SVMATTN_PRECISION") or "float64", ["float64", "float32"],
                     "Floating-point precision (default: the environment variable SVMATTN_PRECISION, else float64; "
                     "the Colab notebook sets float32 on a TPU).")
@@ -33,6 +35,7 @@ def define_common_flags(runs: int = 100, seed: int = 0):
                     "skip compilation (see --compilation_cache_dir).")
   flags.DEFINE_string("compilation_cache_dir", DEFAULT_CACHE_DIR, "Directory of the persistent compilation cache.")
   flags.mark_flag_as_required("out")
+  out_flag()
   flags.register_validator("data", lambda v: v is None or os.path.isfile(v), message="no such file")
   # Runs when the flags are parsed, before main and before anything is compiled.
   flags.register_multi_flags_validator(["compilation_cache", "compilation_cache_dir"], _enable_cache)
@@ -157,14 +160,14 @@ def positive_float(name: str) -> None:
 
 
 def int_list(name: str, minimum: int = 1, allow_empty: bool = False) -> None:
-  """--NAME must be a comma-separated list of integers >= ``minimum``."""
+  """--NAME must be a comma-separated list of distinct integers >= ``minimum``."""
   def ok(values):
     try:
       ints = [int(v) for v in values]
     except (TypeError, ValueError):
       return False
-    return (allow_empty or bool(ints)) and all(i >= minimum for i in ints)
-  flags.register_validator(name, ok, message=f"must be a comma-separated list of integers >= {minimum}")
+    return (allow_empty or bool(ints)) and all(i >= minimum for i in ints) and len(set(ints)) == len(ints)
+  flags.register_validator(name, ok, message=f"must be a comma-separated list of distinct integers >= {minimum}")
 
 
 def float_list(name: str, minimum: float = 0.0, strict: bool = True) -> None:
@@ -174,9 +177,78 @@ def float_list(name: str, minimum: float = 0.0, strict: bool = True) -> None:
       xs = [float(v) for v in values]
     except (TypeError, ValueError):
       return False
-    return bool(xs) and all(math.isfinite(x) and (x > minimum if strict else x >= minimum) for x in xs)
-  flags.register_validator(name, ok, message=f"must be a comma-separated list of finite numbers "
+    return (bool(xs) and all(math.isfinite(x) and (x > minimum if strict else x >= minimum) for x in xs)
+            and len(set(xs)) == len(xs))
+  flags.register_validator(name, ok, message=f"must be a comma-separated list of distinct finite numbers "
                            f"{'>' if strict else '>='} {minimum}")
+
+
+SEED_LIMIT = 2 ** 32   # data set r of seed s: fold_in(PRNGKey(s), r), the seed passed as uint32 (data.generate)
+
+
+def seed_flag(name: str = "seed") -> None:
+  """--NAME must be a seed the key derivation takes: 0 <= seed < 2^32."""
+  flags.register_validator(name, lambda v: v is None or 0 <= v < SEED_LIMIT,
+                           message=f"must be an integer in [0, {SEED_LIMIT}) (2^32)")
+
+
+def out_problem(path) -> str | None:
+  """Why ``path`` cannot be a results directory (None if it can): an existing file, an empty
+  name, or a place where nothing can be written (probed with a directory created and removed
+  at once, so that root and read-only file systems are judged right)."""
+  if path is None:
+    return None
+  if not str(path).strip():
+    return "must name a directory"
+  where = os.path.abspath(os.path.expanduser(path))
+  if os.path.exists(where) and not os.path.isdir(where):
+    return f"{where} is an existing file, not a directory"
+  parent = where
+  while not os.path.exists(parent):
+    parent = os.path.dirname(parent)
+  if not os.path.isdir(parent):
+    return f"{parent} is a file, so {where} cannot be a directory"
+  import tempfile
+  try:
+    os.rmdir(tempfile.mkdtemp(prefix=".svmattn-probe-", dir=parent))
+  except OSError as e:
+    return f"cannot write in {parent} ({e.strerror or e})"
+  return None
+
+
+def out_flag(name: str = "out") -> None:
+  """--NAME must be a usable results directory (``out_problem``), checked when the flags are parsed."""
+  def ok(value):
+    problem = out_problem(value)
+    if problem:
+      raise flags.ValidationError(problem)
+    return True
+  flags.register_validator(name, ok)
+
+
+def distinct_lists(*names: str) -> None:
+  """Every list flag defined so far (or ``names``) must not repeat an entry: a repeated value
+  would compute the same thing twice."""
+  names = names or [n for n in FLAGS if n not in _ABSL_FLAGS and type(FLAGS[n].parser).__name__ == "ListParser"
+                    and not FLAGS.find_module_defining_flag(n, "").startswith("absl")]
+  for name in names:
+    def ok(values, name=name):
+      repeated = sorted({v for v in values or () if list(values).count(v) > 1})
+      if repeated:
+        raise flags.ValidationError(f"repeats {', '.join(repeated)}: list each value once")
+      return True
+    flags.register_validator(name, ok)
+
+
+def block_fits_batch(block: str = "block_size", batch: str = "batch_size", default: int = 64) -> None:
+  """--block_size at most max(--batch_size, ``default``): a larger block only pads the batch with
+  copies (memory and time grow with the block, not the data)."""
+  def ok(v):
+    if v[block] is None or v[batch] is None or v[block] <= max(v[batch], default):
+      return True
+    raise flags.ValidationError(f"--{block}={v[block]} exceeds --{batch}={v[batch]}: a block larger than the "
+                                f"batch only pads it with copies; use --{block} <= {max(v[batch], default)}")
+  flags.register_multi_flags_validator([block, batch], ok)
 
 
 def known_optimizer(name: str = "optimizer") -> None:
@@ -206,7 +278,8 @@ def known_params(name: str = "params") -> None:
 
 # Flags that do not change the results: left out of a run's identity (so --resume may change them).
 OPERATIONAL = {"out", "resume", "progress", "svm_workers", "keep_checkpoints", "compilation_cache",
-               "compilation_cache_dir", "coordinator_address", "num_processes", "process_id"}
+               "compilation_cache_dir", "coordinator_address", "num_processes", "process_id",
+               "hosts_timeout"}
 
 
 def define_numerics_flag() -> None:
@@ -232,9 +305,11 @@ def define_pipeline_flags(batch_size: int = 1000, hosts: bool = True) -> None:
     flags.DEFINE_integer("num_processes", 1, "Several hosts: number of processes; each runs a contiguous share "
                          "of every cell's data sets, process 0 writes the results.", lower_bound=1)
     flags.DEFINE_integer("process_id", 0, "Several hosts: this process's index.", lower_bound=0)
+    flags.DEFINE_integer("hosts_timeout", 300, "Several hosts: seconds to wait for every process to join before "
+                         "giving up with an error.", lower_bound=1)
     flags.register_multi_flags_validator(
         ["coordinator_address", "num_processes", "process_id"],
-        lambda v: v["num_processes"] == 1 or (bool(v["coordinator_address"]) and v["process_id"] < v["num_processes"]),
+        lambda v: v["process_id"] < v["num_processes"] and (v["num_processes"] == 1 or bool(v["coordinator_address"])),
         message="several processes need --coordinator_address=host:port and 0 <= --process_id < --num_processes")
 
 
@@ -255,7 +330,10 @@ def start_hosts() -> None:
   """Join the other processes (before anything starts a JAX backend)."""
   if hosts_flags()[1] > 1:
     from svmattn.study import hosts
-    hosts.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+    try:
+      hosts.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id, FLAGS.hosts_timeout)
+    except hosts.HostsError as e:
+      fail(str(e))
 
 
 def start_study(module):
@@ -265,6 +343,8 @@ def start_study(module):
   start_hosts()
   fl = flag_values()
   try:
+    if "data" in FLAGS and FLAGS.data and "precision" in FLAGS:
+      data_lib.check_file_magnitudes(FLAGS.data, dtype())   # values that would overflow in --precision
     return fl, module.build(fl, identity())
   except data_lib.DataError as e:
     fail(f"--data: {e}")
@@ -282,9 +362,33 @@ def run_study(study, write):
       fail(f"{cell.runs} data sets cannot be shared by {count} processes")
   options = runner.Options(FLAGS.resume, FLAGS.svm_workers, FLAGS.progress, FLAGS.keep_checkpoints, index, count)
   try:
-    return runner.execute(study, FLAGS.out, write, options)
+    with stop_on_signals():
+      return runner.execute(study, FLAGS.out, write, options)
   except (pipeline.StudyError, checkpoint.CheckpointError) as e:
     fail(str(e))
+  except Stopped as e:
+    fail(f"stopped by {e}; to continue, run the same command with --resume")
+
+
+class Stopped(BaseException):
+  """SIGINT (Ctrl-C) or SIGTERM during a run: the run stops where it is; --resume continues it."""
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+  """SIGINT and SIGTERM raise ``Stopped`` in the main thread while the block runs (the work
+  directory keeps every finished step; the pipeline stops its worker processes on the way out)."""
+  import signal
+
+  def stop(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+  previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    yield
+  finally:
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
 
 
 def run_one_cell(module, draw, report) -> None:
@@ -321,6 +425,8 @@ def define_training_flags(params=("W", "KQ"), steps: int = 2000, n: int = 6, T: 
   positive_float("lr")
   known_params()
   known_optimizer()
+  if "batch_size" in FLAGS:
+    block_fits_batch()
 
 
 STAGE_TIMINGS = {"data_s": "data", "compile_s": "compile", "train_s": "train", "svm_s": "svm", "wall_s": "pipeline_wall",

@@ -147,5 +147,7 @@ def report(summary, lams):
   common.print_report(lines, summary, each_check=False)
 
 
+common.distinct_lists()   # a repeated list entry would compute the same thing twice
+
 if __name__ == "__main__":
   app.run(main)

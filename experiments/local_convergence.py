@@ -116,5 +116,8 @@ def report(summary):
   print("\n".join(lines))
 
 
+common.block_fits_batch()
+common.distinct_lists()   # a repeated list entry would compute the same thing twice
+
 if __name__ == "__main__":
   app.run(main)

@@ -122,5 +122,7 @@ def report(summary):
   common.print_report(lines, summary)
 
 
+common.distinct_lists()   # a repeated list entry would compute the same thing twice
+
 if __name__ == "__main__":
   app.run(main)

@@ -43,6 +43,9 @@ from __future__ import annotations
 from absl import app
 from absl import flags
 from absl import logging
+import math
+import os
+
 import numpy as np
 import scipy.special
 
@@ -74,6 +77,36 @@ flags.DEFINE_integer("check_step", 2000, "The step at which float32 is compared 
 flags.DEFINE_bool("svm", True, "Solve the SVMs at the reference's selected tokens (corr with the SVM).")
 flags.DEFINE_integer("snapshot_every", 10, "Record W every this many steps.")
 flags.DEFINE_integer("chunk_steps", 1000, "Steps per jitted chunk (progress granularity).")
+# every value checked when the flags are parsed (one line, nothing run): DataSpec/TrainConfig would refuse them later
+common.at_least("n", 1, "an integer >= 1")
+common.at_least("T", 2, "an integer >= 2 (token selection needs two tokens)")
+common.at_least("d", 1, "an integer >= 1")
+common.at_least("m", 1, "an integer >= 1 (or unset: m = d)")
+common.at_least("steps", 0, "an integer >= 0")
+common.at_least("check_step", 0, "an integer >= 0")
+common.at_least("snapshot_every", 1, "an integer >= 1")
+common.at_least("chunk_steps", 1, "an integer >= 1")
+common.positive_float("lr")
+common.positive_float("static_scale")
+common.known_params()
+flags.register_validator("variants", lambda v: bool(v) and all(x in VARIANTS for x in v),
+                         message=f"must list variants among {', '.join(VARIANTS)}")
+flags.register_validator("threshold", lambda v: math.isfinite(v) and -1 <= v <= 1,
+                         message="must be a correlation in [-1, 1]")
+
+
+def _data_fits(v) -> bool:
+  """The --data file's values must not overflow the float32 variants (data_lib.magnitude_limit)."""
+  if v["data"] and os.path.isfile(v["data"]):
+    precision = "float32" if any(x.startswith("float32") for x in v["variants"] or ()) else "float64"
+    try:
+      data_lib.check_file_magnitudes(v["data"], np.dtype(precision))
+    except data_lib.DataError as e:
+      raise flags.ValidationError(str(e)) from None
+  return True
+
+
+flags.register_multi_flags_validator(["data", "variants"], _data_fits)
 
 OWN_NORM = common.own_norms()
 LOG_TINY = {"float32": -np.log(np.finfo(np.float32).tiny), "float64": -np.log(np.finfo(np.float64).tiny)}
@@ -308,6 +341,8 @@ def report(summary):
                    f"  stalled {s['runs_stalled']}" + (f"  svm {svm['mean']:.4f}/{svm['min']:.4f}" if svm else ""))
   common.print_report(lines, summary)
 
+
+common.distinct_lists()   # a repeated list entry would compute the same thing twice
 
 if __name__ == "__main__":
   app.run(main)

@@ -240,5 +240,10 @@ def report(summary):
   common.print_report(lines, summary)
 
 
+common.seed_flag()
+common.out_flag()
+common.block_fits_batch(default=16)
+common.distinct_lists()   # a repeated list entry would compute the same thing twice
+
 if __name__ == "__main__":
   app.run(main)

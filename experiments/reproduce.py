@@ -169,5 +169,9 @@ def main(argv):
   return 1 if failed else 0
 
 
+common.seed_flag()
+common.out_flag()
+common.distinct_lists()   # a repeated list entry would compute the same thing twice
+
 if __name__ == "__main__":
   app.run(main)
