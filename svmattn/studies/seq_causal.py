@@ -15,9 +15,12 @@ not-local) and records whether GD selected the optimal tokens opt_ik = argmax_t 
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 
+from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
@@ -77,11 +80,12 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     return {**batch._asdict(), "gamma": token_scores(batch)}
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
-                        lambda cell: tuple(stages.Train(name, c) for name, _, _, c in cfgs), analyze,
+                        lambda cell: tuple(stages.Train(name, c) for name, _, _, c in cfgs),
+                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
 
 
-def analyze(label: dict, data: dict, trajs: dict) -> dict:
+def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
   """Per run, for each trained "{mode}_{P}": the final W, the selections (B,n,T), the SVM at
   them (svm_{mode}_{P}, _status), corr of every snapshot with it, the softmax and loss
   curves, whether every scored position selected the optimal token (global_), finite_ and,
@@ -94,6 +98,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
   for name, t in trajs.items():
     mode, p = name.rsplit("_", 1)
     norm = OWN_NORM[p]
+    labels = health.add(out, name, t, saturation)   # an unhealthy run's convergence type is its label
     out.setdefault(f"optimal_{mode}", s2s.optimal_tokens(gamma, mode))
     selected = t["selected"]                                                 # (B,n,T)
     solved = s2s.svm_batch(X, selected, norm, mode=mode)
@@ -106,7 +111,8 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
                 f"global_{name}": np.all(optimal, axis=(1, 2)), f"finite_{name}": t["finite"]})
     if norm == "fro":
       out[f"convergence_type_{name}"] = np.array(
-          [s2s.convergence_type(gamma[b], selected[b], solved[b], mode) for b in range(len(X))])
+          [s2s.convergence_type(gamma[b], selected[b], solved[b], mode) if labels[b] == "ok" else labels[b]
+           for b in range(len(X))])
   return out
 
 
@@ -150,6 +156,10 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
       positions = s2s.scored_positions(T, T, mode)
       all_opt = a[f"global_{name}"]
       summary["diverged_runs"][name] = int(np.sum(~a[f"finite_{name}"]))
+      if f"health_{name}" in a:
+        arrays[f"health_{name}"] = a[f"health_{name}"]
+        arrays[f"stalled_step_{name}"] = a[f"stalled_step_{name}"]
+        summary.setdefault("health", {})[name] = health.counts(a[f"health_{name}"])
       summary["final_corr"][f"{name}_vs_{norm}"] = _stats(curve[:, -1])
       status = {s: int(np.sum(status_arr == s)) for s in svm_lib.STATUSES}
       summary["svm_status"][f"{name}_{norm}"] = status
