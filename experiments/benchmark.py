@@ -64,6 +64,7 @@ from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for benchmark.json and figures.")
+common.figure_format_flag()
 flags.DEFINE_list("suites", ["gd", "floor", "svm", "norms", "models", "e2"],
                   "Suites to run: gd, floor, svm, norms, models, e2, quick, stages (needs --reproduce_json).")
 flags.DEFINE_list("norms", ["fro", "nuc", "l1", "linf", "l1.75", "l3", "spectral"], "Norms of the norms suite.")

@@ -34,11 +34,27 @@ def define_common_flags(runs: int = 100, seed: int = 0):
   flags.DEFINE_bool("compilation_cache", True, "Keep compiled XLA programs on disk so that repeated runs "
                     "skip compilation (see --compilation_cache_dir).")
   flags.DEFINE_string("compilation_cache_dir", DEFAULT_CACHE_DIR, "Directory of the persistent compilation cache.")
+  figure_format_flag()
   flags.mark_flag_as_required("out")
   out_flag()
   flags.register_validator("data", lambda v: v is None or os.path.isfile(v), message="no such file")
   # Runs when the flags are parsed, before main and before anything is compiled.
   flags.register_multi_flags_validator(["compilation_cache", "compilation_cache_dir"], _enable_cache)
+
+
+def figure_format_flag() -> None:
+  """--figure_format: every figure is written in each listed format (svmattn.io.plots.set_formats,
+  applied when the flags are parsed, before main)."""
+  flags.DEFINE_list("figure_format", ["png"], "Figure file formats, comma-separated: png, pdf, svg.")
+
+  def ok(values):
+    from svmattn.io import plots
+    try:
+      plots.set_formats(values)
+    except ValueError:
+      raise flags.ValidationError(f"must list formats among {', '.join(plots.FORMATS)}, got {','.join(values)}")
+    return True
+  flags.register_validator("figure_format", ok)
 
 
 DEFAULT_CACHE_DIR = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "svmattn", "jax")
@@ -277,7 +293,7 @@ def known_params(name: str = "params") -> None:
 # ----------------------------------------------------------------------------------------
 
 # Flags that do not change the results: left out of a run's identity (so --resume may change them).
-OPERATIONAL = {"out", "resume", "progress", "svm_workers", "keep_checkpoints", "compilation_cache",
+OPERATIONAL = {"out", "resume", "progress", "figure_format", "svm_workers", "keep_checkpoints", "compilation_cache",
                "compilation_cache_dir", "coordinator_address", "num_processes", "process_id",
                "hosts_timeout"}
 

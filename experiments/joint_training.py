@@ -80,7 +80,7 @@ def draw(arrays, summary, out):
     label = {"W": "W", "KQ": "K Q^T", "p": "p"}[name]
     ax.set(xlabel="iteration", ylabel="correlation", title=f"joint training, {label} ({summary['setting']})")
     ax.set_ylim(min(0.5, ax.get_ylim()[0]), 1.02)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(loc="lower right")
   plots.save(fig, f"{out}/joint.png")
   if summary["setting"] == "toy":
     draw_toy(arrays, out)
@@ -102,7 +102,7 @@ def draw_toy(arrays, out):
       ax.axhline(angle(ref), color=color, ls=style, lw=1, label=label)
     ax.set(xscale="symlog", xlim=(0, steps[-1]), xlabel="iteration", ylabel="direction (degrees)",
            title=f"toy, {study.TOY_NAMES[i]} (n=3, T=2, d=2)")
-    ax.legend(fontsize=7)
+    ax.legend()
   plots.save(fig, f"{out}/toy.png")
 
 

@@ -7,7 +7,7 @@ to --out:
                  correlations and softmax curves (see README, "Output files")
   summary.json   flags, final correlations (mean, std), convergence types, timings
   softmax.png    (1/n) sum_i max_t s_it vs iteration, mean +- std, W blue, (K,Q) red
-  correlation.png  corr with the SVM solutions vs iteration
+  correlation.png  1 - corr with the SVM solutions vs iteration (log axis; median, 10..90th percentile)
 
     python -m experiments.local_convergence --out=results/e2
     python -m experiments.local_convergence --out=results/e2_mine --data=my_data.npz
@@ -87,19 +87,23 @@ def draw(arrays, params, out):
     plots.band(ax, steps, arrays[f"max_prob_{p}"], plots.COLORS[p], {"W": "W", "KQ": "(K,Q)"}[p])
   ax.set(xlabel="iteration", ylabel=r"softmax probability $\frac{1}{n}\sum_i \max_t s_{it}$",
          title="Attention saturates")
-  ax.legend()
+  ax.legend(title=plots.BAND_MEAN_STD)
   plots.save(fig, f"{out}/softmax.png")
 
+  # 1 - corr on a log axis: the regime that matters (1 - corr near 1e-3) is invisible on a 0..1
+  # axis; median and 10..90th percentile (a mean +- std band leaves a log axis). Floor: float64
+  # rounding of a correlation (1e-15), so an exact match stays on the plot.
   fig, (ax,) = plots.figure()
   own = common.own_norms()
   for p in params:
     for norm in svm_lib.NORMS:
       style = "-" if own[p] == norm else "--"
       label = f"{'W' if p == 'W' else '(K,Q)'} vs {e2.NORM_NAMES[norm]} SVM"
-      plots.band(ax, steps, arrays[f"corr_{p}_{norm}"], plots.COLORS[p], label, style)
-  ax.set(xlabel="iteration", ylabel="correlation coefficient", ylim=(0, 1.02),
+      gap = np.maximum(1.0 - np.asarray(arrays[f"corr_{p}_{norm}"], np.float64), 1e-15)
+      plots.quantile_band(ax, steps, gap, plots.COLORS[p], label, style)
+  ax.set(xlabel="iteration", ylabel="1 - correlation coefficient", yscale="log",
          title="GD direction vs max-margin SVM")
-  ax.legend(loc="lower right")
+  ax.legend(loc="lower left", title=plots.quantile_band_caption())
   plots.save(fig, f"{out}/correlation.png")
 
 

@@ -48,7 +48,7 @@ def draw(arrays, summary, out):
       plots.band(ax, steps, arrays[f"{p}_{h}_corr"], f"C{k % 10}", f"{h} vs its Att-SVM")
     plots.band(ax, steps, arrays[f"{p}_sum_corr"], "k", "sum of heads vs the SVM of its selection", "--")
     ax.set(xlabel="iteration", ylabel="correlation", title=f"{p}: {summary['heads']} heads", ylim=(0, 1.02))
-    ax.legend(fontsize=6, loc="lower right")
+    ax.legend(loc="lower right")
   ax = axes[-1]
   width = 0.35
   x = np.arange(len(names))
@@ -57,7 +57,7 @@ def draw(arrays, summary, out):
   ax.bar(x - width / 2, same, width, label="every head the same token")
   ax.bar(x + width / 2, diff, width, label="every head a different token")
   ax.set(xticks=x, xticklabels=names, ylabel="share of sequences", title="do the heads split the tokens?", ylim=(0, 1))
-  ax.legend(fontsize=7)
+  ax.legend()
   plots.save(fig, f"{out}/heads.png")
 
 

@@ -47,6 +47,7 @@ flags.register_validator("data", lambda v: v is None or __import__("os").path.is
 flags.register_multi_flags_validator(["compilation_cache", "compilation_cache_dir"], common._enable_cache)
 common.define_pipeline_flags(batch_size=1000)
 common.define_numerics_flag()
+common.figure_format_flag()
 flags.DEFINE_enum("setting", "global", sorted(e12.SETTINGS), "global or local (the public code's two notebooks).")
 flags.DEFINE_integer("K", 6, "Vocabulary size.", lower_bound=2)
 flags.DEFINE_integer("d", 8, "Embedding dimension.", lower_bound=1)
@@ -82,19 +83,19 @@ def draw(arrays, summary, out):
     if f"corr_local_{p}" in arrays:
       plots.band(ax, steps, arrays[f"corr_local_{p}"], f"C{2 * k + 1}", f"{p}: corr(W, W^svm of the selected tokens)")
   ax.set(xlabel="iteration", ylabel="correlation", title=f"next-token prediction ({summary['setting']})", ylim=(0, 1.02))
-  ax.legend(fontsize=7, loc="lower right")
+  ax.legend(loc="lower right")
   plots.save(fig, f"{out}/corr.png")
 
   fig, axes = plots.figure(ncols=2, width=4.8)
   for k, p in enumerate(names):
-    plots.band(axes[0], steps[1:], arrays[f"resid_{p}"][:, 1:], f"C{k}", p)
-    plots.band(axes[1], steps[1:], arrays[f"fin_gap_{p}"][:, 1:], f"C{k}", p)
+    plots.quantile_band(axes[0], steps[1:], arrays[f"resid_{p}"][:, 1:], f"C{k}", p)   # log axes: quantiles
+    plots.quantile_band(axes[1], steps[1:], arrays[f"fin_gap_{p}"][:, 1:], f"C{k}", p)
   axes[0].set(xscale="log", yscale="log", xlabel="iteration", ylabel="||W - c W^svm - W^fin|| / ||W||",
               title="distance from the predicted decomposition")
   axes[1].set(xscale="log", yscale="log", xlabel="iteration", ylabel="||P_fin W - W^fin||",
               title="finite part: W's component in S_fin vs W^fin")
   for ax in axes:
-    ax.legend(fontsize=7)
+    ax.legend(title=plots.quantile_band_caption())
   plots.save(fig, f"{out}/residual.png")
   draw_graph(arrays, out)
 
@@ -117,7 +118,7 @@ def draw_graph(arrays, out):
     c = g.component[a]
     ax.scatter(*pos[a], s=700, color=f"C{c % 10}", zorder=3, edgecolor="k")
     ax.text(*pos[a], f"{g.nodes[a]}", ha="center", va="center", fontsize=11, zorder=4, color="w")
-    ax.text(*(pos[a] * 1.42), f"SCC {c}, rank {g.rank[c]}", ha="center", va="center", fontsize=7)
+    ax.text(*(pos[a] * 1.42), f"SCC {c}, rank {g.rank[c]}", ha="center", va="center", fontsize=8)
   ax.set(xlim=(-1.6, 1.6), ylim=(-1.6, 1.6), aspect="equal",
          title=f"data set 0, query token {k}: edges label -> other token\n"
                "same color: one SCC (equality constraints); rank 0 outranks higher ranks")

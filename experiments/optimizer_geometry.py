@@ -100,7 +100,7 @@ def draw(arrays, summary, out):
   for i, o in enumerate(names):
     for j, n in enumerate(norms):
       if np.isfinite(table[i, j]):
-        ax.text(j, i, f"{table[i, j]:.3f}", ha="center", va="center", fontsize=7,
+        ax.text(j, i, f"{table[i, j]:.3f}", ha="center", va="center", fontsize=8,
                 color="w" if table[i, j] < np.nanmean(table) else "k")
     pred = summary["nearest"][o]["predicted"]
     if pred in norms:
@@ -117,7 +117,7 @@ def draw(arrays, summary, out):
     if pred in norms:
       plots.band(ax, steps, arrays[f"corr_{o}_{pred}"], f"C{k % 10}", f"{o} vs {pred}")
   ax.set(xlabel="iteration", ylabel="corr with the predicted norm's Att-SVM", ylim=(0, 1.02))
-  ax.legend(fontsize=7, loc="lower right")
+  ax.legend(loc="lower right")
   plots.save(fig, f"{out}/curves.png")
 
 

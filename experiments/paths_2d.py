@@ -103,14 +103,17 @@ def draw(arrays, b, out):
     ax.axvline(0, color="0.85", lw=0.8, zorder=0)
     ax.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", title=title, xlabel="coordinate 1",
            ylabel="coordinate 2")
-  handles = [plots.plt.Line2D([], [], color=seq_colors[i % 5], lw=2.5, label=rf"$W(k)z_{i + 1}/\|W(k)\|_F$")
+  # one entry per sequence: its tokens' marker on its path's line
+  handles = [plots.plt.Line2D([], [], color=seq_colors[i % 5], lw=2.5, marker=markers[i % 5], markersize=9,
+                              markerfacecolor=token_colors[i % 5], markeredgecolor="black",
+                              label=rf"sequence {i + 1}: tokens $x_{{{i + 1}t}}$, path $W(k)z_{i + 1}/\|W(k)\|_F$")
              for i in range(n)]
   handles += [plots.plt.Line2D([], [], color="k", lw=1.5, label=r"ray $W^{mm}z_i$ (Frobenius)"),
               plots.plt.Line2D([], [], color="k", lw=1.5, ls="--", label=r"ray $W^{mm}_\star z_i$ (nuclear)"),
               plots.plt.Line2D([], [], color="w", marker="*", markerfacecolor="0.6", markeredgecolor="k",
                                markersize=13, label="optimal token"),
               plots.plt.Line2D([], [], color="k", marker="x", lw=0, label="final step")]
-  fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=9, bbox_to_anchor=(0.5, -0.1))
+  fig.legend(handles=handles, loc="upper center", ncol=2, fontsize=9, bbox_to_anchor=(0.5, 0.0))
   plots.save(fig, f"{out}/paths.png")
 
 

@@ -325,7 +325,7 @@ def draw(arrays, params, variants, out):
               title="Softmax saturation of the reference")
   axes[0].legend(fontsize=8)
   axes[1].set(xlabel="iteration", ylabel="mean ||W|| (W or KQ^T)", title="Norm growth (flat: frozen)")
-  axes[1].legend(fontsize=7)
+  axes[1].legend()
   plots.save(fig, f"{out}/saturation.png")
 
 

@@ -45,6 +45,7 @@ flags.mark_flag_as_required("out")
 flags.register_multi_flags_validator(["compilation_cache", "compilation_cache_dir"], common._enable_cache)
 common.define_pipeline_flags(batch_size=1000)
 common.define_numerics_flag()
+common.figure_format_flag()
 flags.DEFINE_enum("dataset", "digits", ["digits", "fashion_mnist"], "Image data: digits (scikit-learn, bundled) or "
                   "fashion_mnist (Debian's dataset-fashion-mnist).")
 flags.DEFINE_string("data_dir", None, "fashion_mnist: the directory of its IDX files (default: Debian's "
@@ -179,8 +180,10 @@ def draw(arrays, summary, fl, out):
   for ax, title in zip(axes, titles):
     ax.axvline(bound, color="0.5", ls=":", lw=1)
     ax.set(xscale="log", xlabel="n (images per data set)", title=title)
-    ax.legend(fontsize=6)
-  axes[0].text(bound, 0.5, " n(T-1) = d^2", fontsize=7, color="0.4", transform=axes[0].get_xaxis_transform())
+    ax.set_xticks(ns, [str(n) for n in ns])                 # the n values, not 2x10^0 minor labels
+    ax.xaxis.set_minor_formatter(plots.plt.NullFormatter())
+    ax.legend()
+  axes[0].text(bound, 0.5, " n(T-1) = d^2", fontsize=8, color="0.4", transform=axes[0].get_xaxis_transform())
   plots.save(fig, f"{out}/vs_n.png")
   draw_attention(arrays, summary, fl, out)
 

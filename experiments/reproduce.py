@@ -33,6 +33,8 @@ flags.DEFINE_string("out", "results", "Output directory: one subdirectory per ex
 flags.DEFINE_bool("quick", False, "Small run counts (minutes instead of the paper's counts).")
 flags.DEFINE_list("only", [], "Run only these experiments (ids like E2 or names like local_convergence).")
 flags.DEFINE_integer("seed", 0, "Seed passed to every experiment.")
+flags.DEFINE_list("figure_format", ["png"], "Figure formats passed to every experiment (png, pdf, svg); png is "
+                  "always written too, for the report.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,8 +111,9 @@ def selected():
 def run_one(exp: Experiment, out: str) -> dict:
   target = os.path.join(out, exp.dir)
   extra = (exp.quick if FLAGS.quick else exp.paper) + exp.args
+  formats = ",".join(dict.fromkeys(["png", *FLAGS.figure_format]))      # the report embeds the PNGs
   cmd = [sys.executable, "-m", f"{__package__}.{exp.module}", f"--out={target}", f"--seed={FLAGS.seed}",
-         "--noprogress", *extra]
+         "--noprogress", f"--figure_format={formats}", *extra]
   print(f"[{exp.key}] {exp.title}: {' '.join(cmd[1:])}", flush=True)
   t0 = time.perf_counter()
   proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -171,6 +174,8 @@ def main(argv):
 
 common.seed_flag()
 common.out_flag()
+flags.register_validator("figure_format", lambda v: bool(v) and all(f in ("png", "pdf", "svg") for f in v),
+                         message="must list formats among png, pdf, svg")
 common.distinct_lists()   # a repeated list entry would compute the same thing twice
 
 if __name__ == "__main__":

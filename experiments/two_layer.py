@@ -43,7 +43,7 @@ def draw(arrays, summary, out):
       plots.band(axes[0], steps, arrays[f"{p}_{layer}_corr"], f"C{2 * k + j}", f"{p} {layer}", "-" if j else "--")
   axes[0].set(xlabel="iteration", ylabel="corr with the Att-SVM at the layer's selection", ylim=(0, 1.02),
               title="two-layer attention")
-  axes[0].legend(fontsize=7, loc="lower right")
+  axes[0].legend(loc="lower right")
   labels, values = [], []
   for p in names:
     for layer in ("layer1", "layer2"):

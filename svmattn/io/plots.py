@@ -1,6 +1,12 @@
-"""Figure helpers (matplotlib, Agg backend): mean +- std bands and PNG output."""
+"""Figure helpers (matplotlib, Agg backend): mean +- std and quantile bands, and figure files.
+
+Every figure is written in each format of ``set_formats`` (the binaries' --figure_format: png by
+default, pdf, svg), beside the path given to ``save`` (its extension replaced). Legends are at least
+8 pt at the figure's size (rcParams legend.fontsize; set a larger size where needed, never smaller).
+"""
 from __future__ import annotations
 
+import os
 import warnings
 
 import matplotlib
@@ -12,6 +18,27 @@ import numpy as np  # noqa: E402
 from svmattn.io import results  # noqa: E402
 
 COLORS = {"W": "tab:blue", "KQ": "tab:red"}
+FORMATS = ("png", "pdf", "svg")      # the formats ``set_formats`` accepts
+LEGEND_FONTSIZE = 8                  # points, at the figure's size (figures are saved at their size)
+DPI = 120
+plt.rcParams["legend.fontsize"] = plt.rcParams["legend.title_fontsize"] = LEGEND_FONTSIZE
+
+_formats = ["png"]
+
+
+def set_formats(formats) -> None:
+  """The formats ``save`` writes every figure in, e.g. ["png", "pdf"] (at least one, each in
+  ``FORMATS``; repeats are dropped)."""
+  formats = [f.strip().lower() for f in formats]
+  bad = [f for f in formats if f not in FORMATS]
+  if bad or not formats:
+    raise ValueError(f"figure formats must be among {', '.join(FORMATS)} (at least one), got {formats}")
+  _formats[:] = list(dict.fromkeys(formats))
+
+
+def formats() -> list[str]:
+  """The formats ``save`` writes (see ``set_formats``)."""
+  return list(_formats)
 
 
 def band(ax, x, curves, color, label, linestyle="-"):
@@ -25,11 +52,37 @@ def band(ax, x, curves, color, label, linestyle="-"):
   ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.2, lw=0)
 
 
+BAND_MEAN_STD = "line: mean, band: mean $\\pm$ std"
+
+
+def quantile_band(ax, x, curves, color, label, linestyle="-", q=(0.1, 0.9)):
+  """Median and the q[0]..q[1] quantile range over the leading axis of curves (R, S), NaN-aware:
+  a band that stays positive, for log axes (mean +- std does not)."""
+  curves = np.asarray(curves, np.float64)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    lo, mid, hi = np.nanquantile(curves, [q[0], 0.5, q[1]], axis=0)
+  ax.plot(x, mid, color=color, linestyle=linestyle, label=label, lw=2)
+  ax.fill_between(x, lo, hi, color=color, alpha=0.2, lw=0)
+
+
+def quantile_band_caption(q=(0.1, 0.9)) -> str:
+  """What ``quantile_band`` draws, for a legend title or caption."""
+  return f"line: median, band: {100 * q[0]:.0f}th..{100 * q[1]:.0f}th percentile"
+
+
 def figure(ncols=1, width=5.0, height=3.8):
   fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
   return fig, list(axes[0])
 
 
 def save(fig, path):
-  results.save_figure(fig, path)
+  """Writes fig as path in every format of ``set_formats`` (path's extension replaced by each
+  format's: x.png -> x.png, x.pdf), atomically, and closes it. Vector formats carry no date, so
+  equal figures give equal files."""
+  root = os.path.splitext(os.fspath(path))[0]
+  for fmt in _formats:
+    metadata = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(fmt)
+    with results.atomic_path(f"{root}.{fmt}", "." + fmt) as tmp:
+      fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format=fmt, metadata=metadata)
   plt.close(fig)
