@@ -220,7 +220,10 @@ def equality_margin_svm(A: np.ndarray, E: np.ndarray, d: int):
 
   Returns (status, W (d,d) or None, dual (N,) or None, message)."""
   D = d * d
-  N = null_space(E, D)
+  try:
+    N = null_space(E, D)
+  except np.linalg.LinAlgError as e:     # an SVD that did not converge: an outcome
+    return "failed", None, None, f"null space (SVD): {e}"
   if A.shape[0] == 0:
     return "optimal", np.zeros((d, d)), np.zeros(0), "no margin constraints"
   status, u, dual, msg = svm_lib._solve_nnls(A @ N, N.shape[1])  # noqa: SLF001 - the shared solver

@@ -141,9 +141,12 @@ def graph_svm(E, tokens, labels, norm: str = "fro", solver: str | None = None,
   graph_of = graphs(tokens, labels, ignore)
   A_eq, A_ge = constraint_rows(E, tokens, labels, graph_of, ignore)
   if solver == "nnls":
-    N = _null_space(A_eq, d * d)
-    status, u, _, msg = svm_lib.least_distance(A_ge @ N)
-    w = None if u is None else N @ u
+    try:
+      N = _null_space(A_eq, d * d)
+      status, u, _, msg = svm_lib.least_distance(A_ge @ N)
+      w = None if u is None else N @ u
+    except np.linalg.LinAlgError as e:   # an SVD that did not converge: an outcome
+      status, w, msg = "failed", None, f"null space (SVD): {e}"
   elif norm == "fro":
     import cvxpy as cp
     wv = cp.Variable(d * d)

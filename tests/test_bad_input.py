@@ -1,0 +1,303 @@
+"""Bad input, everywhere: every binary answers a bad flag value, a bad --out or a bad data file
+with ONE clear line naming the problem, a non-zero exit, no traceback, and nothing written.
+
+Flag checks run in one process per binary (``_parse_all``: the binary's flags parsed once per
+bad value, as absl parses them before main), so that the whole table costs one import per
+binary; a few cases run the binaries end to end. The runs that start work (interrupted,
+damaged, failed then corrected) are marked slow.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT
+
+ENV = dict(os.environ, JAX_PLATFORMS="cpu")
+PY = sys.executable
+
+
+def _run(binary, *args, timeout=300):
+  return subprocess.run([PY, "-m", f"experiments.{binary}", *args], cwd=REPO_ROOT, env=ENV, capture_output=True,
+                        text=True, timeout=timeout)
+
+
+def _assert_clean_error(proc, expect):
+  assert proc.returncode != 0, proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert expect in proc.stderr, proc.stderr[-2000:]
+
+
+# ----------------------------------------------------------------------------
+# The table: (flags, what the error must name), per binary, checked at flag parsing
+# ----------------------------------------------------------------------------
+
+OUT_AND_SEED = [("--out=@FILE", "is an existing file"), ("--out=/sys/svmattn_bad_input/out", "cannot write in /sys"),
+                ("--out=", "must name a directory"), ("--seed=-1", "[0, 4294967296)"),
+                (f"--seed={2 ** 64 + 5}", "[0, 4294967296)"), (f"--seed={2 ** 32}", "[0, 4294967296)")]
+PIPELINE = [("--process_id=5", "--process_id < --num_processes"), ("--batch_size=0", "batch_size"),
+            ("--svm_workers=-1", "svm_workers")]
+TRAINING = [("--block_size=1000000", "exceeds --batch_size"), ("--block_size=0", "block_size"),
+            ("--lr=nan", "--lr")]
+
+TABLE = {
+    "paths_2d": OUT_AND_SEED + PIPELINE + [("--lr=nan", "--lr")],
+    "local_convergence": OUT_AND_SEED + PIPELINE + TRAINING + [
+        ("--params=W,W", "repeats W"), ("--optimizer=bogus", "optimizer"), ("--runs=0", "--runs"),
+        ("--precision=float16", "precision"), ("--data=/nonexistent.npz", "no such file")],
+    "svm_rank": OUT_AND_SEED + [("--ds=2,2", "distinct"), ("--shapes=3:3,3:3", "repeats 3:3"),
+                                ("--rtol=nan", "rtol")],
+    "overparam": OUT_AND_SEED + PIPELINE + [("--n_values=5,5", "distinct")],
+    "multi_token": OUT_AND_SEED + [("--ds=4,4", "distinct"), ("--tau_L=nan", "tau_L")],
+    "lambda_head": OUT_AND_SEED + PIPELINE + [("--lams=0,0", "distinct"), ("--lams=0,0.0", "distinct")],
+    "reg_path": OUT_AND_SEED + PIPELINE + [("--params=W,W", "repeat"), ("--r_min=nan", "r_min")],
+    "seq_causal": OUT_AND_SEED + PIPELINE + [("--modes=causal,causal", "modes")],
+    "feasibility": OUT_AND_SEED + PIPELINE + [("--shapes=3:3,3:3", "repeats 3:3"), ("--alphas=opt,opt", "alphas")],
+    "optimizer_geometry": OUT_AND_SEED + PIPELINE + [
+        ("--norms=l1e400", "1 < p <= 100"), ("--norms=lnan", "1 < p <= 100"), ("--norms=fro,fro", "norms"),
+        ("--optimizers=adam,adam", "optimizers")],
+    "joint_training": OUT_AND_SEED + PIPELINE + TRAINING + [("--params=W,W", "params")],
+    "next_token": OUT_AND_SEED + PIPELINE + TRAINING + [("--params=W,W", "repeats W")],
+    "real_data": OUT_AND_SEED + PIPELINE + [("--block_size=1000000", "exceeds --batch_size"),
+                                            ("--n_values=2,2", "n_values"), ("--params=W,W", "repeats W")],
+    "multi_head": OUT_AND_SEED + PIPELINE + TRAINING + [("--params=KQ,KQ", "repeats KQ"), ("--heads=0", "heads")],
+    "two_layer": OUT_AND_SEED + PIPELINE + TRAINING + [("--params=W,W", "repeats W")],
+    "precision": OUT_AND_SEED + [
+        ("--threshold=nan", "correlation in [-1, 1]"), ("--threshold=2", "correlation in [-1, 1]"),
+        ("--n=0", ">= 1"), ("--T=1", ">= 2"), ("--d=0", ">= 1"), ("--m=0", ">= 1"), ("--steps=-1", ">= 0"),
+        ("--lr=-1", "finite number > 0"), ("--params=XX", "parameterizations"), ("--variants=bogus", "variants"),
+        ("--variants=float32,float32", "repeats float32"), ("--static_scale=inf", "finite number > 0"),
+        ("--check_step=-3", ">= 0"), ("--snapshot_every=0", ">= 1"), ("--chunk_steps=0", ">= 1")],
+    "benchmark": [("--out=@FILE", "is an existing file"), ("--block_size=0", "block_size"),
+                  ("--batch_sizes=-5", "integers >= 1"), ("--batch_sizes=10,10", "distinct"),
+                  ("--repeats=0", "repeats"), ("--svm_sets=0", "svm_sets"), ("--suites=bogus", "suites"),
+                  ("--suites=svm,svm", "repeats svm"), ("--norms=l1e400", "1 < p <= 100"),
+                  ("--suites=stages", "reproduce_json")],
+    "reproduce": [("--out=@FILE", "is an existing file"), ("--seed=-1", "[0, 4294967296)"),
+                  ("--only=E1,E1", "repeats E1")],
+}
+
+# The binaries whose table runs in the default suite (one import each); the others are slow.
+QUICK = ("local_convergence", "precision", "benchmark", "optimizer_geometry")
+
+DRIVER = textwrap.dedent("""
+    import json, sys
+    from absl import flags
+    import importlib
+    importlib.import_module("experiments." + sys.argv[1])
+    out = []
+    for args in json.loads(sys.argv[2]):
+      flags.FLAGS.unparse_flags()
+      try:
+        flags.FLAGS(["prog"] + args)
+        out.append(None)
+      except flags.Error as e:
+        out.append(str(e))
+    print(json.dumps(out))
+""")
+
+
+def _parse_all(binary, cases, tmp_path):
+  """The flag-parsing error of each case (None: accepted), in one process."""
+  afile = tmp_path / "afile"
+  afile.write_text("x")
+  out = str(tmp_path / "out")
+  argvs = []
+  for arg, _ in cases:
+    args = [arg.replace("@FILE", str(afile))]
+    if binary != "benchmark" and not arg.startswith("--out="):
+      args.append(f"--out={out}")
+    argvs.append(args)
+  proc = subprocess.run([PY, "-c", DRIVER, binary, json.dumps(argvs)], cwd=REPO_ROOT, env=ENV, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert not os.path.exists(out), "a refused flag left an output directory"
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("binary", [pytest.param(b, marks=() if b in QUICK else pytest.mark.slow) for b in TABLE])
+def test_bad_flags_are_refused_when_parsed(binary, tmp_path):
+  cases = TABLE[binary]
+  errors = _parse_all(binary, cases, tmp_path)
+  wrong = [(arg, expect, err) for (arg, expect), err in zip(cases, errors) if err is None or expect not in err]
+  assert not wrong, "\n".join(f"{a}: expected {e!r}, got {g!r}" for a, e, g in wrong)
+  assert all("\n" not in e for e in errors), errors      # one line each
+
+
+# ----------------------------------------------------------------------------
+# End to end: absl's one line, exit status 1, nothing written
+# ----------------------------------------------------------------------------
+
+def test_a_bad_flag_ends_the_binary_with_one_line(tmp_path):
+  (tmp_path / "afile").write_text("x")
+  proc = _run("local_convergence", f"--out={tmp_path / 'afile'}")
+  _assert_clean_error(proc, "is an existing file")
+  lines = [line for line in proc.stderr.splitlines() if line.strip()]
+  assert lines[0].startswith("FATAL Flags parsing error: flag --out="), proc.stderr
+  assert (tmp_path / "afile").read_text() == "x"
+
+
+def _data(tmp_path, name, **change):
+  rng = np.random.default_rng(0)
+  B, n, T, d = 2, 3, 3, 4
+  arrays = {"X": rng.normal(size=(B, n, T, d)), "Y": np.where(rng.random((B, n)) < 0.5, 1.0, -1.0),
+            "Z": rng.normal(size=(B, n, d)), "v": rng.normal(size=(B, d))}
+  arrays.update(change)
+  path = tmp_path / f"{name}.npz"
+  np.savez(path, **{k: v for k, v in arrays.items() if v is not None})
+  return path
+
+
+BAD_FILES = {
+    "v_shape": ({"v": np.ones((2, 4, 3))}, "v must have shape (2, 4)"),
+    "nan": ({"X": np.full((2, 3, 3, 4), np.nan)}, "non-finite"),
+    "labels": ({"Y": np.zeros((2, 3))}, "labels Y must be -1 or +1"),
+    "huge": ({"X": np.full((2, 3, 3, 4), 1e300)}, "|values| <= 1e+51"),
+    "missing": ({"Z": None}, "missing array(s) ['Z']"),
+    "empty": ({"X": np.ones((0, 3, 3, 4)), "Y": np.ones((0, 3)), "Z": np.ones((0, 3, 4)), "v": np.ones((0, 4))},
+              "holds no data set"),
+    "text": (None, "not a readable .npz"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_FILES))
+def test_bad_data_files_are_named_in_one_line(tmp_path, name):
+  from svmattn.data import datasets as data_lib
+  change, expect = BAD_FILES[name]
+  if change is None:
+    path = tmp_path / "text.npz"
+    path.write_text("not an npz")
+  else:
+    path = _data(tmp_path, name, **change)
+  with pytest.raises(data_lib.DataError) as e:
+    data_lib.load_npz(path)
+  assert expect in str(e.value) and str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_float32_refuses_values_that_overflow_it(tmp_path):
+  from svmattn.data import datasets as data_lib
+  path = _data(tmp_path, "big", X=np.full((2, 3, 3, 4), 1e39))
+  data_lib.load_npz(path, np.float64)       # fine in float64
+  with pytest.raises(data_lib.DataError, match=r"float32 models need \|values\| <= 1e\+06"):
+    data_lib.load_npz(path, np.float32)
+
+
+def test_a_bad_data_file_ends_the_binary_with_one_line(tmp_path):
+  path = _data(tmp_path, "v_shape", v=np.ones((2, 4, 3)))
+  out = tmp_path / "out"
+  proc = _run("local_convergence", f"--out={out}", f"--data={path}", "--noprogress")
+  _assert_clean_error(proc, "v must have shape (2, 4)")
+  assert not (out / "work").exists() and not (out / "results.npz").exists()
+
+
+# ----------------------------------------------------------------------------
+# Runs that started: interrupted, failed then corrected, damaged work files
+# ----------------------------------------------------------------------------
+
+SMALL = ("--runs=4", "--batch_size=2", "--n=3", "--T=3", "--d=4", "--params=W", "--noprogress")
+
+
+@pytest.mark.slow
+def test_sigint_stops_with_one_line_naming_resume(tmp_path):
+  out = tmp_path / "out"
+  proc = subprocess.Popen([PY, "-m", "experiments.local_convergence", f"--out={out}", *SMALL, "--steps=200000",
+                           "--chunk_steps=100"], cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.monotonic() + 240
+    while not list(out.glob("work/ckpt_*")) and time.monotonic() < deadline and proc.poll() is None:
+      time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert proc.returncode != 0
+  assert "Traceback" not in err, err[-3000:]
+  assert "the same command with --resume" in err.strip().splitlines()[-1], err[-2000:]
+  assert (out / "work" / "run.json").exists()                 # kept for --resume
+
+
+@pytest.mark.slow
+def test_a_failed_runs_directory_is_usable_by_the_corrected_command(tmp_path):
+  """A run killed after it started leaves OUT/work; the corrected command (other flags) starts
+  afresh over it without --resume, and --resume with other flags says to drop --resume."""
+  out = tmp_path / "out"
+  proc = subprocess.Popen([PY, "-m", "experiments.local_convergence", f"--out={out}", *SMALL, "--steps=200000",
+                           "--chunk_steps=100", "--seed=1"], cwd=REPO_ROOT, env=ENV, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.monotonic() + 240
+    while not (out / "work" / "run.json").exists() and time.monotonic() < deadline:
+      time.sleep(0.2)
+  finally:
+    proc.kill()
+    proc.wait()
+  assert (out / "work").exists()
+  refused = _run("local_convergence", f"--out={out}", *SMALL, "--steps=20", "--resume")
+  _assert_clean_error(refused, "Drop --resume")
+  fixed = _run("local_convergence", f"--out={out}", *SMALL, "--steps=20")
+  assert fixed.returncode == 0, fixed.stderr[-3000:]
+  assert "replacing it with this run" in fixed.stderr
+  assert not (out / "work").exists() and (out / "results.npz").exists()
+  with open(out / "runs" / "study.json") as f:
+    assert f.read().count('"runs": 4') == 1
+
+
+@pytest.mark.slow
+def test_resume_over_a_damaged_work_file_recomputes_it(tmp_path):
+  """A finished batch's file in OUT/work overwritten: --resume computes that batch again and
+  the results equal an undamaged run's."""
+  ref = tmp_path / "ref"
+  assert _run("local_convergence", f"--out={ref}", *SMALL, "--steps=20").returncode == 0
+  out = tmp_path / "out"
+  # an unfinished run: the binary killed once a batch's results exist
+  proc = subprocess.Popen([PY, "-m", "experiments.local_convergence", f"--out={out}", *SMALL, "--steps=20",
+                           "--svm_workers=0"], cwd=REPO_ROOT, env=ENV, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  try:
+    deadline = time.monotonic() + 240
+    while not (out / "work" / "c0000_b00000.npz").exists() and proc.poll() is None and time.monotonic() < deadline:
+      time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGSTOP)
+  finally:
+    proc.kill()
+    proc.wait()
+  damaged = out / "work" / "c0000_b00000.npz"
+  if not damaged.exists():
+    pytest.skip("the run finished before it could be stopped")
+  damaged.write_bytes(damaged.read_bytes()[:64])
+  again = _run("local_convergence", f"--out={out}", *SMALL, "--steps=20", "--resume")
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert "Traceback" not in again.stderr
+  with np.load(ref / "results.npz") as a, np.load(out / "results.npz") as b:
+    for k in a.files:
+      np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# ----------------------------------------------------------------------------
+# A numerical failure inside the analysis is a status of that data set, never a crash
+# ----------------------------------------------------------------------------
+
+def _svd_fails(*args, **kwargs):
+  raise np.linalg.LinAlgError("SVD did not converge")
+
+
+def test_a_failed_svd_is_a_failed_status(monkeypatch, batch):
+  from svmattn.svm import att_svm as svm_lib
+  from svmattn.svm import gensvm
+  X, Z = np.asarray(batch.X[0]), np.asarray(batch.Z[0])
+  alpha = np.zeros(X.shape[0], int)
+  monkeypatch.setattr(svm_lib, "solve_margin_program", _svd_fails)
+  result = svm_lib.att_svm(X, Z, alpha, "nuc")
+  assert result.status == "failed" and "LinAlgError" in result.message
+  monkeypatch.setattr(gensvm, "null_space", _svd_fails)
+  status, W, _, message = gensvm.equality_margin_svm(np.ones((2, 4)), np.ones((1, 4)), 2)
+  assert status == "failed" and W is None and "SVD" in message
