@@ -30,6 +30,10 @@ def define_common_flags(runs: int = 100, seed: int = 0):
   flags.DEFINE_string("out", None, "Results directory (created; files in it are replaced atomically).")
   flags.DEFINE_string("data", None, "Run on the data sets of this .npz (X (B,n,T,d), Y (B,n), Z (B,n,d), "
                       "v (B,d)) instead of generated ones.")
+  flags.DEFINE_float("saturation", 0.9, "Training health: a run whose final mean largest softmax probability "
+                     "is below this is labelled 'unsaturated' (not yet at a token selection) and counted apart "
+                     "from the convergence types (svmattn.analysis.health).", lower_bound=0.0, upper_bound=1.0)
+  flags.register_validator("saturation", lambda v: math.isfinite(v), message="must be a number in [0, 1]")
   flags.DEFINE_bool("progress", True, "Show progress bars / log lines on stderr.")
   flags.DEFINE_bool("compilation_cache", True, "Keep compiled XLA programs on disk so that repeated runs "
                     "skip compilation (see --compilation_cache_dir).")
@@ -293,9 +297,9 @@ def known_params(name: str = "params") -> None:
 # ----------------------------------------------------------------------------------------
 
 # Flags that do not change the results: left out of a run's identity (so --resume may change them).
-OPERATIONAL = {"out", "resume", "progress", "figure_format", "svm_workers", "keep_checkpoints", "compilation_cache",
-               "compilation_cache_dir", "coordinator_address", "num_processes", "process_id",
-               "hosts_timeout"}
+OPERATIONAL = {"out", "resume", "progress", "figure_format", "svm_workers", "keep_checkpoints", "keep_runs",
+               "compilation_cache",
+               "compilation_cache_dir", "coordinator_address", "num_processes", "process_id", "hosts_timeout"}
 
 
 def define_numerics_flag() -> None:
@@ -316,6 +320,8 @@ def define_pipeline_flags(batch_size: int = 1000, hosts: bool = True) -> None:
   flags.DEFINE_integer("svm_workers", 1, "Worker processes solving SVMs while the device trains (0: inline).",
                        lower_bound=0)
   flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept per batch and configuration.", lower_bound=1)
+  flags.DEFINE_bool("keep_runs", True, "Keep every run's per-run arrays in OUT/runs/ (what replay compares a "
+                    "replayed data set with). --nokeep_runs writes only the results and runs/study.json.")
   if hosts:
     flags.DEFINE_string("coordinator_address", None, "Several hosts: host:port of process 0 (jax.distributed).")
     flags.DEFINE_integer("num_processes", 1, "Several hosts: number of processes; each runs a contiguous share "
@@ -376,7 +382,8 @@ def run_study(study, write):
   for cell in study.cells:
     if cell.runs < count:
       fail(f"{cell.runs} data sets cannot be shared by {count} processes")
-  options = runner.Options(FLAGS.resume, FLAGS.svm_workers, FLAGS.progress, FLAGS.keep_checkpoints, index, count)
+  options = runner.Options(FLAGS.resume, FLAGS.svm_workers, FLAGS.progress, FLAGS.keep_checkpoints, index, count,
+                           keep_runs=FLAGS.keep_runs)
   try:
     with stop_on_signals():
       return runner.execute(study, FLAGS.out, write, options)

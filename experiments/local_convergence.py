@@ -36,6 +36,10 @@ flags.DEFINE_integer("m", None, "(K,Q) width m (default d).", lower_bound=1)
 flags.DEFINE_integer("steps", 2000, "Optimizer steps.", lower_bound=0)
 flags.DEFINE_float("lr", 0.1, "Learning rate (step size eta).")
 flags.DEFINE_list("params", ["W", "KQ"], "Parameterizations to train: W, KQ.")
+flags.DEFINE_list("norms", ["fro", "nuc"], "Att-SVMs solved at each run's selection: fro (Frobenius), nuc "
+                  "(nuclear; the slower one). E.g. --params=W --norms=fro solves only W's own SVM.")
+flags.register_validator("norms", lambda v: bool(v) and len(set(v)) == len(v) and set(v) <= {"fro", "nuc"},
+                         message="must be a non-empty list of distinct norms among fro, nuc")
 flags.DEFINE_enum("loss", "logistic", ["logistic", "exponential", "correlation"], "Loss.")
 flags.DEFINE_string("optimizer", "normalized_gd", "normalized_gd, gd, or an optax optimizer name.")
 flags.DEFINE_enum("attention", "cross", ["cross", "self"], "Cross-attention or self-attention.")
@@ -96,7 +100,7 @@ def draw(arrays, params, out):
   fig, (ax,) = plots.figure()
   own = common.own_norms()
   for p in params:
-    for norm in svm_lib.NORMS:
+    for norm in [m for m in svm_lib.NORMS if f"corr_{p}_{m}" in arrays]:
       style = "-" if own[p] == norm else "--"
       label = f"{'W' if p == 'W' else '(K,Q)'} vs {e2.NORM_NAMES[norm]} SVM"
       gap = np.maximum(1.0 - np.asarray(arrays[f"corr_{p}_{norm}"], np.float64), 1e-15)

@@ -54,7 +54,8 @@ flags.register_multi_flags_validator(["d_min", "d_max"], lambda v: v["d_min"] <=
 flags.register_validator("data", lambda v: v is None, message="is not supported by E4: it sweeps n and d")
 
 TYPES = e4.TYPES
-TYPE_COLORS = {"global": "tab:green", "local": "tab:blue", "not-local": "tab:red", "tie": "tab:gray"}
+TYPE_COLORS = {"global": "tab:green", "local": "tab:blue", "not-local": "tab:red", "tie": "tab:gray",
+               "diverged": "black", "stalled": "tab:purple", "unsaturated": "tab:olive"}
 
 
 def main(argv):

@@ -33,6 +33,8 @@ flags.DEFINE_string("out", "results", "Output directory: one subdirectory per ex
 flags.DEFINE_bool("quick", False, "Small run counts (minutes instead of the paper's counts).")
 flags.DEFINE_list("only", [], "Run only these experiments (ids like E2 or names like local_convergence).")
 flags.DEFINE_integer("seed", 0, "Seed passed to every experiment.")
+flags.DEFINE_bool("keep_runs", True, "Keep every experiment's per-run records (OUT/*/runs/, what replay compares "
+                  "with); --nokeep_runs writes only the results, figures and report.")
 flags.DEFINE_list("figure_format", ["png"], "Figure formats passed to every experiment (png, pdf, svg); png is "
                   "always written too, for the report.")
 
@@ -113,7 +115,7 @@ def run_one(exp: Experiment, out: str) -> dict:
   extra = (exp.quick if FLAGS.quick else exp.paper) + exp.args
   formats = ",".join(dict.fromkeys(["png", *FLAGS.figure_format]))      # the report embeds the PNGs
   cmd = [sys.executable, "-m", f"{__package__}.{exp.module}", f"--out={target}", f"--seed={FLAGS.seed}",
-         "--noprogress", f"--figure_format={formats}", *extra]
+         "--noprogress", f"--figure_format={formats}", *(() if FLAGS.keep_runs else ("--nokeep_runs",)), *extra]
   print(f"[{exp.key}] {exp.title}: {' '.join(cmd[1:])}", flush=True)
   t0 = time.perf_counter()
   proc = subprocess.run(cmd, capture_output=True, text=True)
