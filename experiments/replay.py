@@ -27,6 +27,7 @@ from svmattn import studies
 from svmattn.data import datasets as data_lib
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import results
+from svmattn.study import pipeline
 from svmattn.study import replay
 from svmattn.study import stages as stages_lib
 
@@ -77,7 +78,10 @@ def main(argv):
     arrays[f"loss_{stage.name}"], arrays[f"attention_{stage.name}"] = traj.loss[0], traj.attention[0]
     report["stages"][stage.name] = {"from_step": int(traj.steps[0])}
     print(f"run {run} {stage.name}: {len(traj.steps)} steps from step {int(traj.steps[0])}")
-  ref = replay.reference(out, study, c, run)
+  try:
+    ref = replay.reference(out, study, c, run)
+  except pipeline.StudyError as e:       # a damaged record of the run
+    common.fail(f"cannot compare with the run's record: {e}")
   where = f"cell {c} ({label})" if label else "the run"
   if ref is None and not replay.runs_kept(out):
     report["compared"] = "nothing to compare with (the run was made with --nokeep_runs)"

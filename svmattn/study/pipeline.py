@@ -43,6 +43,7 @@ import os
 import shutil
 import threading
 import time
+import zipfile
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -205,8 +206,8 @@ def load_npz(path: str) -> dict:
   try:
     with np.load(path, allow_pickle=False) as f:
       return {k: f[k] for k in f.files}
-  except (OSError, ValueError, EOFError) as e:
-    raise StudyError(f"{path}: unreadable ({e}); remove it to recompute that batch") from None
+  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+    raise StudyError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
 
 
 def readable(path: str) -> bool:
