@@ -2,6 +2,9 @@
 
 A crash mid-write never leaves a half-written file under the final name, and
 an earlier file of that name stays intact until the new one is complete.
+
+What each experiment writes with these functions (every key of results.npz and
+every field of summary.json) is documented in docs/results.md.
 """
 from __future__ import annotations
 
