@@ -29,7 +29,7 @@ Suites (--suites):
          the flax SingleHead (the same model through svmattn.models.flax_models' protocol),
          MultiHead (H=2) and TwoLayer, as ratios to the built-in model in the same run.
   e2     the E2 default experiment end to end in fresh processes, against the authors' code
-         (286 s on a 2-core machine of this kind: a quoted reference, SCIENCE.md section 8).
+         (286 s on a 2-core machine of this kind: a quoted reference, docs/science.md section 8).
   quick  `reproduce --quick` end to end.
   stages every stage of a `reproduce` run (--reproduce_json=OUT/reproduce.json) beside its floor,
          with rates measured in this run: train = its data-set-steps at the GD kernel's rate (E2

@@ -1,4 +1,4 @@
-r"""E9: feasibility of Att-SVM(alpha) versus d around max(T-1, n) (SCIENCE.md sections 3, 8).
+r"""E9: feasibility of Att-SVM(alpha) versus d around max(T-1, n) (docs/science.md sections 3, 8).
 
 For each shape (n, T) and each d, draws --runs data sets (the paper's unit-Gaussian
 generator, linear head) and asks whether Att-SVM(alpha) is feasible

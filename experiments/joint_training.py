@@ -1,4 +1,4 @@
-r"""E11: joint training of head and attention (SCIENCE.md section 11).
+r"""E11: joint training of head and attention (docs/science.md section 11).
 
 The head v trains together with the attention weights (W, (K,Q), or the prompt p of prompt
 attention softmax(X p)), each parameter's step normalized by its own gradient norm. Predictions

@@ -1,4 +1,4 @@
-r"""E2: local convergence of normalized GD to the attention SVM (SCIENCE.md section 8).
+r"""E2: local convergence of normalized GD to the attention SVM (docs/science.md section 8).
 
 Trains W and (K,Q) attention on every data set with normalized GD, solves the
 Frobenius and the nuclear Att-SVM for the tokens each run selected, and writes

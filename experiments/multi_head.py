@@ -1,4 +1,4 @@
-r"""E14: multi-head attention (SCIENCE.md section 13): which tokens each head selects and what it approaches.
+r"""E14: multi-head attention (docs/science.md section 13): which tokens each head selects and what it approaches.
 
 f = sum_h v_h^T X^T softmax(X W_h z) with H heads (W_h, or K_h Q_h^T), trained by normalized GD as
 a flax module (svmattn.models.flax_models.MultiHead) on E2's data sets; each data set has H fixed

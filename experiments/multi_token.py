@@ -1,4 +1,4 @@
-r"""E5: multi-token selection with a ReLU head, and the general SVM equivalence (SCIENCE.md sections 6, 8).
+r"""E5: multi-token selection with a ReLU head, and the general SVM equivalence (docs/science.md sections 6, 8).
 
 Head h(r) = 1^T ReLU(V^T r), V Gaussian with ||V||_F = 1; n=3 sequences of T=4
 unit tokens, unit queries, labels +-1; W trained by normalized GD (lr 0.1,

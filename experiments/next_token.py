@@ -1,4 +1,4 @@
-r"""E12: next-token prediction with self-attention and its graph SVM (SCIENCE.md section 12).
+r"""E12: next-token prediction with self-attention and its graph SVM (docs/science.md section 12).
 
 A vocabulary of K tokens with unit-norm embeddings, sequences of T distinct tokens whose last
 token queries all T positions; GD on the key-query weights converges in direction to the graph

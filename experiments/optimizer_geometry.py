@@ -1,4 +1,4 @@
-r"""E10: optimizer geometry: what attention converges to under each optimizer (SCIENCE.md section 10).
+r"""E10: optimizer geometry: what attention converges to under each optimizer (docs/science.md section 10).
 
 For every optimizer of --optimizers (steepest descent in a norm: sd_l1, sd_linf, sd_l<p>,
 sd_spectral, sd_nuc; l_p mirror descent md_l<p>; normalized_gd; adam, muon, ...), trains W (and

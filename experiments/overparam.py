@@ -1,4 +1,4 @@
-r"""E4: over-parameterization: global / local / not-local convergence of GD versus d (SCIENCE.md 8).
+r"""E4: over-parameterization: global / local / not-local convergence of GD versus d (docs/science.md section 8).
 
 For each n in --n_values and each d from --d_min to --d_max, trains the W
 attention with normalized GD (--steps steps, step --lr, uniform initialization)

@@ -1,4 +1,4 @@
-r"""E1: the 2-D picture of global convergence (SCIENCE.md section 8, the paper's Figure 1).
+r"""E1: the 2-D picture of global convergence (docs/science.md section 8, the paper's Figure 1).
 
 n=2 sequences of T=3 tokens in d=2, labels Y=+1; tokens 0.3 N(0,1) shifted by
 (-1,0) for sequence 1 and (+1,0) for sequence 2 (``svmattn.studies.paths_2d.two_clusters``);

@@ -1,4 +1,4 @@
-r"""Precision: float32 versus float64 normalized GD on E2 (SCIENCE.md sections 4 and 8).
+r"""Precision: float32 versus float64 normalized GD on E2 (docs/science.md sections 4 and 8).
 
 Trains E2 (n=6, T=8, d=10, cross-attention, normalized GD, lr 0.1, W and (K,Q))
 on the same data sets (drawn in float64; the float32 copies are rounded) and the

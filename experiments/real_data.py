@@ -1,4 +1,4 @@
-r"""E13: real data, offline (SCIENCE.md section 14): images as patch-token sequences.
+r"""E13: real data, offline (docs/science.md section 14): images as patch-token sequences.
 
 Does attention trained on real images head for an attention SVM, and where does the Gen-SVM
 (a finite part plus a max-margin direction) take over? Data sets are random subsets of n images

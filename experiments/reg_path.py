@@ -1,4 +1,4 @@
-r"""E7: regularization paths RP-W and RP-KQ (SCIENCE.md sections 4 and 8).
+r"""E7: regularization paths RP-W and RP-KQ (docs/science.md sections 4 and 8).
 
 For every data set, on a geometric grid of radii R:
   RP-W:  W_R = argmin_{||W||_F <= R} L(W)

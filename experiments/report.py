@@ -35,7 +35,7 @@ from svmattn.io import results
 TITLE = "svmattn: reproduction of \u201cTransformers as Support Vector Machines\u201d"
 PAPER = "Tarzanagh, Li, Thrampoulidis, Oymak, arXiv 2308.16898"
 
-# One sentence per experiment of the paper: what it claims (the binaries' docstrings, SCIENCE.md section 8).
+# One sentence per experiment of the paper: what it claims (the binaries' docstrings, docs/science.md section 8).
 CLAIMS = {
     "E1": "From W(0)=0 (and Q(0)=0), normalized GD selects the optimal tokens and its direction converges to "
           "the Att-SVM: W to the Frobenius-norm W^mm, K Q^T to the nuclear-norm W^mm_*.",
@@ -57,7 +57,7 @@ CLAIMS = {
           "infeasible.",
 }
 
-# Beyond the paper: the question each experiment asks (SCIENCE.md sections 10-14), and the prediction
+# Beyond the paper: the question each experiment asks (docs/science.md sections 10-14), and the prediction
 # from the literature where one exists.
 QUESTIONS = {
     "E10": "Does each optimizer take attention to the Att-SVM of its own norm, as it takes linear classifiers to "
@@ -74,7 +74,7 @@ QUESTIONS = {
            "selection?",
 }
 
-BEYOND_NOTE = ("Questions the paper leaves open, on the same engine (SCIENCE.md sections 10-14). Where the "
+BEYOND_NOTE = ("Questions the paper leaves open, on the same engine (docs/science.md sections 10-14). Where the "
                "literature predicts an outcome, the checks state that prediction and a check not as expected "
                "is a finding; where no theorem exists the experiment has no checks and its numbers are reported.")
 

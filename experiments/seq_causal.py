@@ -1,4 +1,4 @@
-r"""E8: sequence-to-sequence and causal attention, GD versus their SVMs (SCIENCE.md sections 7-8).
+r"""E8: sequence-to-sequence and causal attention, GD versus their SVMs (docs/science.md sections 7-8).
 
 Every position k of sequence i is a query z_ik = x_ik with its own label Y_ik.
 For each mode (seq2seq: all tokens visible; causal: position k sees t <= k) the

@@ -1,4 +1,4 @@
-r"""E3: numerical rank of the Frobenius and the nuclear Att-SVM solutions (SCIENCE.md section 8).
+r"""E3: numerical rank of the Frobenius and the nuclear Att-SVM solutions (docs/science.md section 8).
 
 alpha = opt (the tokens of largest score gamma_it = Y_i v^T x_it, linear head).
 For each shape (n, T) and each d, data sets are drawn in order (run 0, 1, 2, ...)

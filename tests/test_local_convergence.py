@@ -1,6 +1,6 @@
 """E2 local convergence: the library claim at small size, and the binary end to end.
 
-Claim (SCIENCE.md section 4): after 2000 normalized GD steps the direction of W
+Claim (docs/science.md section 4): after 2000 normalized GD steps the direction of W
 is that of the Frobenius Att-SVM at the selected tokens, and K Q^T that of the
 nuclear-norm Att-SVM.
 """

@@ -26,7 +26,7 @@ OWN = {"W": "fro", "KQ": "nuc"}
 # selection (found by enumerating all T^n selections with metrics.is_locally_optimal;
 # the test re-checks it).
 LOCAL = {2: [1, 2, 3], 3: [1, 1, 2]}
-# The cone must be narrow enough for the local theorem (SCIENCE: "delta small enough"): at
+# The cone must be narrow enough for the local theorem (docs/science.md section 4: "delta small enough"): at
 # cone_delta = 0.01, data set 2's loss over the cone has a finite-norm minimizer ON the cone's
 # boundary (loss 0.595615) below the limit of its local selection (0.595843), so its true local
 # path stays on the boundary (see test_wide_cone_path_is_monotone_and_stays_on_the_boundary). At

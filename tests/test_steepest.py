@@ -1,4 +1,4 @@
-"""svmattn.optim.steepest and .mirror: the steps of SCIENCE.md section 10, by name through get_optimizer.
+"""svmattn.optim.steepest and .mirror: the steps of docs/science.md section 10, by name through get_optimizer.
 
 Each step is checked against its formula on a hand-made 3x3 gradient, for unit norm in its own norm
 and the dual-norm identity <G, Delta> = ||G||_dual, for zero gradient -> zero step, float32 / jit /

@@ -1,4 +1,4 @@
-"""Image data sets as token sequences for the Att-SVM (SCIENCE.md section 14).
+"""Image data sets as token sequences for the Att-SVM (docs/science.md section 14).
 
 Data flow, one function a step (NumPy only):
 

@@ -1,4 +1,4 @@
-"""Next-token data sets (SCIENCE.md section 12): a vocabulary, token sequences, next-token labels.
+"""Next-token data sets (docs/science.md section 12): a vocabulary, token sequences, next-token labels.
 
 One data set is a :class:`TokenData`:
   E (K,d)       unit-norm token embeddings

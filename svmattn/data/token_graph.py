@@ -1,4 +1,4 @@
-"""Token graphs of next-token data (SCIENCE.md section 12): for each query token k, an edge
+"""Token graphs of next-token data (docs/science.md section 12): for each query token k, an edge
 y -> j from the label y of every sequence ending in k to each other token j of it; the strongly
 connected components (SCCs) of the graph, ordered by reachability. Also the checks of a
 next-token data set. Used by the generator (``data.next_token``) and the graph SVM

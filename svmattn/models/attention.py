@@ -30,7 +30,7 @@ INIT_SCHEMES = ("uniform", "zero", "normal")
 
 class Parameterization(NamedTuple):
   """How the parameters make W, how they are initialized, which SVM norm they
-  are biased toward (SCIENCE.md sections 3-4), and their default ridge."""
+  are biased toward (docs/science.md sections 3-4), and their default ridge."""
   name: str
   init: Callable[..., Params]      # init(key, d, m, dtype, scheme) -> params
   to_W: Callable[[Params], jax.Array]
@@ -170,7 +170,7 @@ MODELS["prompt"] = predict_prompt
 
 
 def next_token_log_mass(W, data) -> tuple[jax.Array, jax.Array]:
-  """Next-token prediction (SCIENCE.md section 12), one data set: X (n,T,d) the embeddings of
+  """Next-token prediction (docs/science.md section 12), one data set: X (n,T,d) the embeddings of
   the sequence's tokens, Z (n,d) the query's (the last token's), Y (n,T) 1.0 at the positions
   holding the label. The query attends over all T positions, itself included; the prediction
   for a token is the attention mass on the positions holding it. Returns (log of the label's
@@ -342,7 +342,7 @@ def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callabl
 
 
 # ----------------------------------------------------------------------------
-# Sequence-to-sequence and causal attention (SCIENCE.md section 7)
+# Sequence-to-sequence and causal attention (docs/science.md section 7)
 # ----------------------------------------------------------------------------
 # One data set: X (n,T,d) tokens, Z (n,K,d) queries (K = T and Z = X: every
 # position k is a query z_ik = x_ik), Y (n,K) one label per query, v the head.

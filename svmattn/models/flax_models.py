@@ -20,7 +20,7 @@ every sown "kq" matrix (named by the submodule path, e.g. ``head0_kq``) and thei
 at the end, every sown "attention" (``head0_attention``, ...); the last one sown is the model's
 ``attention`` (its ``selected`` tokens).
 
-Built-in flax models (SCIENCE.md section 13):
+Built-in flax models (docs/science.md section 13):
   SingleHead   s = softmax(X W z), f = v^T X^T s: the built-in single-query model, for checks
   MultiHead    f = sum_h v_h^T X^T softmax(X W_h z), W_h or K_h Q_h^T; v (H,d) per head or (d,) shared
   TwoLayer     layer 1: self-attention over the tokens with a residual, x1_k = x_k + sum_t softmax_t(x_t^T W1 x_k) x_t;

@@ -5,7 +5,7 @@ A head is a pair of pure functions (in the spirit of optax):
   apply(params, r) -> scalar        h(r) for one pooled token r (d,)
 New heads (ReLU, lambda, trained heads) are new entries of ``HEADS``.
 
-Heads (SCIENCE.md section 1):
+Heads (docs/science.md section 1):
   linear   h(r) = v^T r                              v (d,) unit Gaussian
   relu     h(r) = 1^T ReLU(V^T r)                    V (d,d) Gaussian, ||V||_F = 1
   lambda   h(r) = v^T r - lam ||r||^2                v (d,) unit Gaussian, lam a number

@@ -1,4 +1,4 @@
-"""Normalized l_p mirror descent (SCIENCE.md section 10; Julistiono, Tarzanagh, Azizan 2024,
+"""Normalized l_p mirror descent (docs/science.md section 10; Julistiono, Tarzanagh, Azizan 2024,
 arXiv 2410.14581, code aaronk2002/AttentionMD), per parameter leaf.
 
 Potential psi(W) = (1/p) sum |W_ij|^p, q = p/(p-1). One step, eta the learning rate:

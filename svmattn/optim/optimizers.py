@@ -6,7 +6,7 @@
   normalize_plus_eps(eps):   g_p -> g_p / (||g_p||_F + eps)   (the authors' code, eps = float64 epsilon)
   normalized_gd_eps(lr):     p <- p - lr * g_p / (||g_p||_F + eps)
   gd(lr):                    p <- p - lr * g_p
-  get_optimizer(name, lr):   the above, the geometries of SCIENCE.md section 10 (steepest.py,
+  get_optimizer(name, lr):   the above, the geometries of docs/science.md section 10 (steepest.py,
                              mirror.py), or any optax optimizer by name (adam, ...)
 
 Names get_optimizer accepts:

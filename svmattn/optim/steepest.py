@@ -1,4 +1,4 @@
-"""Normalized steepest descent in a norm (SCIENCE.md section 10), per parameter leaf.
+"""Normalized steepest descent in a norm (docs/science.md section 10), per parameter leaf.
 
 Each direction is Delta = argmax_{||Delta|| <= 1} <G, Delta> for the leaf's gradient G (W, or K and Q
 separately); the optimizers below are ``optax.chain(direction, optax.scale(-lr))``, so

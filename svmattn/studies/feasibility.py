@@ -1,4 +1,4 @@
-"""E9: feasibility of Att-SVM(alpha) versus d around max(T-1, n) (SCIENCE.md sections 3, 8), as a study.
+"""E9: feasibility of Att-SVM(alpha) versus d around max(T-1, n) (docs/science.md sections 3, 8), as a study.
 
 A grid of cells (n, T, d): every shape (n, T) of ``shapes`` with every d from ``d_min`` to
 ``d_max``, ``runs`` data sets each (the paper's unit-Gaussian generator, linear head; data

@@ -1,4 +1,4 @@
-"""E11: joint training of head and attention (SCIENCE.md section 11), as a study.
+"""E11: joint training of head and attention (docs/science.md section 11), as a study.
 
 The head v is trained together with the attention weights (W, (K,Q), or the prompt p of prompt
 attention softmax(X p)), each parameter's step normalized by its own gradient norm. At the

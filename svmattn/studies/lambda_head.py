@@ -1,4 +1,4 @@
-"""E6: the lambda head selects more tokens as lambda grows (SCIENCE.md sections 6, 8).
+"""E6: the lambda head selects more tokens as lambda grows (docs/science.md sections 6, 8).
 
 Head h(r) = v^T r - lambda ||r||^2 (v unit Gaussian); the tokens of each sequence are
 orthonormal (X_i X_i^T = I, T <= d), queries unit Gaussian, labels Y = +1. One cell per

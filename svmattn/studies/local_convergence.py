@@ -1,4 +1,4 @@
-"""E2: local convergence of normalized GD to the attention SVM (SCIENCE.md section 8), as a study.
+"""E2: local convergence of normalized GD to the attention SVM (docs/science.md section 8), as a study.
 
 One cell of ``runs`` data sets (generated from (seed, run), or the rows of a data file);
 W and/or (K,Q) trained on each; the host analysis solves the Frobenius and the nuclear
@@ -149,7 +149,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
 
 
 def checks(final_corr: dict) -> list:
-  """The paper's expectations (SCIENCE.md E2: 0.996, 0.997; cross pairs about 0.86 / 0.85)."""
+  """The paper's expectations (docs/science.md section 8, E2: 0.996, 0.997; cross pairs about 0.86 / 0.85)."""
   mean = {k: v["mean"] for k, v in final_corr.items()}
   out = []
   for key, paper in (("W_vs_fro", 0.996), ("KQ_vs_nuc", 0.997)):

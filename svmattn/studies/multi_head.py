@@ -1,4 +1,4 @@
-"""E14: multi-head attention (SCIENCE.md section 13), as a study.
+"""E14: multi-head attention (docs/science.md section 13), as a study.
 
 f = sum_h v_h^T X^T softmax(X W_h z), each W_h or K_h Q_h^T (``models.flax_models.MultiHead``,
 trained by the engine's loop through the flax protocol). E2's generator and sizes by default;

@@ -1,4 +1,4 @@
-"""E5: multi-token selection with a ReLU head, and the general SVM equivalence (SCIENCE.md sections 6, 8).
+"""E5: multi-token selection with a ReLU head, and the general SVM equivalence (docs/science.md sections 6, 8).
 
 Head h(r) = 1^T ReLU(V^T r), V Gaussian with ||V||_F = 1; n sequences of T unit tokens,
 unit queries, labels +-1; W trained by normalized GD from the uniform initialization.

@@ -1,4 +1,4 @@
-"""E12: next-token prediction and its graph SVM (SCIENCE.md section 12), as a study.
+"""E12: next-token prediction and its graph SVM (docs/science.md section 12), as a study.
 
 Data: next-token data sets (``data.next_token``: the public code's generator, or a --data file
 with E, tokens, labels). Model: the last token queries all T positions, itself included.

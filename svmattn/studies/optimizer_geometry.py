@@ -1,5 +1,5 @@
 """E10: optimizer geometry: each optimizer's implicit bias against the attention SVM of every norm
-(SCIENCE.md section 10), as a study.
+(docs/science.md section 10), as a study.
 
 One cell of ``runs`` data sets (E2's generator, or a data file); for every optimizer of
 ``optimizers`` and parameterization of ``params`` a training stage; the host analysis solves

@@ -1,4 +1,4 @@
-"""E4: over-parameterization: global / local / not-local convergence of GD versus d (SCIENCE.md 8).
+"""E4: over-parameterization: global / local / not-local convergence of GD versus d (docs/science.md section 8).
 
 A grid of cells (n, d) for n in ``n_values`` and d in d_min..d_max, ``runs`` data sets each
 (the paper's unit-Gaussian generator, T tokens, linear head, cross-attention; data set r of

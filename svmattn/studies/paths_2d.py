@@ -1,4 +1,4 @@
-"""E1: the 2-D picture of global convergence (SCIENCE.md section 8, the paper's Figure 1), as a study.
+"""E1: the 2-D picture of global convergence (docs/science.md section 8, the paper's Figure 1), as a study.
 
 One cell of ``runs`` data sets (``two_clusters``: n=2 sequences of T=3 tokens in d=2, labels
 +1, tokens 0.3 N(0,1) around (-1,0) and (+1,0); or the rows of a data file). W and (K,Q) are

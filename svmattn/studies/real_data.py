@@ -1,4 +1,4 @@
-"""E13: real data, offline (SCIENCE.md section 14), as a study.
+"""E13: real data, offline (docs/science.md section 14), as a study.
 
 Images become sequences of patch tokens (``data.images``: patch size p, an optional positional
 encoding, unit norms); a class pair (or one class against the rest) gives labels +-1; the query

@@ -1,4 +1,4 @@
-"""E7: regularization paths RP-W and RP-KQ versus the attention SVM (SCIENCE.md sections 4 and 8), as a study.
+"""E7: regularization paths RP-W and RP-KQ versus the attention SVM (docs/science.md sections 4 and 8), as a study.
 
 One cell of ``runs`` data sets (the paper's generator, or the rows of a data file). The
 host ``load`` also solves the Frobenius and the nuclear Att-SVM of the optimal tokens
@@ -217,7 +217,7 @@ def _curve_rises(mean) -> bool:
 
 
 def checks(arrays, R, params) -> list:
-  """Acceptance checks computed from the results (SCIENCE.md section 4)."""
+  """Acceptance checks computed from the results (docs/science.md section 4)."""
   out = []
   for p in params:
     norm = OWN_NORM[p]

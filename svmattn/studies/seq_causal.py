@@ -1,4 +1,4 @@
-"""E8: sequence-to-sequence and causal attention, GD versus their SVMs (SCIENCE.md sections 7-8), as a study.
+"""E8: sequence-to-sequence and causal attention, GD versus their SVMs (docs/science.md sections 7-8), as a study.
 
 One cell of ``runs`` seq2seq data sets (``svm.seq2seq.generate``: every position k of
 sequence i is a query z_ik = x_ik with its own label Y_ik; or the rows of a data file). The

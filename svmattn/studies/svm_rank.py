@@ -1,4 +1,4 @@
-"""E3: numerical rank of the Frobenius and the nuclear Att-SVM solutions (SCIENCE.md section 8), as a study.
+"""E3: numerical rank of the Frobenius and the nuclear Att-SVM solutions (docs/science.md section 8), as a study.
 
 A grid of cells (n, T, d): every shape (n, T) of ``shapes`` with every d of ``ds``. Data
 set r of a cell is run r of the paper's unit-Gaussian generator (linear head) with that

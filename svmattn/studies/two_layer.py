@@ -1,4 +1,4 @@
-"""E15: two-layer attention (SCIENCE.md section 13), as a study.
+"""E15: two-layer attention (docs/science.md section 13), as a study.
 
 Layer 1 is self-attention over the tokens with a residual, x1_k = x_k + sum_t softmax_t(x_t^T W1 x_k) x_t; layer 2
 is cross-attention of the query over layer 1's outputs, f = v^T X1^T softmax(X1 W2 z)

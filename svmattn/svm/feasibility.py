@@ -13,7 +13,7 @@ equal to x_{i,alpha_i} (a zero row), a token x_{i,alpha_i} that is a convex
 combination of the others, and constraints of different sequences that cancel
 (sum_k lambda_k a_k = 0, possible once the queries are linearly dependent, n > d).
 For generic data with d >= max(T-1, n), A has full row rank and every alpha is
-feasible (SCIENCE.md section 3).
+feasible (docs/science.md section 3).
 
 Decision rule (the one of ``svm.att_svm``'s NNLS solver, made scale-free): rows are
 divided by s = max_k ||a_k||, and the data set is infeasible when Lawson & Hanson's

@@ -1,4 +1,4 @@
-"""The general SVM equivalence for nonlinear heads (Gen-SVM, SCIENCE.md section 6).
+"""The general SVM equivalence for nonlinear heads (Gen-SVM, docs/science.md section 6).
 
 Host side (NumPy, SciPy); never traces JAX. One data set X (n,T,d), Z (n,d), the
 final softmax s (n,T) of a trained model and its final W_GD (d,d):

@@ -1,4 +1,4 @@
-"""The graph SVM of next-token prediction (SCIENCE.md section 12; Li, Huang, Ildiz, Rawat, Oymak,
+"""The graph SVM of next-token prediction (docs/science.md section 12; Li, Huang, Ildiz, Rawat, Oymak,
 AISTATS 2024, arXiv 2403.08081). Host side: NumPy, SciPy, cvxpy; never traces JAX.
 
 One data set: a vocabulary of K tokens with embeddings E (K,d), n sequences of T token ids

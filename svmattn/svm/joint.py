@@ -1,4 +1,4 @@
-"""The max-margin problems of joint training of head and attention (SCIENCE.md section 11;
+"""The max-margin problems of joint training of head and attention (docs/science.md section 11;
 Tarzanagh, Li, Zhang, Oymak 2023, arXiv 2306.13596). Host side: NumPy, SciPy, cvxpy.
 
 With alpha the selected tokens of one data set (X (n,T,d), labels Y (n,)):

@@ -1,4 +1,4 @@
-"""Sequence-to-sequence and causal attention: data and SVMs (SCIENCE.md section 7).
+"""Sequence-to-sequence and causal attention: data and SVMs (docs/science.md section 7).
 
 Every position k of sequence i is a query z_ik = x_ik with its own label Y_ik
 and target token alpha_ik. One data set is a ``data.Dataset`` with
