@@ -8,7 +8,7 @@ returns, as NumPy arrays with a leading axis B:
   svm_{norm}_{P}_status     (B,) "optimal" / "infeasible" / "failed"
   svm_{norm}_{P}_support    (B,n,T) support tokens
   corr_{P}_{norm}           (B,S) corr of each snapshot with that solution
-  convergence_type_{P}      (B,) global / local / not-local / tie (Frobenius SVM, SCIENCE.md section 5),
+  convergence_type_{P}      (B,) global / local / not-local / tie (Frobenius SVM, docs/science.md section 5),
                             or the run's health label (diverged / stalled / unsaturated)
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Per-attention analysis of models with several attentions (heads, layers; SCIENCE.md section 13).
+"""Per-attention analysis of models with several attentions (heads, layers; docs/science.md section 13).
 
 For one attention of a batch of trained models: its selected tokens, how sparse its softmax is,
 the Att-SVM at its selection and the correlation of its key-query matrix with that SVM at every

@@ -113,7 +113,7 @@ def quantile_stats(x) -> dict:
 
 
 # ----------------------------------------------------------------------------
-# Geometry of other norms (SCIENCE.md section 10)
+# Geometry of other norms (docs/science.md section 10)
 # ----------------------------------------------------------------------------
 
 

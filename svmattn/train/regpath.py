@@ -1,4 +1,4 @@
-"""Regularization paths of attention (SCIENCE.md section 4), device side (pure JAX).
+"""Regularization paths of attention (docs/science.md section 4), device side (pure JAX).
 
 For one data set (X (n,T,d), Y (n,), Z (n,d), v) and an increasing grid of
 radii R_1 < ... < R_G:
