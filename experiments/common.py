@@ -20,11 +20,19 @@ FLAGS = flags.FLAGS
 _ABSL_FLAGS = frozenset(FLAGS)  # absl's own flags, left out of summaries
 
 
+def _env_precision() -> str:
+  """The environment variable SVMATTN_PRECISION (float64 or float32), else float64; one line if bad."""
+  value = os.environ.get("SVMATTN_PRECISION") or "float64"
+  if value not in ("float64", "float32"):
+    sys.exit(f"error: the environment variable SVMATTN_PRECISION must be float64 or float32, got {value!r}")
+  return value
+
+
 def define_common_flags(runs: int = 100, seed: int = 0):
   flags.DEFINE_integer("runs", runs, "Number of random data sets (ignored with --data).", lower_bound=1)
   flags.DEFINE_integer("seed", seed, "Seed; data set r is drawn from fold_in(PRNGKey(seed), r).")
   seed_flag()
-  flags.DEFINE_enum("precision", os.environ.get("SVMATTN_PRECISION") or "float64", ["float64", "float32"],
+  flags.DEFINE_enum("precision", _env_precision(), ["float64", "float32"],
                     "Floating-point precision (default: the environment variable SVMATTN_PRECISION, else float64; "
                     "the Colab notebook sets float32 on a TPU).")
   flags.DEFINE_string("out", None, "Results directory (created; files in it are replaced atomically).")
