@@ -10,6 +10,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from svmattn.data import datasets as data_lib
+from test_health_studies import check_summary
 from test_sweep import ENV
 
 
@@ -45,6 +46,7 @@ def test_toy_matches_the_hand_solved_svms(toy):
   summary = json.loads((out / "summary.json").read_text())
   assert summary["toy"]["non-tight"]["p"]["relaxed"] == pytest.approx(float(a["corr_relaxed_p"][1, -1]))
   assert all(c["ok"] for c in summary["checks"]) and "E11 joint training (toy)" in stdout
+  check_summary(summary, a, {"p": 2, "p_fixed": 2})
 
 
 @pytest.mark.slow   # a second end-to-end run (.ci/run runs the slow tests too)

@@ -13,6 +13,7 @@ from conftest import REPO_ROOT
 from svmattn.analysis import metrics
 from svmattn.studies import lambda_head as e6
 from svmattn.svm import gensvm
+from test_health_studies import check_summary
 
 LAMS = [0.0, 0.4]
 FLAGS = ["--runs=3", "--lams=0,0.4", "--n=2", "--T=3", "--d=5", "--steps=300", "--snapshot_every=100",
@@ -78,6 +79,7 @@ def test_summary_and_figures(output):
   for check in summary["checks"]:
     assert set(check) == {"name", "value", "expected", "ok"} and isinstance(check["ok"], bool)
   assert (path / "tokens.png").stat().st_size > 0 and (path / "correlation.png").stat().st_size > 0
+  check_summary(summary, np.load(path / "results.npz"), {f"l{i}": 3 for i in range(len(LAMS))}, threshold=0.0)
 
 
 def test_every_lambda_sees_the_same_data_sets_and_the_study_is_rebuilt_from_its_flags(output):

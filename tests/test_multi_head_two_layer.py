@@ -29,6 +29,7 @@ from svmattn.data import datasets as data_lib
 from svmattn.study import pipeline
 from svmattn.studies import multi_head as e14
 from svmattn.studies import two_layer as e15
+from test_health_studies import check_summary
 from test_sweep import ENV
 
 RUNS, N, T, D, STEPS, EVERY = 3, 3, 4, 5, 150, 10
@@ -150,6 +151,7 @@ def test_multi_head_outputs(outputs):
     _check_stats(row["sum"]["corr_final"], a[f"{p}_sum_corr"][:, -1])
     assert row["diverged"] == 0
   assert "E14 multi-head attention: 2 heads" in stdout
+  check_summary(summary, a, {"W": RUNS, "KQ": RUNS})
 
 
 def test_head_vectors_are_unit_and_do_not_depend_on_the_batch():
@@ -230,6 +232,7 @@ def test_two_layer_outputs(outputs):
     _check_stats(row["layer1"]["attends_to_itself"], share)
     assert row["diverged"] == 0
   assert "E15 two-layer attention: 3 data sets" in stdout
+  check_summary(summary, a, {"W": RUNS, "KQ": RUNS})
 
 
 def test_two_layer_study_configs():

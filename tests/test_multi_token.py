@@ -19,6 +19,7 @@ from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.studies import multi_token as e5
 from svmattn.svm import gensvm
+from test_health_studies import check_summary
 from test_sweep import ENV
 from test_sweep import assert_same_results
 from test_sweep import has_checkpoint
@@ -73,6 +74,7 @@ def test_results_are_consistent(outputs):
   assert c["kept"] == 3
   outcomes = r["trained_outcome_d4"]
   np.testing.assert_array_equal(r["trained_runs_d4"][outcomes == "kept"], runs)
+  check_summary(summary, r, {"d4": c["trained"]}, threshold=0.0)      # health of the trained draws
   for key in ("experiment", "flags", "timings_s", "environment", "checks"):
     assert key in summary
   for check in summary["checks"]:

@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO_ROOT
 from svmattn.data import datasets as data_lib
 from svmattn.data import next_token as nt
+from test_health_studies import check_summary
 from test_sweep import ENV
 
 
@@ -98,6 +99,7 @@ def test_outputs(run):
   assert summary["params"]["W"]["corr_final"]["mean"] == pytest.approx(float(np.mean(a["corr_W"][:, -1])))
   assert summary["public"]["corr_final"]["min"] == 0.97615
   assert "E12 next-token prediction (global)" in stdout
+  check_summary(summary, a, {"W": 3, "KQ": 3}, threshold=0.0)
 
 
 @pytest.mark.slow   # a second end-to-end run (.ci/run runs the slow tests too)

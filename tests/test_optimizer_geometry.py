@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
+from test_health_studies import check_summary
 from svmattn.studies import optimizer_geometry as e10
 from test_sweep import ENV
 
@@ -50,6 +51,7 @@ def test_outputs_and_tables(run):
   for c in summary["checks"]:
     assert c["ok"] == (c["value"] == c["expected"].split(" ")[0])
   assert "E10 optimizer geometry" in stdout
+  check_summary(summary, a, {opt: 4 for opt in ("normalized_gd", "sd_linf", "md_l3")})
 
 
 def test_predicted_norms():

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from svmattn.analysis import metrics
+from test_health_studies import check_summary
 
 RUNS, STEPS = 24, 300
 ENV = dict(os.environ, PYTHONPATH=REPO_ROOT)
@@ -43,6 +44,7 @@ def test_outputs(e1):
   np.testing.assert_array_equal(arrays["steps"], np.arange(0, STEPS + 1, 10))
   # W(0) = 0; K(0) Q(0)^T = 0 since Q(0) = 0 (init scheme "zero")
   assert np.all(arrays["W_W"][:, 0] == 0) and np.all(arrays["W_KQ"][:, 0] == 0)
+  check_summary(summary, arrays, {"W": RUNS, "KQ": RUNS})
 
 
 def test_sampler_statistics(e1):

@@ -12,6 +12,7 @@ from conftest import REPO_ROOT
 from svmattn.data import datasets as data_lib
 from svmattn.data import images
 from svmattn.studies import real_data as e13
+from test_health_studies import check_summary
 from test_sweep import ENV
 
 FLAGS = ["--runs=2", "--n_values=2,6", "--steps=120", "--chunk_steps=60", "--snapshot_every=20", "--block_size=2",
@@ -53,6 +54,7 @@ def test_outputs(run):
     assert row["constraints"] == n * 15 and row["unknowns"] == 400
     assert row["W"]["feasible_fraction"] == np.mean(a[f"svm_W_status_n{n}"] == "optimal")
   assert "E13 real data: digits classes 0,1" in stdout
+  check_summary(summary, a, {f"{p}_n{n}": 2 for p in summary["flags"]["params"] for n in (2, 6)}, threshold=0.0)
 
 
 def test_export_runs_in_another_binary(run, tmp_path):

@@ -20,8 +20,11 @@ Settings (``fl["setting"]``):
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.study import pipeline
@@ -106,7 +109,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     return tuple(stages.Train(name, c, start=start if p == "p" else None) for name, p, _, c in cfgs)
 
   return pipeline.Study(NAME, (pipeline.Cell({"setting": setting}, int(runs)),), lambda cell, runs: load(runs),
-                        stage_list, analyze,
+                        stage_list, functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
                         fl.get("batch_size", 1000), fl["seed"], ident)
 
 
@@ -123,9 +126,10 @@ def _vcorr(a, b):
     return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
 
 
-def analyze(label: dict, data: dict, trajs: dict) -> dict:
-  """Per run and stage: final W (p) and v, the selection, v^mm and S, the relaxed and the full
-  Att-SVM at the selection, and per snapshot corr(v, v^mm), corr(W, relaxed), corr(W, full)."""
+def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
+  """Per run and stage: final W (p) and v, the selection, the training health
+  (``analysis.health``), v^mm and S, the relaxed and the full Att-SVM at the selection, and per
+  snapshot corr(v, v^mm), corr(W, relaxed), corr(W, full)."""
   X, Y, Z = (np.asarray(data[k], np.float64) for k in ("X", "Y", "Z"))
   B, n, T, d = X.shape
   out = {"runs": np.asarray(data["runs"]), "optimal_tokens": metrics.optimal_tokens(data["gamma"])}
@@ -140,6 +144,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
     out[f"selected_{name}"] = sel
     out[f"finite_{name}"] = t["finite"]
     out[f"max_prob_{name}"] = t["max_prob"]
+    health.add(out, name, t, saturation)
     full = _nan((B,) + shape)
     full_status = []
     for b in range(B):
@@ -245,7 +250,8 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
     stages_summary[name] = row
   summary = {"experiment": "E11 joint training", "setting": fl.get("setting", "e2"),
              "numerics": fl.get("numerics", "exact"), "data_sets": len(arrays["runs"]),
-             "stages": stages_summary}
+             "stages": stages_summary, "health": health.summary(arrays),
+             "saturation_threshold": fl.get("saturation", health.SATURATION)}
   if fl.get("setting") == "toy":
     summary["toy"] = {TOY_NAMES[i]: {name: {k: float(arrays[f"corr_{k}_{name}"][i, -1])
                                             for k in ("v", "relaxed", "full") if f"corr_{k}_{name}" in arrays}

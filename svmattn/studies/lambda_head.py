@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
@@ -35,6 +36,10 @@ OBJECTS = ("svmeq", "mm", "1token")
 # tokens (float32 rounding alone leaves about 1e-6).
 ORTHONORMAL_ATOL = {np.dtype(np.float64): 1e-6, np.dtype(np.float32): 1e-4}
 SHARED = ("X", "Z", "v", "Y")   # the same data sets at every lambda: written once
+# Training health (``analysis.health``) without the "unsaturated" label: E6 studies multi-token
+# selection (Gen-SVM; more tokens as lambda grows), where a softmax spread over several tokens is
+# the expected outcome, not a run in progress; only "diverged" and "stalled" runs are labelled.
+SATURATION = 0.0
 
 
 def orthonormal_tokens(key: jax.Array, spec: data_lib.DataSpec, head: heads.Head, dtype=jnp.float64):
@@ -118,7 +123,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
 
 def analyze(label: dict, data: dict, trajs: dict) -> dict:
   """Per run at lambda = label["lam"]: final softmax, optimum s*, selected and predicted sets,
-  the thresholds rule, Gen-SVM objects and final 1 - corr (NaN where not evaluated)."""
+  the thresholds rule, Gen-SVM objects, final 1 - corr (NaN where not evaluated) and the training
+  health (``analysis.health`` at threshold ``SATURATION`` = 0)."""
   lam = float(label["lam"])
   tau_L, tau_H = float(data["tau_L"]), float(data["tau_H"])
   keep_intermediate = bool(data["keep_intermediate"])
@@ -144,6 +150,8 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
     out[f"W_{obj}"] = st[key]
     out[f"final_{obj}"] = np.where(kept, 1 - metrics.corr(W, st[key]), np.nan)  # NaN where not evaluated
   out.update(X=X, Z=Z, v=v, Y=np.asarray(data["Y"], np.float64))
+  out["health"] = health.of_trajectory(tr, SATURATION)
+  out["stalled_step"] = np.asarray(tr["stalled_step"])
   return out
 
 
@@ -189,6 +197,8 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict, list]:
         "median_gap_to_optimum_evaluated": stats(p["gap"][kept])["median"],
         "final_one_minus_corr": {obj: stats(p[f"final_{obj}"][kept]) for obj in OBJECTS},
     }
+  summary["health"] = health.summary(arrays)     # {l<i>: counts} (health_l<i> of lambda_index l<i>)
+  summary["saturation_threshold"] = SATURATION
   summary["checks"] = checks(summary, lams)
   return arrays, summary, per
 

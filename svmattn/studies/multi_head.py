@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from svmattn import rng
+from svmattn.analysis import health
 from svmattn.analysis import heads as heads_lib
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
@@ -68,11 +69,15 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     return out
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
-                        lambda cell: tuple(stages.Train(p, c) for p, c in cfgs), analyze,
+                        lambda cell: tuple(stages.Train(p, c) for p, c in cfgs),
+                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
 
 
-def analyze(label: dict, data: dict, trajs: dict) -> dict:
+def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
+  """Per run and parameterization: per head and for the sum of the heads the selection, the
+  Att-SVM and corr; and the training health (``analysis.health``; the trajectory's max_prob is
+  the last sown attention's)."""
   X, Z = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64)
   out = {"runs": np.asarray(data["runs"])}
   for name, t in trajs.items():
@@ -96,6 +101,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
     out[f"{name}_sum_corr"] = res["corr"]
     out[f"{name}_W_final"] = Wsum[:, -1]
     out[f"{name}_finite"] = finite
+    health.add(out, name, t, saturation)
   return out
 
 
@@ -119,5 +125,6 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
                   "diverged": int(np.sum(~arrays[f"{name}_finite"]))}
   summary = {"experiment": "E14 multi-head attention", "heads": fl["heads"],
              "shared_head": bool(fl.get("shared_head", False)), "data_sets": len(arrays["runs"]),
-             "numerics": fl.get("numerics", "exact"), "params": rows, "checks": []}
+             "numerics": fl.get("numerics", "exact"), "params": rows, "health": health.summary(arrays),
+             "saturation_threshold": fl.get("saturation", health.SATURATION), "checks": []}
   return arrays, summary

@@ -29,6 +29,7 @@ import dataclasses
 
 import numpy as np
 
+from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
@@ -46,6 +47,10 @@ OUTCOME_DTYPE = "<U12"
 KEPT_KEYS = ("runs", "W_gd", "attention", "selected", "C", "max_masked", "fin_residual", "mm_min_margin",
              "W_svmeq", "corr_svmeq", "W_mm", "corr_mm", "W_1token", "corr_1token", "W_fin", "dead", "Y", "V",
              "X", "Z")
+# Training health (``analysis.health``) without the "unsaturated" label: E5 studies multi-token
+# selection (Gen-SVM), where a softmax spread over several tokens is the expected outcome, not a
+# run in progress; only "diverged" and "stalled" runs are labelled.
+SATURATION = 0.0
 CORR_REFERENCE = ("1 - corr(W(k), X) at every snapshot k against the Gen-SVM objects of the FINAL softmax and W "
                   "(as the authors do); figures show median and quartiles (the authors plot the mean)")
 
@@ -99,7 +104,8 @@ class TrainNegative(stages.Train):
       f = data.X.dtype
       return {"W": np.full((B, len(steps), d, d), np.nan, f), "max_prob": np.full((B, len(steps)), np.nan, f),
               "loss": np.full((B, len(steps)), np.nan, f), "attention": np.full((B, n, T), np.nan, f),
-              "selected": np.zeros((B, n), np.int64), "finite": np.zeros(B, bool), "steps": steps}, 0.0
+              "selected": np.zeros((B, n), np.int64), "finite": np.zeros(B, bool), "steps": steps,
+              "stalled_step": np.full(B, -1, np.int64)}, 0.0
     traj = train_lib.train(self.config, data_lib.take(data, mask), train_lib.init_keys(seed, runs[mask]), progress,
                            checkpoints)
     arrays = {"W": traj.W, "max_prob": traj.max_prob, "loss": traj.loss, "attention": traj.attention,
@@ -112,6 +118,8 @@ class TrainNegative(stages.Train):
       full[mask] = a
       out[key] = full
     out["steps"] = traj.steps
+    out["stalled_step"] = np.full(B, -1, np.int64)        # -1 (never stalled) for the skipped draws
+    out["stalled_step"][mask] = health.stalled_step(traj.W, traj.loss, traj.steps)
     return out, traj.compile_seconds
 
 
@@ -166,7 +174,8 @@ def outcome(res: gensvm.GenSVMResult) -> str:
 
 def analyze(label: dict, data: dict, trajs: dict) -> dict:
   """Per draw of the batch: its outcome ("skipped" or one of ``OUTCOMES``), the Gen-SVM objects
-  and 1 - corr curves (NaN where not solved), dead sequences and the data set."""
+  and 1 - corr curves (NaN where not solved), dead sequences, the data set and the training
+  health (``analysis.health`` at threshold ``SATURATION`` = 0; "skipped" for a skipped draw)."""
   tau_L, tau_H = float(data["tau_L"]), float(data["tau_H"])
   X, Y, Z, V = (np.asarray(data[k]) for k in ("X", "Y", "Z", "v"))
   B, n, T, d = X.shape
@@ -200,6 +209,8 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
   with np.errstate(invalid="ignore"):
     out["dead"] = dead_sequences(X, V, s)
   out.update(Y=Y, V=V, X=X, Z=Z)
+  out["health"] = np.where(candidate, health.of_trajectory(tr, SATURATION), "skipped").astype("<U11")
+  out["stalled_step"] = np.asarray(tr["stalled_step"])
   return out
 
 
@@ -227,7 +238,7 @@ def _no_kept_runs(n, T, d, S) -> dict:
 
 
 def reduce_cell(fl: dict, arrays: dict, S: int) -> tuple[dict, dict, dict]:
-  """(the kept runs' arrays, counts, (trained runs, their outcomes)) of one d from the per-draw
+  """(the kept runs' arrays, counts, (trained runs, their outcomes and health)) of one d from the per-draw
   arrays of its analyzed draws (run order): the first ``runs`` kept draws; the counts cover the
   draws up to the last kept one (all analyzed draws if fewer were kept)."""
   runs, outcomes = np.asarray(arrays["runs"]), np.asarray(arrays["outcome"])
@@ -249,7 +260,10 @@ def reduce_cell(fl: dict, arrays: dict, S: int) -> tuple[dict, dict, dict]:
     out = _no_kept_runs(n, T, d, S)
   # the dtype of a list of the outcome names, as the previous binary wrote it
   trained_outcome = np.array(outcomes[trained].tolist())
-  return out, counts, {"runs": runs[trained], "outcome": trained_outcome, "want": want}
+  health_ = {}
+  if "health" in arrays:   # (a per-draw record written before the health labels has none)
+    health_ = {k: np.asarray(arrays[k])[trained] for k in ("health", "stalled_step")}
+  return out, counts, {"runs": runs[trained], "outcome": trained_outcome, "want": want, **health_}
 
 
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
@@ -266,6 +280,8 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
     for k, v in a.items():
       arrays[f"{k}_d{d}"] = v
     arrays[f"trained_runs_d{d}"], arrays[f"trained_outcome_d{d}"] = trained["runs"], trained["outcome"]
+    if "health" in trained:
+      arrays[f"health_d{d}"], arrays[f"stalled_step_d{d}"] = trained["health"], trained["stalled_step"]
     K = len(a["runs"])
     final = {obj: 1 - a[f"corr_{obj}"][:, -1] for obj in OBJECTS}
     sizes = a["selected"].sum(-1) if K else np.zeros((0, n))
@@ -287,6 +303,8 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
         "max_fin_residual": float(np.nanmax(a["fin_residual"])) if K else None,
         "min_mm_margin": float(np.nanmin(a["mm_min_margin"])) if np.any(np.isfinite(a["mm_min_margin"])) else None,
     }
+  summary["health"] = health.summary(arrays)                # {d<d>: counts} over the trained draws
+  summary["saturation_threshold"] = SATURATION
   summary["checks"] = checks(fl, summary, ds)
   return arrays, summary
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.data import next_token as data_lib
 from svmattn.study import pipeline
@@ -34,6 +35,13 @@ SETTINGS = {"global": {"model": "next_token", "lr": 0.01, "steps": 4000},
             "local": {"model": "next_token_lsq", "lr": 0.1, "steps": 2000}}
 SELECT = 1e-2     # local: a token is selected when its final attention exceeds this
 BAND = 9e-3       # ... and left out of the local graph when its attention is in (BAND, SELECT]
+# Training health (``analysis.health``) without the "unsaturated" label: the graph SVM's finite
+# part W^fin keeps the attention spread over the tokens of a cyclic strongly connected component
+# (and over a token's repeated positions), and the local setting selects several tokens, so a
+# softmax that stays spread is the expected outcome (the defaults, 3 data sets: final corr with
+# W^svm 0.989, final mean largest probability 0.83 in every run), not a run in progress; only
+# "diverged" and "stalled" runs are labelled.
+SATURATION = 0.0
 
 
 def resolve(fl: dict) -> dict:
@@ -110,6 +118,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
     out[f"finite_{name}"] = t["finite"]
     out[f"loss_{name}"] = t["loss"]
     out[f"max_prob_{name}"] = t["max_prob"]
+    health.add(out, name, t, SATURATION)
     W_svm, W_fin = np.full((B, d, d), np.nan), np.full((B, d, d), np.nan)
     status, fin_status = [], []
     resid, gap, scale = (np.full((B, S), np.nan) for _ in range(3))
@@ -177,7 +186,8 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   summary = {"experiment": "E12 next-token prediction", "setting": fl["setting"],
              "numerics": fl.get("numerics", "exact"), "data_sets": len(arrays["runs"]),
              "cyclic_sccs_per_set": _stats(arrays["cyclic_sccs"]), "params": rows,
-             "public": PUBLIC[fl["setting"]]}
+             "public": PUBLIC[fl["setting"]], "health": health.summary(arrays),
+             "saturation_threshold": SATURATION}
   summary["checks"] = checks(fl, rows)
   return arrays, summary
 

@@ -14,8 +14,11 @@ attention); Adam -> l_inf; Muon -> spectral. ``predicted_norm`` names them.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.study import pipeline
@@ -86,13 +89,15 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     return {**source(runs), "norms": np.array(norms)}
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
-                        lambda cell: tuple(stages.Train(name, c) for name, _, _, c in cfgs), analyze,
+                        lambda cell: tuple(stages.Train(name, c) for name, _, _, c in cfgs),
+                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
 
 
-def analyze(label: dict, data: dict, trajs: dict) -> dict:
-  """Per run and stage: final W, selection, and per norm the SVM status, corr per snapshot,
-  final distance in the norm and (l_p) final Bregman divergence."""
+def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
+  """Per run and stage: final W, selection, the training health (``analysis.health``), and per
+  norm the SVM status, corr per snapshot, final distance in the norm and (l_p) final Bregman
+  divergence."""
   X, Z = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64)
   norms = [str(x) for x in data["norms"]]
   B, d = X.shape[0], X.shape[-1]
@@ -110,6 +115,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
     out[f"selected_{name}"] = t["selected"]
     out[f"finite_{name}"] = t["finite"]
     out[f"max_prob_{name}"] = t["max_prob"]
+    health.add(out, name, t, saturation)
     for norm in norms:
       res = [solved[(b, np.asarray(t["selected"][b], np.int64).tobytes(), norm)] for b in range(B)]
       W_svm = np.stack([r.W if r.ok else np.full((d, d), np.nan) for r in res])
@@ -150,7 +156,8 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   summary = {"experiment": "E10 optimizer geometry", "numerics": fl.get("numerics", "exact"),
              "data_sets": len(arrays["runs"]), "optimizers": list(fl["optimizers"]), "norms": norms,
              "params": list(fl["params"]), "tables": tables, "nearest": nearest,
-             "diverged_runs": {name: int(np.sum(~arrays[f"finite_{name}"])) for name, *_ in cfgs}}
+             "diverged_runs": {name: int(np.sum(~arrays[f"finite_{name}"])) for name, *_ in cfgs},
+             "health": health.summary(arrays), "saturation_threshold": fl.get("saturation", health.SATURATION)}
   summary["checks"] = checks(fl, tables, nearest)
   return arrays, summary
 

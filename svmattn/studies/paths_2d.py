@@ -12,10 +12,13 @@ figure (``pick_drawn``) and computes the checks.
 """
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
@@ -82,14 +85,15 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     return {**batch._asdict(), "gamma": local_convergence.token_scores(batch)}
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
-                        lambda cell: tuple(stages.Train(p, c) for p, c in cfgs), analyze,
+                        lambda cell: tuple(stages.Train(p, c) for p, c in cfgs),
+                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
 
 
-def analyze(label: dict, data: dict, trajs: dict) -> dict:
+def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
   """Per run: the data (X, Z in float64), optimal tokens, the Frobenius and nuclear Att-SVM of
   the optimal tokens, and per parameterization P every snapshot W_P, the selections, the loss
-  curve and the final correlations corr_P_norm."""
+  curve, the final correlations corr_P_norm and the training health (``analysis.health``)."""
   del label
   X, Z = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64)
   gamma = data["gamma"]
@@ -108,6 +112,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
     out[f"loss_{p}"] = t["loss"]
     for norm in svm_lib.NORMS:
       out[f"corr_{p}_{norm}"] = metrics.corr(t["W"][:, -1], svms[norm]["W"])
+    health.add(out, p, t, saturation)
   return out
 
 
@@ -149,6 +154,12 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
       summary["final_corr"][f"{p}_vs_{norm}"] = {
           "mean": float(np.mean(final[ok])) if ok.any() else None,
           "min": float(np.min(final[ok])) if ok.any() else None, "solved": int(ok.sum())}
+  for p in PARAMS:
+    if f"health_{p}" in a:       # (a per-run record written before the health labels has none)
+      arrays[f"health_{p}"] = a[f"health_{p}"]
+      arrays[f"stalled_step_{p}"] = a[f"stalled_step_{p}"]
+  summary["health"] = health.summary(arrays)
+  summary["saturation_threshold"] = fl.get("saturation", health.SATURATION)
   summary["checks"] = checks(arrays, opt)
   return arrays, summary
 

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from svmattn import rng
+from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.data import images as images_lib
 from svmattn.study import pipeline
@@ -38,6 +39,11 @@ from svmattn.train import loop as train_lib
 NAME = "real_data"
 HEADS = ("fit", "fixed", "joint")
 STATUS_DTYPE = "<U12"
+# Training health (``analysis.health``) without the "unsaturated" label: E13 measures how many
+# tokens a softmax keeps (multi-token selection, Gen-SVM), where a softmax spread over several
+# tokens is an expected outcome, not a run in progress; only "diverged" and "stalled" runs are
+# labelled.
+SATURATION = 0.0
 
 
 def pool(fl: dict):
@@ -191,6 +197,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
         ft, _ = predict(W[b, -1], V[b], Xt, Zt)
         held[b] = np.mean(np.sign(ft) == Yt)
     out[f"train_acc_{name}"], out[f"test_acc_{name}"] = acc, held
+    health.add(out, name, t, SATURATION)
     if name == "W":
       # the discard rule of E5 (intermediate probabilities, no vanishing token) is recorded, but the
       # Gen-SVM objects are solved for every run (the rule is how E5 keeps clean runs, not a failure)
@@ -256,7 +263,9 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   summary = {"experiment": "E13 real data", "dataset": fl["dataset"], "classes": fl["classes"],
              "patch": fl["patch"], "pos": fl.get("pos", "onehot"), "query": fl.get("query", "mean"),
              "head": fl.get("head", "fit"), "T": T, "d": d, "numerics": fl.get("numerics", "exact"),
-             "per_n": per_n, "transition": transition}
+             "per_n": per_n, "transition": transition,
+             "health": health.summary(arrays),               # {<P>_n<n>: counts}
+             "saturation_threshold": SATURATION}
   summary["checks"] = checks(fl, per_n, cfgs)
   return arrays, summary
 

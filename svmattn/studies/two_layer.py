@@ -11,8 +11,11 @@ of its softmax, the Att-SVM at its selection and corr(W_l(t), that SVM):
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
+from svmattn.analysis import health
 from svmattn.analysis import heads as heads_lib
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
@@ -42,11 +45,15 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   load = local_convergence.batches(spec, fl["seed"], np.float64, file_data)
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
-                        lambda cell: tuple(stages.Train(p, c) for p, c in cfgs), analyze,
+                        lambda cell: tuple(stages.Train(p, c) for p, c in cfgs),
+                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
 
 
-def analyze(label: dict, data: dict, trajs: dict) -> dict:
+def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
+  """Per run and parameterization: per layer the selection, the Att-SVM and corr; and the
+  training health (``analysis.health``; the trajectory's max_prob is the last sown attention's,
+  layer 2's, and its W the sum of the layers' kq)."""
   X, Z = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64)
   out = {"runs": np.asarray(data["runs"])}
   for name, t in trajs.items():
@@ -63,6 +70,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
     sel1 = s1["selected"]
     out[f"{name}_layer1_self"] = np.mean(sel1 == np.arange(sel1.shape[-1]), axis=(1, 2))
     out[f"{name}_finite"] = finite
+    health.add(out, name, t, saturation)
   return out
 
 
@@ -78,5 +86,6 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
     rows[name]["layer1"]["attends_to_itself"] = _stats(arrays[f"{name}_layer1_self"])
     rows[name]["diverged"] = int(np.sum(~arrays[f"{name}_finite"]))
   summary = {"experiment": "E15 two-layer attention", "data_sets": len(arrays["runs"]),
-             "numerics": fl.get("numerics", "exact"), "params": rows, "checks": []}
+             "numerics": fl.get("numerics", "exact"), "params": rows, "health": health.summary(arrays),
+             "saturation_threshold": fl.get("saturation", health.SATURATION), "checks": []}
   return arrays, summary
