@@ -105,7 +105,10 @@ def draw(arrays, params, out):
       label = f"{'W' if p == 'W' else '(K,Q)'} vs {e2.NORM_NAMES[norm]} SVM"
       gap = np.maximum(1.0 - np.asarray(arrays[f"corr_{p}_{norm}"], np.float64), 1e-15)
       plots.quantile_band(ax, steps, gap, plots.COLORS[p], label, style)
-  ax.set(xlabel="iteration", ylabel="1 - correlation coefficient", yscale="log",
+  drawn = [np.asarray(arrays[f"corr_{p}_{m}"]) for p in params for m in svm_lib.NORMS if f"corr_{p}_{m}" in arrays]
+  if any(np.isfinite(c).any() for c in drawn):      # (no solved SVM at all, e.g. all ties: nothing to log)
+    ax.set_yscale("log")
+  ax.set(xlabel="iteration", ylabel="1 - correlation coefficient",
          title="GD direction vs max-margin SVM")
   ax.legend(loc="lower left", title=plots.quantile_band_caption())
   plots.save(fig, f"{out}/correlation.png")

@@ -23,15 +23,18 @@ def test_overparam_end_to_end(tmp_path):
   assert types.shape == (1, 2, 12) and sel.shape == opt.shape == (2, 12, 3)
   assert set(np.unique(types)) <= set(metrics.CONVERGENCE_TYPES)
   is_global = np.all(sel == opt, axis=-1)
-  np.testing.assert_array_equal(types[0] == "global", is_global)
-  assert np.all(types[0][a["svm_status"][0] != "optimal"] == "not-local")   # infeasible SVM is not-local
-  shares = np.stack([a["share_global"], a["share_local"], a["share_not_local"]])
+  healthy = a["health"][0] == "ok"              # unhealthy runs are their own types (analysis.health)
+  np.testing.assert_array_equal(types[0][~healthy], a["health"][0][~healthy])
+  np.testing.assert_array_equal(types[0] == "global", is_global & healthy)
+  bad_svm = (a["svm_status"][0] != "optimal") & healthy
+  assert np.all(types[0][bad_svm] == "not-local")   # infeasible SVM is not-local
+  shares = np.stack([a[f"share_{t.replace('-', '_')}"] for t in metrics.CONVERGENCE_TYPES])
   np.testing.assert_allclose(shares.sum(0), 1.0)
-  np.testing.assert_allclose(a["share_global"][0], is_global.mean(-1))
+  np.testing.assert_allclose(a["share_global"][0], (is_global & healthy).mean(-1))
   ok = np.isfinite(a["corr"])
   assert np.all(np.abs(a["corr"][ok]) <= 1 + 1e-12)
   assert np.all(a["finite"])
   # after 300 normalized steps on these tiny problems GD is well aligned with its SVM on average
   assert np.nanmean(a["corr"][a["types"] != "not-local"]) > 0.9
   for x in summary["cells"]:
-    assert abs(x["share_global"] + x["share_local"] + x["share_not-local"] - 1) < 1e-12
+    assert abs(sum(x[f"share_{t}"] for t in metrics.CONVERGENCE_TYPES) - 1) < 1e-12
