@@ -249,6 +249,19 @@ def auto_softmax(logits: jax.Array, c: jax.Array) -> jax.Array:
   return sg(jax.nn.softmax(logits, axis=-1)) + (q - sg(q))              # value s, derivative exp(c) ds
 
 
+def check_loss_scale(loss_scale) -> None:
+  """ValueError unless ``loss_scale`` is a positive finite number or "auto"."""
+  if isinstance(loss_scale, str):
+    ok = loss_scale == "auto"
+  else:
+    try:
+      ok = 0 < float(loss_scale) < float("inf")
+    except (TypeError, ValueError):
+      ok = False
+  if not ok:
+    raise ValueError(f"loss_scale must be a positive finite number or 'auto', got {loss_scale!r}")
+
+
 def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callable = "logistic",
               ridge: float | None = None, model: str = "single_query",
               loss_scale: float | str = 1.0, numerics: str = "exact") -> Callable[[Params, Any], jax.Array]:
@@ -279,16 +292,8 @@ def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callabl
   lam = param.ridge if ridge is None else ridge
   forward = get_model(model)
   pool = get_pooling(numerics)
+  check_loss_scale(loss_scale)
   auto = isinstance(loss_scale, str)
-  if auto and loss_scale != "auto":
-    raise ValueError(f"loss_scale must be a positive finite number or 'auto', got {loss_scale!r}")
-  if not auto:
-    try:
-      ok = 0 < float(loss_scale) < float("inf")
-    except (TypeError, ValueError):
-      ok = False
-    if not ok:
-      raise ValueError(f"loss_scale must be a positive finite number or 'auto', got {loss_scale!r}")
 
   def ridge_sum(params):
     return sum(jnp.sum(p * p) for p in jax.tree_util.tree_leaves(attention_params(params)))

@@ -67,7 +67,7 @@ class TrainConfig:
       if self.train_head or self.model != "single_query":
         raise ValueError("TrainConfig.module: a flax model goes with the defaults of model and train_head "
                          "(it holds its own architecture)")
-      _check_loss_scale(self.loss_scale)
+      model_lib.check_loss_scale(self.loss_scale)
     model_lib.get_parameterization(self.param)
     heads_lib.get_head(self.head)
     model_lib.get_model(self.model)
@@ -91,19 +91,6 @@ class TrainConfig:
     if not np.isfinite(self.lr) or self.lr <= 0:
       raise ValueError(f"TrainConfig.lr must be a positive number, got {self.lr}")
     return self
-
-
-def _check_loss_scale(loss_scale) -> None:
-  """A positive finite number or "auto" (as ``model.make_loss`` accepts)."""
-  if isinstance(loss_scale, str):
-    ok = loss_scale == "auto"
-  else:
-    try:
-      ok = 0 < float(loss_scale) < float("inf")
-    except (TypeError, ValueError):
-      ok = False
-  if not ok:
-    raise ValueError(f"loss_scale must be a positive finite number or 'auto', got {loss_scale!r}")
 
 
 def config_snapshot_steps(config: "TrainConfig") -> np.ndarray:
