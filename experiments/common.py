@@ -105,6 +105,8 @@ def load_or_generate(spec: data_lib.DataSpec, head=None):
   if FLAGS.data:
     try:
       data = data_lib.load_npz(FLAGS.data, dtype())
+      if head is heads.LINEAR:
+        data_lib.check_vector_head(FLAGS.data)
     except data_lib.DataError as e:
       sys.exit(f"error: --data: {e}")  # one clear line, exit status 1, nothing written
     runs = np.arange(data.X.shape[0])
@@ -375,6 +377,8 @@ def start_study(module):
   try:
     if "data" in FLAGS and FLAGS.data and "precision" in FLAGS:
       data_lib.check_file_magnitudes(FLAGS.data, dtype())   # values that would overflow in --precision
+      if not hasattr(module, "load_data_file"):             # (E5's ReLU head checks its own V (B,d,d))
+        data_lib.check_vector_head(FLAGS.data)
     return fl, module.build(fl, identity())
   except data_lib.DataError as e:
     fail(f"--data: {e}")

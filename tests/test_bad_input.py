@@ -301,3 +301,11 @@ def test_a_failed_svd_is_a_failed_status(monkeypatch, batch):
   monkeypatch.setattr(gensvm, "null_space", _svd_fails)
   status, W, _, message = gensvm.equality_margin_svm(np.ones((2, 4)), np.ones((1, 4)), 2)
   assert status == "failed" and W is None and "SVD" in message
+
+
+def test_a_matrix_head_is_refused_where_the_head_is_a_vector(tmp_path):
+  from svmattn.data import datasets as data_lib
+  path = _data(tmp_path, "v_dd", v=np.ones((2, 4, 4)))
+  data_lib.load_npz(path)                      # a valid file (a matrix head's format) ...
+  with pytest.raises(data_lib.DataError, match=r"v must have shape \(B, d\).*got \(2, 4, 4\)"):
+    data_lib.check_vector_head(path)           # ... but not for a linear head (E2, E15, precision, ...)

@@ -233,6 +233,19 @@ def check_magnitudes(arrays: dict, dtype=np.float64, where: str = "data") -> Non
                       "rescale the data")
 
 
+def check_vector_head(path: str | os.PathLike) -> None:
+  """DataError when the .npz at ``path`` holds a head v that is not one vector per data set
+  (B, d), as a linear head needs (a matrix head's (B, d, d) would fail in training)."""
+  try:
+    with np.load(os.fspath(path), allow_pickle=False) as f:
+      v = f["v"] if "v" in f.files else None
+  except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+    return                  # the format's own loader names the problem
+  if v is not None and v.ndim != 2:
+    raise DataError(f"{os.fspath(path)}: v must have shape (B, d) (one head vector per data set: this "
+                    f"experiment's head is linear), got {v.shape}")
+
+
 def check_file_magnitudes(path: str | os.PathLike, dtype=np.float64) -> None:
   """``check_magnitudes`` on every array of the .npz at ``path`` (any data format); an unreadable
   file is left to the format's own loader."""
