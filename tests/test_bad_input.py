@@ -192,7 +192,7 @@ def test_a_bad_data_file_ends_the_binary_with_one_line(tmp_path):
   path = _data(tmp_path, "v_shape", v=np.ones((2, 4, 3)))
   out = tmp_path / "out"
   proc = _run("local_convergence", f"--out={out}", f"--data={path}", "--noprogress")
-  _assert_clean_error(proc, "v must have shape (2, 4)")
+  _assert_clean_error(proc, "v must have shape (B, d)")
   assert not (out / "work").exists() and not (out / "results.npz").exists()
 
 
