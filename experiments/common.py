@@ -436,12 +436,25 @@ class Stopped(BaseException):
 
 @contextlib.contextmanager
 def stop_on_signals():
-  """SIGINT and SIGTERM raise ``Stopped`` in the main thread while the block runs (the work
-  directory keeps every finished step; the pipeline stops its worker processes on the way out)."""
+  """SIGINT and SIGTERM end the process with one line saying how to resume while the block runs
+  (the work directory keeps every finished step; the SVM workers die with the process)."""
   import signal
 
   def stop(signum, frame):
-    raise Stopped(signal.Signals(signum).name)
+    # End at once, as a kill would (the pipeline is built to resume from any kill: every file is
+    # written atomically; the workers die with this process): unwinding the stack from a signal
+    # handler can deadlock on a lock the interrupted code holds (a future, the prefetch thread).
+    sys.stderr.write(f"\nerror: stopped by {signal.Signals(signum).name}; to continue, run the same command "
+                     "with --resume\n")
+    sys.stderr.flush()
+    try:    # multiprocessing's helper would outlive this process and warn about the workers' semaphores
+      from multiprocessing import resource_tracker
+      pid = getattr(resource_tracker._resource_tracker, "_pid", None)
+      if pid:
+        os.kill(pid, signal.SIGKILL)
+    except (ImportError, OSError):
+      pass
+    os._exit(1)
 
   previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
   try:
