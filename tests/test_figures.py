@@ -71,6 +71,7 @@ def _e1(out, *args):
                         cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow   # an end-to-end run of a binary (CI runs the slow tests too)
 def test_figure_format_png_pdf_writes_both(tmp_path):
   proc = _e1(tmp_path, "--figure_format=png,pdf")
   assert proc.returncode == 0, proc.stderr[-3000:]

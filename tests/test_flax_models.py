@@ -477,6 +477,7 @@ def test_auto_loss_scale_of_two_heads_shares_one_shift(data):
     np.testing.assert_allclose(a, np.exp(c) * p, rtol=1e-9, atol=1e-14)
 
 
+@pytest.mark.slow   # three trainings (CI runs the slow tests too)
 def test_a_scaled_modules_training_reports_the_unscaled_loss(data):
   """loss_scale 1000 and "auto" train SingleHead as the default does (normalized GD is invariant
   to a positive scale: equal to rounding) and observe() reports the unscaled loss."""

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from conftest import REPO_ROOT
 
@@ -16,6 +17,7 @@ def _run(*args):
                         timeout=300, env=env)
 
 
+@pytest.mark.slow   # two end-to-end runs of binaries (CI runs the slow tests too)
 def test_nokeep_runs_and_norms(tmp_path):
   out = tmp_path / "e2"
   proc = _run("experiments.local_convergence", f"--out={out}", "--runs=4", "--steps=20", "--chunk_steps=20",
