@@ -148,6 +148,14 @@ def _lock(work: str):
   return fd
 
 
+def _discard(directory: str) -> None:
+  """Remove ``directory`` whole: renamed away first (atomic, so a kill never leaves half of it
+  in place), then deleted."""
+  trash = f"{directory}.discarded-{os.getpid()}"
+  os.replace(directory, trash)
+  shutil.rmtree(trash, ignore_errors=True)
+
+
 def _prepare(out: str, study: Study, resume: bool, process_index: int, process_count: int) -> str:
   """Open (resume) or create this process's work directory; returns (work, lock).
 
@@ -178,19 +186,15 @@ def _prepare(out: str, study: Study, resume: bool, process_index: int, process_c
                        + ". Drop --resume to replace it with this run, or choose another --out")
     log.warning("%s held an unfinished run with other settings (%s); replacing it with this run", work,
                 "; ".join(diff[:2]))
-    trash = f"{work}.replaced-{os.getpid()}"
-    os.replace(work, trash)          # atomic: the old run is gone whole, then deleted at leisure
+    _discard(work)
     os.close(lock)
-    shutil.rmtree(trash, ignore_errors=True)
   elif resume:
     log.warning("--resume: nothing to resume in %s; starting afresh", out)
   if process_index == 0:
     # the records of a run that finished here before: a fresh start must not leave them beside its own
     old = os.path.join(out, "runs")
     if os.path.isdir(old):
-      trash = f"{old}.old-{os.getpid()}"
-      os.replace(old, trash)
-      shutil.rmtree(trash, ignore_errors=True)
+      _discard(old)
   # created whole or not at all: a kill here never leaves a work directory without run.json
   os.makedirs(os.path.dirname(work), exist_ok=True)
   tmp = f"{work}.tmp-{os.getpid()}"
