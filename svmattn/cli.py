@@ -55,6 +55,10 @@ def main(argv: list[str] | None = None) -> None:
   if len(argv) < 2 or argv[1] in ("-h", "--help", "help", "list"):
     print(usage(pkg))
     return
+  if argv[1] == "run":
+    from svmattn.config import config_file
+    config_file.main(argv[2:])
+    return
   name = ALIASES.get(argv[1], argv[1]).replace("-", "_")
   if name not in commands(pkg):
     sys.exit(f"error: unknown command {argv[1]!r}\n\n{usage(pkg)}")

@@ -5,8 +5,8 @@ W and/or (K,Q) trained on each; the host analysis solves the Frobenius and the n
 Att-SVM at the tokens each parameterization selected and correlates every snapshot with
 them (``analysis.compare.compare_with_svms``).
 
-``flags`` below is a dict of the binary's flag values (``experiments.local_convergence``),
-or the "flags" of its summary.json: replay rebuilds the same study from it.
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a
+config's fields), or the "flags" of its summary.json: replay rebuilds the same study from it.
 """
 from __future__ import annotations
 
@@ -15,18 +15,23 @@ import functools
 import jax
 import numpy as np
 
+from svmattn import registry
 from svmattn.analysis import compare
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.svm import att_svm as svm_lib
 from svmattn.train import loop as train_lib
+from svmattn.figures import local_convergence as figures
 
 NAME = "local_convergence"
-NORM_NAMES = {"fro": "Frobenius", "nuc": "nuclear"}
+NORM_NAMES = figures.NORM_NAMES
 
 
 def loss_scale(value: str, precision: str):
@@ -48,7 +53,7 @@ def setup(fl: dict):
       param=p, m=fl["m"], loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"], steps=fl["steps"],
       snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl["block_size"],
       loss_scale=loss_scale(fl.get("loss_scale", "default"), fl.get("precision", "float64")),
-      numerics=fl.get("numerics", "exact")).validate())
+      numerics=fl.get("numerics", "exact"), init=init_scheme(fl)).validate())
       for p in fl["params"])
   return spec, configs
 
@@ -86,10 +91,24 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   load = batches(spec, fl["seed"], dtype, file_data)
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
-                        lambda cell: tuple(stages.Train(p, c) for p, c in configs),
+                        lambda cell: tuple(train_stage(p, c, fl) for p, c in configs),
                         functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION),
                                           norms=norms(fl)),
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+
+
+def init_scheme(fl: dict) -> str:
+  """The random initialization of --init (uniform where --init names a file of starting points)."""
+  init = fl.get("init") or "uniform"
+  return "uniform" if init.endswith(".npz") else init
+
+
+def train_stage(name: str, config: train_lib.TrainConfig, fl: dict) -> stages.Train:
+  """The training stage of one parameterization; with --init=FILE.npz, every run starts from its row."""
+  init = fl.get("init") or "uniform"
+  if init.endswith(".npz"):
+    return stages.Train(name, config, init_file=init)
+  return stages.Train(name, config)
 
 
 def norms(fl: dict) -> tuple[str, ...]:
@@ -162,3 +181,50 @@ def checks(final_corr: dict) -> list:
                   "expected": f"clearly below {own} (authors: about {paper})",
                   "ok": mean[cross] < mean[own] - 0.05})
   return out
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks follow)."""
+  lines = [f"E2 local convergence: {summary['data_sets']} data sets"]
+  for key, v in summary["final_corr"].items():
+    if v["mean"] is not None:
+      lines.append(f"  corr {key:<10} {v['mean']:.4f} +- {v['std']:.4f} ({v['solved']} solved)")
+  for p, fr in summary["convergence_types"].items():
+    lines.append(f"  types {p:<3} " + "  ".join(f"{k} {100 * x:.0f}%" for k, x in fr.items()))
+  return lines
+
+
+def _loss_scale(value):
+  if value in ("default", "auto"):
+    return None
+  try:
+    return None if np.isfinite(float(value)) and float(value) > 0 else "must be 'default', 'auto' or a finite number > 0"
+  except ValueError:
+    return "must be 'default', 'auto' or a finite number > 0"
+
+
+SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics()
+            + common.training(params=("W", "KQ"), steps=2000) + F.Settings((
+                F.Int("m", None, "(K,Q) width m (default d).", lower=1),
+                F.List("norms", ("fro", "nuc"), "Att-SVMs solved at each run's selection: fro (Frobenius), nuc "
+                       "(nuclear; the slower one). E.g. --params=W --norms=fro solves only W's own SVM.",
+                       check=allowed.one_of(svm_lib.NORMS, "norms")),
+                F.Enum("loss", "logistic", ["logistic", "exponential", "correlation"], "Loss."),
+                F.Enum("attention", "cross", ["cross", "self"], "Cross-attention or self-attention."),
+                F.Int("query_pos", 0, "Query position for self-attention (0 <= query_pos < T).", lower=0),
+                F.Str("loss_scale", "default", "Loss scaling: 'auto' (rescale each step's gradient so that float32 "
+                      "does not underflow; see BUILD.md), a number, or 'default' (auto in float32, 1 in float64).",
+                      check=_loss_scale),
+            ), (F.Rule(("query_pos", "T"), lambda v: None if v["query_pos"] < v["T"]
+                       else "--query_pos must be below --T"),)))
+
+EXPERIMENT = registry.Experiment(
+    id="E2", name=NAME, title="Local convergence of normalized GD (W and (K,Q))",
+    claim="From a random start, normalized GD converges in direction to the Att-SVM of the tokens it selects: "
+          "W to the Frobenius-norm one, (K,Q) to the nuclear-norm one (the authors: mean corr 0.996 and 0.997).",
+    settings=SETTINGS, quick={"runs": 30},
+    variants=(registry.Variant("authors", "Local convergence, the authors' numerics (g / (||g|| + eps), X^T s)",
+                               {"numerics": "authors"}),),
+    key_numbers=(("mean corr(W, Frobenius SVM)", "final_corr.W_vs_fro.mean"),
+                 ("mean corr(KQ^T, nuclear SVM)", "final_corr.KQ_vs_nuc.mean")),
+    figures=figures.draw, report=report, one_cell=True)

@@ -1,0 +1,216 @@
+"""``svmattn run``: run any experiment, or a sweep of it, from a config file (ml_collections, configs as code).
+
+    svmattn run --config=grid.py [--config.FIELD=VALUE ...] [--config.sweep.FIELD=V1,V2,...] --out=DIR [--resume]
+
+The file's ``get_config()`` returns an ml_collections ConfigDict naming the experiment
+(``config.experiment = "local_convergence"`` or ``"E2"``) and any of its fields (the names of the
+experiment's flags); ``svmattn.config.defaults("E2")`` gives one holding every default:
+
+    from svmattn.config import defaults
+
+    def get_config():
+      config = defaults("E2")
+      config.runs = 50
+      config.sweep = {"lr": [0.01, 0.1, 1.0], "d": [4, 8, 16]}
+      return config
+
+``config.sweep`` maps fields to lists of values; every combination is a cell of one study
+(``study.sweep``). Fields the file leaves out keep the experiment's defaults. Every value is
+checked by the experiment's own fields (``config.fields``) before anything runs.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+from svmattn import registry
+from svmattn.config import fields as fields_lib
+
+USAGE = ("usage: svmattn run --config=FILE.py [--config.FIELD=VALUE ...] [--config.sweep.FIELD=V1,V2,...] "
+         "--out=DIR [--resume]")
+
+
+def fail(message: str):
+  sys.exit(f"error: {message}")
+
+
+def _split_argv(argv: list[str]):
+  """(config file, [--config.sweep.* args], the other args) of the command line."""
+  path, sweeps, rest = None, [], []
+  it = iter(argv)
+  for arg in it:
+    if arg == "--config":
+      path = next(it, None)
+    elif arg.startswith("--config="):
+      path = arg.split("=", 1)[1]
+    elif arg.startswith("--config.sweep."):
+      sweeps.append(arg[len("--config.sweep."):])
+    else:
+      rest.append(arg)
+  return path, sweeps, rest
+
+
+def load(path: str):
+  """The ConfigDict of a config file's get_config(); a bad file is one error line."""
+  if not path:
+    fail(f"--config=FILE.py is required\n{USAGE}")
+  if not os.path.isfile(path):
+    fail(f"--config={path}: no such file")
+  try:
+    namespace = runpy.run_path(path)
+  except SystemExit:
+    raise
+  except BaseException as e:   # a user's file: report what is wrong with it in one line
+    where = ""
+    tb = e.__traceback__
+    while tb is not None:
+      if os.path.abspath(tb.tb_frame.f_code.co_filename) == os.path.abspath(path):
+        where = f" (line {tb.tb_lineno})"
+      tb = tb.tb_next
+    if isinstance(e, SyntaxError):
+      where = f" (line {e.lineno})"
+    fail(f"--config={path}: {type(e).__name__}: {e}{where}")
+  get_config = namespace.get("get_config")
+  if not callable(get_config):
+    fail(f"--config={path}: the file defines no get_config() returning the config")
+  try:
+    config = get_config()
+  except Exception as e:
+    fail(f"--config={path}: get_config() raised {type(e).__name__}: {e}")
+  if not hasattr(config, "get") or not config.get("experiment"):
+    fail(f"--config={path}: the config must name its experiment (config.experiment = \"E2\" or "
+         "\"local_convergence\")")
+  return config
+
+
+def full_config(config):
+  """(experiment, a ConfigDict of every field: the experiment's defaults, then the file's values)."""
+  try:
+    experiment = registry.get(config["experiment"])
+  except registry.UnknownExperiment as e:
+    fail(f"config.experiment: {e}")
+  given = {k: v for k, v in config.items() if k not in ("experiment", "sweep")}
+  unknown = sorted(set(given) - set(experiment.settings.names))
+  if unknown:
+    fail(f"config.{unknown[0]}: no such setting of {experiment.id} {experiment.name}"
+         + fields_lib._suggest(unknown[0], experiment.settings.names))
+  full = experiment.config()
+  for k, v in given.items():
+    field = experiment.settings.field(k)
+    v = list(v) if field.kind == "list" and isinstance(v, list) else v
+    try:
+      full[k] = field.coerce(v) if v is not None else None
+    except (TypeError, ValueError) as e:
+      fail(f"config.{k}={v}: {field.problem(v) or e}")
+  sweep = config.get("sweep") or {}
+  full.sweep = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in dict(sweep).items()}
+  return experiment, full
+
+
+def _parse_value(field: fields_lib.Field, text: str):
+  text = text.strip()
+  if field.kind == "int":
+    return int(text)
+  if field.kind == "float":
+    return float(text)
+  if field.kind == "bool":
+    if text.lower() in ("true", "1", "yes"):
+      return True
+    if text.lower() in ("false", "0", "no"):
+      return False
+    raise ValueError(f"{text!r} is not true or false")
+  return text
+
+
+def sweep_of(experiment, sweep: dict, args: list[str]) -> dict:
+  """{field: [values]} of config.sweep and the --config.sweep.FIELD=V1,V2 arguments (these win), checked."""
+  sweep = dict(sweep)
+  for arg in args:
+    name, _, text = arg.partition("=")
+    if name not in experiment.settings.names:
+      fail(f"--config.sweep.{name}: no such setting of {experiment.id} {experiment.name}"
+           + fields_lib._suggest(name, experiment.settings.names))
+    field = experiment.settings.field(name)
+    try:
+      sweep[name] = [_parse_value(field, t) for t in text.split(",") if t.strip()]
+    except ValueError as e:
+      fail(f"--config.sweep.{name}={text}: {e}")
+  for name, values in sweep.items():
+    if name not in experiment.settings.names:
+      fail(f"config.sweep.{name}: no such setting of {experiment.id} {experiment.name}"
+           + fields_lib._suggest(name, experiment.settings.names))
+    field = experiment.settings.field(name)
+    if not field.sweepable:
+      fail(f"config.sweep.{name}: {name} does not change the results (or names the run); it cannot be swept")
+    if not values:
+      fail(f"config.sweep.{name}: needs at least one value")
+    values = [field.coerce(v) for v in values]
+    if len(set(map(repr, values))) < len(values):
+      fail(f"config.sweep.{name}: repeats a value; list each value once")
+    for v in values:
+      problem = field.problem(v)
+      if problem:
+        fail(f"config.sweep.{name}={v}: {problem}")
+    sweep[name] = values
+  return sweep
+
+
+def main(argv: list[str]) -> None:
+  """``svmattn run`` with ``argv`` (the arguments after "run")."""
+  from absl import app
+  from absl import flags
+  from ml_collections import config_flags
+
+  path, sweep_args, rest = _split_argv(list(argv))
+  if any(a in ("-h", "--help", "--helpfull") for a in rest) and not path:
+    print(USAGE)
+    return
+  experiment, full = full_config(load(path))
+  # --config.a.b=... names must exist (ml_collections ends with a traceback otherwise)
+  for arg in rest:
+    if arg.startswith("--config."):
+      name = arg[len("--config."):].split("=", 1)[0]
+      if name not in experiment.settings.names:
+        fail(f"--config.{name}: no such setting of {experiment.id} {experiment.name}"
+             + fields_lib._suggest(name, experiment.settings.names))
+  sweep = dict(full.sweep)
+  del full["sweep"]
+  sys.argv = ["svmattn run", *rest]      # (config_flags reads its overrides from sys.argv)
+  handle = config_flags.DEFINE_config_dict("config", full, "The experiment's settings (from --config=FILE.py).")
+  flags.DEFINE_string("out", None, "Results directory (also config.out).")
+  flags.DEFINE_bool("resume", None, "Continue the unfinished run in --out (also config.resume).")
+  from svmattn.study import execute
+  app.call_after_init(execute.install_stop_handlers)
+
+  def run(rest_argv):
+    if len(rest_argv) > 1:
+      raise app.UsageError(f"unexpected arguments {rest_argv[1:]}\n{USAGE}")
+    config = handle.value
+    values = dict(config.items())
+    if flags.FLAGS.out is not None:
+      values["out"] = flags.FLAGS.out
+    if flags.FLAGS.resume is not None and "resume" in values:
+      values["resume"] = flags.FLAGS.resume
+    if not values.get("out"):
+      fail(f"--out=DIR (or config.out) is required\n{USAGE}")
+    try:
+      checked = experiment.settings.validate(values)
+      swept = sweep_of(experiment, sweep, sweep_args)
+      for combination in _combinations(swept):
+        experiment.settings.validate({**checked, **combination})
+    except fields_lib.ConfigError as e:
+      fail(str(e))
+    execute.run(experiment, checked, swept or None)
+
+  app.run(run, argv=sys.argv)
+
+
+def _combinations(sweep: dict):
+  from svmattn.study import sweep as sweep_lib
+  return sweep_lib.grid(sweep) if sweep else []
+
+
+def defaults(experiment: str):
+  """The ConfigDict of every default of ``experiment`` (an id like "E2" or a name)."""
+  return registry.get(experiment).config()

@@ -1,0 +1,93 @@
+"""An experiment's binary: its fields as absl flags, over the same settings as its config.
+
+    # experiments/local_convergence.py
+    from svmattn.config import flags_front
+    flags_front.define("local_convergence")
+    if __name__ == "__main__":
+      flags_front.main("local_convergence")
+
+Every field becomes the flag of its name with its default and help; its check and the rules run
+when the flags are parsed, so a bad value ends the binary with absl's one line
+("FATAL Flags parsing error: flag --lr=nan: must be a finite number > 0") before anything starts.
+"""
+from __future__ import annotations
+
+from absl import app
+from absl import flags
+
+from svmattn import registry
+from svmattn.config import fields as fields_lib
+
+FLAGS = flags.FLAGS
+
+
+def _define_field(f: fields_lib.Field) -> None:
+  kw = dict(name=f.name, default=f.default, help=f.help)
+  if f.kind == "int":
+    flags.DEFINE_integer(**kw)
+  elif f.kind == "float":
+    flags.DEFINE_float(**kw)
+  elif f.kind == "bool":
+    flags.DEFINE_bool(**kw)
+  elif f.kind == "enum":
+    flags.DEFINE_enum(enum_values=[str(c) for c in f.choices], **kw)
+  elif f.kind == "list":
+    flags.DEFINE_list(**{**kw, "default": None if f.default is None else [str(v) for v in f.default]})
+  else:
+    flags.DEFINE_string(**kw)
+
+  def ok(value, f=f):
+    problem = f.problem(value)
+    if problem:
+      raise flags.ValidationError(problem)
+    return True
+  flags.register_validator(f.name, ok)
+
+
+def _define_rule(rule: fields_lib.Rule, settings: fields_lib.Settings) -> None:
+  def ok(values, rule=rule):
+    coerced = {n: settings.field(n).coerce(v) for n, v in values.items()}
+    problem = rule.check(coerced)
+    if problem:
+      raise flags.ValidationError(problem)
+    return True
+  flags.register_multi_flags_validator(list(rule.names), ok)
+
+
+def define(name: str) -> registry.Experiment:
+  """Define the flags of experiment ``name`` (once per process); returns the experiment."""
+  experiment = registry.get(name)
+  settings = experiment.settings
+  for f in settings.fields:
+    if f.name not in FLAGS:
+      _define_field(f)
+  for rule in settings.rules:
+    _define_rule(rule, settings)
+  if "out" in settings.names:
+    flags.mark_flag_as_required("out")
+  from svmattn.study import execute
+  app.call_after_init(execute.install_stop_handlers)
+  return experiment
+
+
+def values(experiment: registry.Experiment) -> dict:
+  """The parsed flags as the experiment's validated settings."""
+  return experiment.settings.validate({n: FLAGS[n].value for n in experiment.settings.names})
+
+
+def main(name: str) -> None:
+  """Parse the flags of experiment ``name`` (defined by ``define``) and run it."""
+  experiment = registry.get(name)
+
+  def run(argv):
+    if len(argv) > 1:
+      raise app.UsageError(f"unexpected arguments {argv[1:]}: settings are --name=value flags")
+    from svmattn.study import execute
+    try:
+      got = values(experiment)
+    except fields_lib.ConfigError as e:
+      execute.fail(str(e))
+    execute.run(experiment, got)
+
+  app.run(run)
+

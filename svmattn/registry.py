@@ -1,0 +1,139 @@
+"""Every experiment, declared once next to its study.
+
+A study module of ``svmattn.studies`` (or any module a config names) holds
+
+    EXPERIMENT = registry.Experiment(
+        id="E2", name="local_convergence", title="Local convergence of normalized GD (W and (K,Q))",
+        claim="...", settings=SETTINGS, quick={"runs": 30},
+        key_numbers=(("corr(W, W^mm)", "final_corr.W_vs_fro.mean"),))
+
+and ``registry.experiments()`` finds it: ``svmattn list``, the command's aliases (``svmattn E2``),
+``svmattn reproduce`` and the report's summary and contents are built from these entries. A new
+experiment is its study module (plus its test, and its figures if it draws its own): nothing
+central is edited.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+from typing import Any, Callable
+
+from svmattn.config import fields as fields_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """The same experiment with other settings, run and reported apart (e.g. the authors' numerics)."""
+  name: str                 # "authors": its directory is <experiment>_<name>, its key E2-authors
+  title: str
+  settings: dict            # {field: value}
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  id: str                   # "E2"
+  name: str                 # "local_convergence": the study module, the binary and the command
+  title: str
+  settings: fields_lib.Settings
+  claim: str = ""           # the paper's claim it checks, or (beyond) the question it asks
+  beyond: bool = False      # a question after the paper (its own part of the report)
+  quick: dict = dataclasses.field(default_factory=dict)    # small settings: reproduce --quick, tests
+  variants: tuple[Variant, ...] = ()
+  key_numbers: Any = ()     # ((label, dotted path of a summary.json field), ...) or fn(summary) -> [(label, value)]
+  figures: Callable | None = None      # draw(arrays, summary, out, flags, extras) -> None
+  report: Callable | None = None       # report(summary, flags) -> lines for the terminal
+  one_cell: bool = False               # reduce takes the one cell's arrays rather than the list of cells
+  prepare: Callable | None = None      # prepare(flags, study): checks needing the built study (ConfigError)
+  timing_names: dict | None = None     # the pipeline's timings under the experiment's own names
+  module: str = ""                     # filled in by ``experiments()``: where it is declared
+
+  def config(self, **overrides):
+    """The experiment's default config (ml_collections), with ``overrides``."""
+    return self.settings.config(self.name, **overrides)
+
+  def study_module(self):
+    return importlib.import_module(self.module)
+
+
+class UnknownExperiment(ValueError):
+  pass
+
+
+def _modules():
+  from svmattn import studies
+  for m in pkgutil.iter_modules(studies.__path__):
+    yield f"{studies.__name__}.{m.name}"
+
+
+def experiments() -> list[Experiment]:
+  """Every experiment of ``svmattn.studies``, in id order (E1, E2, ..., E10, ...)."""
+  found = [_load(name) for name in _modules()]
+  found = [e for e in found if e is not None]
+  return sorted(found, key=lambda e: (_id_number(e.id), e.id))
+
+
+def _id_number(eid: str) -> int:
+  digits = "".join(ch for ch in eid if ch.isdigit())
+  return int(digits) if digits else 10 ** 6
+
+
+def _load(module_name: str) -> Experiment | None:
+  module = importlib.import_module(module_name)
+  exp = getattr(module, "EXPERIMENT", None)
+  if exp is None:
+    return None
+  return dataclasses.replace(exp, module=module_name)
+
+
+def get(name: str) -> Experiment:
+  """An experiment by id (E2), name (local_convergence, or local-convergence) or module path
+  (mypackage.my_study, a module holding an EXPERIMENT of its own)."""
+  key = str(name).strip()
+  every = experiments()
+  for e in every:
+    if key in (e.id, e.name, e.name.replace("_", "-")) or key.upper() == e.id:
+      return e
+  if "." in key:
+    try:
+      found = _load(key)
+    except ImportError as err:
+      raise UnknownExperiment(f"unknown experiment {name!r}: cannot import {key} ({err})") from None
+    if found is not None:
+      return found
+  raise UnknownExperiment(f"unknown experiment {name!r}; known: "
+                          + ", ".join(f"{e.id}={e.name}" for e in every))
+
+
+def lookup(summary: dict, path: str) -> Any:
+  """The value at a dotted ``path`` of a summary (None where it is absent)."""
+  value = summary
+  for part in path.split("."):
+    if isinstance(value, dict) and part in value:
+      value = value[part]
+    else:
+      return None
+  return value
+
+
+def key_numbers(summary: dict, experiment: Experiment) -> list[tuple[str, Any]]:
+  """[(label, value)] of an experiment's key numbers read from its summary."""
+  if callable(experiment.key_numbers):
+    return list(experiment.key_numbers(summary))
+  return [(label, lookup(summary, path)) for label, path in experiment.key_numbers]
+
+
+def of_summary(summary: dict) -> Experiment | None:
+  """The experiment a summary.json belongs to (by its "config"/"flags" experiment, else its title)."""
+  name = (summary.get("config") or {}).get("experiment") or summary.get("name")
+  if name:
+    try:
+      return get(name)
+    except UnknownExperiment:
+      pass
+  title = str(summary.get("experiment", ""))
+  head = title.split(" ", 1)[0]
+  try:
+    return get(head)
+  except UnknownExperiment:
+    return None

@@ -1,0 +1,380 @@
+"""Run an experiment from its settings: build the study, run it on the pipeline, write the results.
+
+    execute.run(registry.get("E2"), values)                 # values: validated settings (flags or config)
+    execute.run(experiment, values, sweep={"lr": [0.01, 0.1], "d": [4, 8]})
+
+Writes to values["out"]: results.npz, the experiment's figures, summary.json (the settings, the
+summary, the wall time of each stage, the software), runs/ (every run's per-run arrays, what
+replay and ``svmattn.results.load`` read). A sweep writes one directory per combination under
+OUT/cells/ and a summary of the grid in OUT/summary.json. A run's identity is its settings minus
+the operational ones (``config.fields.Field.operational``) plus the --data file's digest: what
+--resume and replay check.
+
+Every failure a user can cause ends the process with one line "error: ..." (exit status 1).
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import signal
+import sys
+import time
+
+import numpy as np
+
+from svmattn.config import fields as fields_lib
+
+NUMERICS_VERSION = "1"    # bumped when a change moves results at the rounding level (see docs/science.md)
+
+
+def fail(message: str):
+  """End the process with "error: MESSAGE" on stderr and exit status 1 (no traceback)."""
+  sys.exit(f"error: {message}")
+
+
+class Timer:
+  """Wall time of named stages: ``with timer("train"): ...``; ``timer.seconds``."""
+
+  def __init__(self):
+    self.seconds = {}
+    self.start = time.perf_counter()
+
+  @contextlib.contextmanager
+  def __call__(self, name):
+    t0 = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+  def total(self):
+    return time.perf_counter() - self.start
+
+
+def file_sha256(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def environment() -> dict:
+  import importlib.metadata
+  import jax
+  import optax
+  # the installed cvxpy's version without importing it (an import costs ~1 s)
+  return {"python": platform.python_version(), "jax": jax.__version__, "optax": optax.__version__,
+          "cvxpy": importlib.metadata.version("cvxpy"), "numpy": np.__version__, "platform": platform.platform(),
+          "devices": [str(d) for d in jax.devices()], "cpu_count": os.cpu_count()}
+
+
+def quiet_logs() -> None:
+  """absl logging at WARNING unless --verbosity was given: orbax and jax log a lot at INFO."""
+  from absl import flags
+  from absl import logging
+  if "verbosity" not in flags.FLAGS or flags.FLAGS["verbosity"].using_default_value:
+    logging.set_verbosity(logging.WARNING)
+    import logging as python_logging
+    python_logging.getLogger("jax").setLevel(python_logging.WARNING)
+
+
+def enable_compilation_cache(path: str) -> None:
+  from svmattn import xla_cache
+  xla_cache.enable(path)
+
+
+def operational(experiment) -> set[str]:
+  return {f.name for f in experiment.settings.fields if f.operational}
+
+
+def identity(experiment, values: dict) -> dict:
+  """The settings that define a run's results (and the --data / --init file's digest)."""
+  ident = {k: v for k, v in values.items() if k not in operational(experiment)}
+  if values.get("data"):
+    ident["data_sha256"] = file_sha256(values["data"])
+  if str(values.get("init") or "").endswith(".npz"):
+    ident["init_sha256"] = file_sha256(values["init"])
+  return ident
+
+
+def hosts(values: dict) -> tuple[int, int]:
+  """(process_id, num_processes); one process where the experiment has no multi-host settings."""
+  return (values["process_id"], values["num_processes"]) if "num_processes" in values else (0, 1)
+
+
+def start_hosts(values: dict) -> None:
+  """Join the other processes (before anything starts a JAX backend)."""
+  if hosts(values)[1] > 1:
+    from svmattn.study import hosts as hosts_lib
+    try:
+      hosts_lib.initialize(values["coordinator_address"], values["num_processes"], values["process_id"],
+                           values["hosts_timeout"])
+    except hosts_lib.HostsError as e:
+      fail(str(e))
+
+
+def dtype(values: dict):
+  return np.float32 if values.get("precision") == "float32" else np.float64
+
+
+def build(experiment, values: dict, ident: dict | None = None):
+  """The study of ``values``; a bad --data file or setting is a ConfigError naming it."""
+  from svmattn.data import datasets as data_lib
+  module = experiment.study_module()
+  ident = identity(experiment, values) if ident is None else ident
+  try:
+    if values.get("data") and "precision" in values:
+      data_lib.check_file_magnitudes(values["data"], dtype(values))   # values that would overflow in --precision
+      if not hasattr(module, "load_data_file"):                      # (E5's ReLU head checks its own V (B,d,d))
+        data_lib.check_vector_head(values["data"])
+    study = module.build(values, ident)
+  except data_lib.DataError as e:
+    raise fields_lib.ConfigError(f"--data: {e}") from None
+  except ValueError as e:
+    raise fields_lib.ConfigError(str(e)) from None
+  if experiment.prepare is not None:
+    experiment.prepare(values, study)
+  return study
+
+
+def prepare_process(values: dict) -> None:
+  """Logging, the compilation cache and the figure formats of ``values``."""
+  quiet_logs()
+  if values.get("compilation_cache", False):
+    enable_compilation_cache(values["compilation_cache_dir"])
+  if values.get("figure_format"):
+    from svmattn.io import plots
+    plots.set_formats(values["figure_format"])
+
+
+def run(experiment, values: dict, sweep: dict | None = None):
+  """Run ``experiment`` with validated ``values`` (and a sweep {field: [values]}); returns the
+  pipeline's output. Errors a user can cause end the process with one line."""
+  from svmattn.study import sweep as sweep_lib
+  timer = Timer()
+  prepare_process(values)
+  start_hosts(values)
+  try:
+    if sweep:
+      combos = sweep_lib.grid(sweep)
+      per = [{**values, **c} for c in combos]
+      ident = {**identity(experiment, values), "sweep": {k: list(v) for k, v in sweep.items()}}
+      parts = [(c, build(experiment, v, identity(experiment, v))) for c, v in zip(combos, per)]
+      study = sweep_lib.combine(experiment.name, parts, ident)
+    else:
+      study = build(experiment, values)
+  except fields_lib.ConfigError as e:
+    fail(str(e))
+
+  def write(output):
+    from svmattn.io import results as results_io
+    if not sweep:
+      arrays, summary, extras = reduce(experiment, values, output.cells)
+      with timer("write"):
+        results_io.write_npz(os.path.join(values["out"], "results.npz"), arrays)
+        draw(experiment, arrays, summary, values["out"], values, extras)
+      summary = write_summary(experiment, summary, values, output, timer, values["out"])
+      report(experiment, summary, values)
+      return
+    rows = []
+    for k, (c, v) in enumerate(zip(combos, per)):
+      where = os.path.join(values["out"], "cells", cell_dir(k, c))
+      cells = [output.cells[i] for i in sweep_lib.cells_of(study, c)]
+      arrays, summary, extras = reduce(experiment, v, cells)
+      with timer("write"):
+        results_io.write_npz(os.path.join(where, "results.npz"), arrays)
+        draw(experiment, arrays, summary, where, {**v, "out": where}, extras)
+      summary = write_summary(experiment, summary, {**v, "out": where}, output, timer, where, settings=c)
+      rows.append({"settings": c, "dir": os.path.relpath(where, values["out"]), "checks": _checks(summary),
+                   "key_numbers": _keys(experiment, summary)})
+    write_sweep_summary(experiment, values, sweep, rows, output, timer)
+    report_sweep(experiment, rows, output, timer)
+
+  return run_study(study, values, write)
+
+
+def cell_dir(k: int, combination: dict) -> str:
+  return f"{k:03d}_" + "_".join(f"{n}={_short(v)}" for n, v in combination.items())
+
+
+def _short(v) -> str:
+  if isinstance(v, (list, tuple)):
+    return "-".join(map(str, v))
+  return str(v).replace("/", "-")
+
+
+def _checks(summary):
+  cs = summary.get("checks") or []
+  return {"ok": sum(bool(c["ok"]) for c in cs), "total": len(cs), "failing": [c["name"] for c in cs if not c["ok"]]}
+
+
+def _keys(experiment, summary):
+  from svmattn import registry
+  return {label: value for label, value in registry.key_numbers(summary, experiment)}
+
+
+def reduce(experiment, values, cells):
+  """(arrays, summary, extras) of one run (or one sweep combination) from its cells' per-run arrays."""
+  module = experiment.study_module()
+  got = module.reduce(values, cells[0] if experiment.one_cell else list(cells))
+  arrays, summary = got[0], got[1]
+  return arrays, summary, (got[2] if len(got) > 2 else None)
+
+
+def draw(experiment, arrays, summary, out, values, extras) -> None:
+  if experiment.figures is not None:
+    experiment.figures(arrays, summary, out, values, extras)
+
+
+def report(experiment, summary, values) -> None:
+  lines = experiment.report(summary, values) if experiment.report is not None else [summary["experiment"]]
+  print_report(lines, summary)
+
+
+STAGE_TIMINGS = {"data_s": "data", "compile_s": "compile", "train_s": "train", "svm_s": "svm", "wall_s": "pipeline_wall",
+                 "overlap": "overlap"}
+
+
+def write_summary(experiment, summary: dict, values: dict, output, timer: Timer, out: str,
+                  settings: dict | None = None) -> dict:
+  """OUT/summary.json: the study's summary with the settings ("flags"), the wall time of each
+  stage (the pipeline's ``output.timings`` under the experiment's names, then the binary's own,
+  then the total), the numerics version and the software environment. Returns it."""
+  t = output.timings
+  names = experiment.timing_names or STAGE_TIMINGS
+  summary = dict(summary)
+  head = {"experiment": summary.pop("experiment"), "name": experiment.name, "id": experiment.id, "flags": values}
+  if settings is not None:
+    head["sweep_settings"] = settings
+  summary = {**head, **summary, "numerics_version": NUMERICS_VERSION,
+             "timings_s": {**{name: t[key] for key, name in names.items() if key in t}, **timer.seconds,
+                           "total": timer.total()},
+             "work": dict(getattr(output, "work", {}) or {}),
+             "environment": environment()}
+  from svmattn.io import results as results_io
+  results_io.write_json(os.path.join(out, "summary.json"), summary)
+  return summary
+
+
+def write_sweep_summary(experiment, values, sweep, rows, output, timer) -> dict:
+  from svmattn.io import results as results_io
+  summary = {"experiment": f"{experiment.id} {experiment.name}: sweep", "name": experiment.name, "id": experiment.id,
+             "flags": values, "sweep": {k: list(v) for k, v in sweep.items()}, "cells": rows,
+             "numerics_version": NUMERICS_VERSION,
+             "checks": [], "timings_s": {**{n: output.timings[k] for k, n in STAGE_TIMINGS.items()
+                                            if k in output.timings}, **timer.seconds, "total": timer.total()},
+             "environment": environment()}
+  results_io.write_json(os.path.join(values["out"], "summary.json"), summary)
+  return summary
+
+
+def report_sweep(experiment, rows, output, timer) -> None:
+  lines = [f"{experiment.id} {experiment.name}: sweep of {len(rows)} combinations"]
+  for r in rows:
+    c = r["checks"]
+    keys = "  ".join(f"{k} {_fmt(v)}" for k, v in r["key_numbers"].items())
+    lines.append(f"  {r['dir']:<28} checks {c['ok']}/{c['total']}  {keys}")
+  lines.append(f"  wall {timer.total():.2f}s")
+  print("\n".join(lines))
+  sys.stdout.flush()
+
+
+def _fmt(v):
+  return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def checks_line(summary: dict) -> str:
+  """One line: how many of summary["checks"] hold, and which do not."""
+  bad = [c["name"] for c in summary["checks"] if not c["ok"]]
+  return (f"  checks: {len(summary['checks']) - len(bad)}/{len(summary['checks'])} ok"
+          + (f"; failing: {bad}" if bad else ""))
+
+
+def print_report(lines: list[str], summary: dict, each_check: bool = True) -> None:
+  """Print the terminal report: the experiment's ``lines``, then the checks and the wall times."""
+  lines = list(lines)
+  if each_check:
+    for c in summary.get("checks", []):
+      v = c["value"]
+      value = f"{v:.6g}" if isinstance(v, float) else str(v)
+      lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {value} (expected {c['expected']})")
+  else:
+    lines.append(checks_line(summary))
+  lines.append("  wall " + "  ".join(f"{k} {v:.2f}s" for k, v in summary["timings_s"].items()
+                                     if isinstance(v, (int, float))))
+  print("\n".join(lines))
+  sys.stdout.flush()
+
+
+# ----------------------------------------------------------------------------------------
+# The pipeline, signals
+# ----------------------------------------------------------------------------------------
+
+
+def run_study(study, values: dict, write):
+  """Run ``study`` with the pipeline settings of ``values``; ``write(output)`` writes the results
+  on process 0. A results directory that cannot be used as asked ends with one clear line."""
+  from svmattn.io import checkpoint
+  from svmattn.study import pipeline
+  from svmattn.study import runner
+  index, count = hosts(values)
+  for cell in study.cells:
+    if cell.runs < count:
+      fail(f"{cell.runs} data sets cannot be shared by {count} processes")
+  options = runner.Options(values.get("resume", False), values.get("svm_workers", 1), values.get("progress", True),
+                           values.get("keep_checkpoints", 3), index, count, keep_runs=values.get("keep_runs", True))
+  try:
+    with stop_on_signals():
+      return runner.execute(study, values["out"], write, options)
+  except (pipeline.StudyError, checkpoint.CheckpointError) as e:
+    fail(str(e))
+
+
+def install_stop_handlers() -> None:
+  """After the flags are parsed: SIGTERM interrupts like Ctrl-C (so that what the process started is
+  stopped on the way out), and an interrupt outside a run (``run_study`` has its own) ends with one
+  line, exit status 1, instead of a traceback."""
+  def term(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+  if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, term)
+  previous = sys.excepthook
+
+  def hook(kind, value, tb):
+    if issubclass(kind, KeyboardInterrupt):
+      sys.stderr.write(f"error: stopped by {str(value) or 'SIGINT (Ctrl-C)'}\n")
+      return
+    previous(kind, value, tb)
+  sys.excepthook = hook
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+  """SIGINT and SIGTERM end the process with one line saying how to resume while the block runs
+  (the work directory keeps every finished step; the SVM workers die with the process)."""
+  def stop(signum, frame):
+    # End at once, as a kill would (the pipeline resumes from any kill: every file is written
+    # atomically; the workers die with this process): unwinding the stack from a signal handler can
+    # deadlock on a lock the interrupted code holds (a future, the prefetch thread).
+    sys.stderr.write(f"\nerror: stopped by {signal.Signals(signum).name}; to continue, run the same command "
+                     "with --resume\n")
+    sys.stderr.flush()
+    try:    # multiprocessing's helper would outlive this process and warn about the workers' semaphores
+      from multiprocessing import resource_tracker
+      pid = getattr(resource_tracker._resource_tracker, "_pid", None)
+      if pid:
+        os.kill(pid, signal.SIGKILL)
+    except (ImportError, OSError):
+      pass
+    os._exit(1)
+
+  previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+  try:
+    yield
+  finally:
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
