@@ -1,8 +1,9 @@
-"""The reproduce report (experiments/report.py): its structure on a fake run, no subprocess.
+"""The reproduce report (svmattn.report): its structure on a fake run, no subprocess.
 
 The fake run has three paper experiments with checks and a figure each (E2 with its authors'
 variant, E5 with a check not as expected), a paper experiment that failed to run (E3), and two
-experiments beyond the paper (E10 with a check, E14 without).
+experiments beyond the paper (E10 with a check, E14 without). Claims, titles and key numbers come
+from the registry (svmattn.registry): the key numbers from each run's summary.json.
 """
 import json
 import os
@@ -12,7 +13,9 @@ import zlib
 
 import pytest
 
-from experiments import report
+from svmattn import registry
+from svmattn import report
+from svmattn.report import records as records_lib
 
 
 def tiny_png(path):
@@ -33,7 +36,7 @@ def check(name, value, expected, ok):
 def record(id_, module, title, checks=(), figures=(), variant="", beyond=False, summary=None, error=None):
   dir_ = module + (f"_{variant}" if variant else "")
   r = {"id": id_, "module": module, "title": title, "variant": variant, "beyond": beyond, "dir": dir_,
-       "command": f"-m experiments.{module} --out=OUT/{dir_} --seed=0 --noprogress", "wall_s": 1.5,
+       "command": f"-m svmattn {module} --out=OUT/{dir_} --seed=0 --noprogress", "wall_s": 1.5,
        "returncode": 0}
   if error is not None:
     r.update(returncode=1, error=error)
@@ -101,12 +104,22 @@ def test_verdicts_and_key_numbers(run):
   assert report.verdict(by["E5"]) == ("partial", "2 of 3 as expected")
   assert report.verdict(by["E3"]) == ("fail", "failed to run")
   assert report.verdict(by["E14"])[0] == "info"
+  # the registry's key numbers of the experiment, read from the summary the record carries
   assert report.key_number(by["E2"]) == "mean corr(W, Frobenius SVM) 0.9987; mean corr(KQ^T, nuclear SVM) 0.9975"
-  assert report.key_number(by["E5"]) == "median 1 - corr(W, W^SVMeq): d=6 0.011, d=8 0.0008"
   assert report.key_number(by["E3"]) == "ValueError: boom"
   assert report.key_number(by["E14"]) == "-"       # no checks, no summary.json
-  assert report.key_number(by["E14"], run["out"]) == "mean corr(W_h, Att-SVM): head 0 0.99, head 1 0.98, their sum 0.7"
-  assert set(report.CLAIMS) == {f"E{i}" for i in range(1, 10)}
+  # ... or from the experiment's own summary.json in OUT
+  with open(os.path.join(run["out"], "multi_head", "summary.json")) as f:
+    e14 = records_lib.join_key_numbers(registry.key_numbers(json.load(f), registry.get("E14")))
+  assert e14 and report.key_number(by["E14"], run["out"]) == e14
+  # key numbers reproduce recorded come first; a run without any shows its first check
+  assert report.key_number({**by["E5"], "key_numbers": [["median 1 - corr(W, W^SVMeq)", 0.011], ["none", None]]}) \
+      == "median 1 - corr(W, W^SVMeq) 0.011"
+  assert report.key_number({**by["E1"], "key_numbers": []}) == \
+      "min over data sets of corr(final W, Frobenius W^mm(opt)): 0.994"
+  # every experiment of the paper has its claim in the registry
+  paper = [e for e in registry.experiments() if not e.beyond]
+  assert {e.id for e in paper} == {f"E{i}" for i in range(1, 10)} and all(e.claim for e in paper)
 
 
 def test_summary_first_with_a_line_per_experiment(run):
@@ -124,7 +137,7 @@ def test_summary_first_with_a_line_per_experiment(run):
   lines = {line.split("|")[1].strip(): line for line in summary_md.splitlines() if line.startswith("| [E")}
   assert list(lines) == [f"[{e}](#{e.lower()})" for e in PAPER + BEYOND]
   assert "all 2 checks as expected" in lines["[E2](#e2)"] and "E2-authors" in lines["[E2](#e2)"]
-  assert report.CLAIMS["E2"].split(":")[0] in lines["[E2](#e2)"]
+  assert registry.get("E2").claim.split(":")[0] in lines["[E2](#e2)"]
   assert "failed to run" in lines["[E3](#e3)"]
   assert "**2 of 3 as expected**" in lines["[E5](#e5)"] and "not as expected: d=6" in lines["[E5](#e5)"]
   assert "| reported |" in lines["[E14](#e14)"] and "as expected" not in lines["[E14](#e14)"]
@@ -155,7 +168,7 @@ def test_one_section_per_experiment_with_its_figures(run):
     sec = _html_section(page, anchor)
     md_start = md.index(f'<a id="{anchor}"></a>')
     md_sec = md[md_start:md.index("<a id=", md_start + 1)]
-    assert "python -m experiments." + r["module"] in sec and "python -m experiments." + r["module"] in md_sec
+    assert "python -m svmattn " + r["module"] in sec and "python -m svmattn " + r["module"] in md_sec
     assert "Wall time 1.5 s" in sec and "Wall time 1.5 s" in md_sec
     for fig in r.get("figures", []):
       assert f"![{fig.replace('_', chr(92) + '_')}]({fig})" in md_sec
@@ -171,7 +184,9 @@ def test_one_section_per_experiment_with_its_figures(run):
   e3 = _html_section(page, "e3")
   assert "Failed to run." in e3 and "ValueError: boom" in e3 and "href='svm_rank/log.txt'" in e3
   assert "<details open>" in _html_section(page, "e14")               # no checks: its output is the result
-  assert "Found: mean corr(W_h, Att-SVM): head 0 0.99" in _html_section(page, "e14")
+  e14 = next(r for r in run["records"] if r["id"] == "E14")
+  found = report.key_number(e14, run["out"])                         # its key numbers, from its summary.json
+  assert found != "-" and f"Found: {found}" in _html_section(page, "e14")
   # the variant sits right after its experiment, before the next one
   assert page.index("<section id='e2'") < page.index("<section id='e2-authors'") < page.index("<section id='e3'")
 
@@ -204,7 +219,7 @@ def test_rerender_from_reproduce_json(run, tmp_path):
   from svmattn.io import results
   results.write_json(os.path.join(run["out"], "reproduce.json"), {"meta": run["meta"], "experiments": run["records"]})
   os.remove(os.path.join(run["out"], "report.html"))
-  report.main(["report", run["out"]])
+  assert report.main([run["out"]]) == 0
   with open(os.path.join(run["out"], "report.html")) as f:
     assert f.read() == run["html"]
 
@@ -228,3 +243,5 @@ def test_command_line():
   assert report.command_line(["/x/reproduce.py", "--out=a b", "--quick"], "experiments") == \
       "python -m experiments.reproduce '--out=a b' --quick"
   assert report.command_line(["svmattn reproduce", "--out=r"], "svmattn.experiments") == "svmattn reproduce --out=r"
+  assert report.command_line(["/x/experiments/reproduce.py", "--quick"]) == "python -m experiments.reproduce --quick"
+  assert report.command_line(["/x/svmattn/report/reproduce.py"]) == "python -m svmattn.report.reproduce"

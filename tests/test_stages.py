@@ -1,7 +1,7 @@
 """Stages of a reproduce run and their floors: report.stages and report.stage_floors."""
 import pytest
 
-from experiments import report
+from svmattn import report
 
 RATES = {"kernel_dataset_steps_per_s": 1e6, "nnls_solves_per_s": 1e4, "bandwidth_bytes_per_s": 1e10,
          "generator_first_call_s": 1.0, "generator_run_s": 0.01}
@@ -34,6 +34,6 @@ def test_floors_and_causes():
 def test_report_shows_the_stages():
   record = {"stages_s": {"startup": 1.5, "compile": 2.25, "data": 0.0, "train": 1.0, "svm_analysis": 0.6,
                          "write": 0.2, "other": 0.0}}
-  assert report._stage_words(record) == (" (startup 1.5 s, compile 2.2 s, train 1.0 s, SVMs and analysis 0.6 s, "
+  assert report.stage_words(record) == (" (startup 1.5 s, compile 2.2 s, train 1.0 s, SVMs and analysis 0.6 s, "
                                          "write 0.2 s)")
-  assert report._stage_words({}) == ""
+  assert report.stage_words({}) == ""

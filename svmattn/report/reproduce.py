@@ -1,0 +1,207 @@
+r"""Reproduce every experiment of the registry and assemble the report.
+
+    svmattn reproduce --out=results            # the paper's run counts (= python -m experiments.reproduce)
+    svmattn reproduce --out=results --quick    # each experiment's quick settings, < 10 min on 2 cores
+    svmattn reproduce --out=results --only=E2,E5
+
+The experiments are ``svmattn.registry.experiments()``, each with its variants (directory
+NAME_VARIANT, key ID-VARIANT); --quick runs each with its ``quick`` settings. Each runs as its own
+process (``python -m svmattn NAME --out=OUT/NAME ...``), so one failing experiment is recorded in
+the report instead of stopping the others. Writes OUT/report.md and OUT/report.html
+(``svmattn.report``: a summary of which claims hold, then per experiment its figures, its checks
+against the paper, wall time and command; software versions) and OUT/reproduce.json (``svmattn
+report OUT`` re-renders the report from it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+from svmattn import registry
+from svmattn import report
+from svmattn.config import allowed
+from svmattn.io import results
+from svmattn.study import execute
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out", "results", "Output directory: one subdirectory per experiment plus the report.")
+flags.DEFINE_bool("quick", False, "Each experiment's quick settings (minutes instead of the paper's counts).")
+flags.DEFINE_list("only", [], "Run only these experiments (ids like E2, keys like E2-authors or names like "
+                  "local_convergence).")
+flags.DEFINE_integer("seed", 0, "Seed passed to every experiment.")
+flags.DEFINE_bool("keep_runs", True, "Keep every experiment's per-run records (OUT/*/runs/, what replay compares "
+                  "with); --nokeep_runs writes only the results, figures and report.")
+flags.DEFINE_list("figure_format", ["png"], "Figure formats passed to every experiment (png, pdf, svg); png is "
+                  "always written too, for the report.")
+
+
+def _validator(name, check):
+  def ok(value):
+    problem = check(value)
+    if problem:
+      raise flags.ValidationError(problem)
+    return True
+  flags.register_validator(name, ok)
+
+
+_validator("seed", allowed.seed)
+_validator("out", allowed.out_dir)
+_validator("figure_format", allowed.figure_formats)
+for _name in ("only", "figure_format"):      # a repeated entry would run the same thing twice
+  _validator(_name, lambda v: (f"repeats {', '.join(sorted({x for x in v if v.count(x) > 1}))}: list each value once"
+                               if len(set(v or ())) < len(v or ()) else None))
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One process of a reproduce run: an experiment, or one of its variants."""
+  experiment: registry.Experiment
+  variant: registry.Variant | None = None
+
+  @property
+  def id(self) -> str:
+    return self.experiment.id
+
+  @property
+  def key(self) -> str:
+    return self.id + (f"-{self.variant.name}" if self.variant else "")
+
+  @property
+  def dir(self) -> str:
+    return self.experiment.name + (f"_{self.variant.name}" if self.variant else "")
+
+  @property
+  def title(self) -> str:
+    return self.variant.title if self.variant else self.experiment.title
+
+  def settings(self, quick: bool) -> dict:
+    """The settings this run passes: the quick ones (with --quick), then the variant's."""
+    return {**(self.experiment.quick if quick else {}), **(self.variant.settings if self.variant else {})}
+
+
+def runs() -> list[Run]:
+  """Every experiment of the registry, each followed by its variants."""
+  return [Run(e, v) for e in registry.experiments() for v in (None, *e.variants)]
+
+
+def flag(name: str, value) -> str:
+  """--name=value of a setting (a list comma-joined; a bool as --name / --noname)."""
+  if isinstance(value, bool):
+    return f"--{name}" if value else f"--no{name}"
+  if isinstance(value, (list, tuple)):
+    value = ",".join(map(str, value))
+  return f"--{name}={value}"
+
+
+def selected(only) -> list[Run]:
+  every = runs()
+  if not only:
+    return every
+  wanted = {w.strip() for w in only}
+  known = {r.id for r in every} | {r.key for r in every} | {r.experiment.name for r in every}
+  unknown = wanted - known
+  if unknown:
+    raise app.UsageError(f"--only: unknown experiment(s) {sorted(unknown)}; known: "
+                         f"{', '.join(dict.fromkeys(r.id + '=' + r.experiment.name for r in every))}")
+  return [r for r in every if r.id in wanted or r.key in wanted or r.experiment.name in wanted]
+
+
+def command(run: Run, out: str) -> list[str]:
+  formats = ",".join(dict.fromkeys(["png", *FLAGS.figure_format]))      # the report embeds the PNGs
+  extra = [flag(k, v) for k, v in run.settings(FLAGS.quick).items()]
+  return [sys.executable, "-m", "svmattn", run.experiment.name, f"--out={os.path.join(out, run.dir)}",
+          f"--seed={FLAGS.seed}", "--noprogress", f"--figure_format={formats}",
+          *(() if FLAGS.keep_runs else ("--nokeep_runs",)), *extra]
+
+
+def _environ() -> dict:
+  """The experiments' environment: this checkout importable (python -m svmattn in a clone)."""
+  env = dict(os.environ)
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+  return env
+
+
+def run_one(run: Run, out: str) -> dict:
+  target = os.path.join(out, run.dir)
+  cmd = command(run, out)
+  print(f"[{run.key}] {run.title}: {' '.join(cmd[1:])}", flush=True)
+  t0 = time.perf_counter()
+  proc = subprocess.run(cmd, capture_output=True, text=True, env=_environ())
+  wall = time.perf_counter() - t0
+  record = {"id": run.key, "module": run.experiment.name, "title": run.title, "command": " ".join(cmd[1:]),
+            "wall_s": wall, "returncode": proc.returncode, "dir": run.dir,
+            "variant": run.variant.name if run.variant else "", "beyond": run.experiment.beyond}
+  os.makedirs(target, exist_ok=True)
+  with results.atomic_path(os.path.join(target, "log.txt")) as tmp:
+    with open(tmp, "w") as f:
+      f.write(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
+  if proc.returncode != 0:
+    record["error"] = proc.stderr.strip()[-2000:]
+    print(f"[{run.key}] FAILED after {wall:.1f}s (see {target}/log.txt)", flush=True)
+    return record
+  try:
+    with open(os.path.join(target, "summary.json")) as f:
+      summary = json.load(f)
+  except (OSError, ValueError) as e:
+    record["returncode"], record["error"] = -1, f"no readable summary.json: {e}"
+    return record
+  record["checks"] = summary.get("checks", [])
+  record["summary"] = {k: summary[k] for k in ("final_corr", "per_d", "numerics") if k in summary}
+  try:
+    record["key_numbers"] = [[label, value] for label, value in registry.key_numbers(summary, run.experiment)]
+  except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+    print(f"[{run.key}] key numbers not read: {e!r}", flush=True)
+  record["numerics_version"] = summary.get("numerics_version")
+  record["timings_s"] = summary.get("timings_s", {})
+  record["stages_s"] = report.stages(record["timings_s"], wall)
+  record["work"] = summary.get("work", {})
+  record["figures"] = sorted(os.path.relpath(p, out) for p in glob.glob(os.path.join(target, "*.png")))
+  record["stdout"] = proc.stdout.strip()[-3000:]
+  ok = sum(bool(c.get("ok")) for c in record["checks"])
+  print(f"[{run.key}] done in {wall:.1f}s: {ok}/{len(record['checks'])} checks as expected", flush=True)
+  return record
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments {argv[1:]}")
+  execute.quiet_logs()
+  chosen = selected(FLAGS.only)
+  out = FLAGS.out
+  os.makedirs(out, exist_ok=True)
+  t0 = time.perf_counter()
+  records = [run_one(r, out) for r in chosen]
+  meta = {"quick": FLAGS.quick, "seed": FLAGS.seed, "total_s": time.perf_counter() - t0,
+          "paper_s": sum(r["wall_s"] for r in records if not r.get("beyond")),
+          "beyond_s": sum(r["wall_s"] for r in records if r.get("beyond")),
+          "environment": execute.environment(), "command": report.command_line()}
+  results.write_json(os.path.join(out, "reproduce.json"), {"meta": meta, "experiments": records})
+  report.write(out, records, meta)
+  failed = [r["id"] for r in records if r["returncode"] != 0]
+  unexpected = [f"{r['id']}:{c['name']}" for r in records for c in r.get("checks", []) if not c.get("ok")]
+  print("\nseconds per stage (reproduce.json: stages_s of each experiment)\n" + report.stage_table(records))
+  print(f"\nreport: {out}/report.md and {out}/report.html ({meta['total_s']:.0f} s)")
+  if failed:
+    print(f"failed experiments: {', '.join(failed)}")
+  if unexpected:
+    print(f"checks not as expected: {', '.join(unexpected)}")
+  return 1 if failed else 0
+
+
+def run(argv=None) -> None:
+  """The command: parse the flags of ``argv`` (default sys.argv) and run ``main``."""
+  app.call_after_init(execute.install_stop_handlers)
+  app.run(main, argv=argv)
+
+
+if __name__ == "__main__":
+  run()
