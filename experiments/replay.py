@@ -1,107 +1,11 @@
 r"""Replay one data set of any study alone, and check it against the run's own record.
 
-    python -m experiments.replay --out=DIR --run=I                 # cell 0 (studies without a grid)
+    python -m experiments.replay --out=DIR --run=I                 # = svmattn replay --out=DIR --run=I
     python -m experiments.replay --out=DIR --cell=n=5,d=3 --run=I  # a cell by its label (or its index)
-    python -m experiments.replay --out=DIR --run=I --step=K        # training from the newest checkpoint <= K
 
-DIR is the --out of any experiment binary, finished (DIR/runs/) or partial (DIR/work/). Data
-set I of the cell is rebuilt from the run's seed (or its --data file), run through the cell's
-device stages alone and analyzed alone; every per-run array must equal the batch's bit for
-bit (a training stage trains it in a block of its block size, so its arithmetic is the
-batch's), and the binary says which arrays do. Training stages are also recorded at every
-step. Writes DIR/replay_I.npz (steps (S,), and per training stage P: W_P (S,d,d) (W or
-K Q^T), max_prob_P, loss_P (S,), attention_P (n,T)) and the comparison in DIR/replay_I.json.
-Exit status 1 when an array differs from the batch.
+The command lives in svmattn.study.replay_command.
 """
-from __future__ import annotations
-
-import os
-import sys
-
-from absl import app
-from absl import flags
-import numpy as np
-
-from . import common
-from svmattn import studies
-from svmattn.data import datasets as data_lib
-from svmattn.io import checkpoint as ckpt_lib
-from svmattn.io import results
-from svmattn.study import pipeline
-from svmattn.study import replay
-from svmattn.study import stages as stages_lib
-
-FLAGS = flags.FLAGS
-flags.DEFINE_string("out", None, "Results directory of a run of any experiment (finished or partial).")
-flags.DEFINE_integer("run", None, "Index of the data set to replay (within its cell).", lower_bound=0)
-flags.DEFINE_string("cell", "0", "The data set's cell: its index, or its label such as n=5,d=3.")
-flags.DEFINE_integer("step", None, "Training stages start from the newest checkpoint at or before this step "
-                     "(partial runs).", lower_bound=0)
-flags.mark_flags_as_required(["out", "run"])
-
-
-def main(argv):
-  del argv
-  common.quiet_logs()
-  common.enable_compilation_cache()
-  out, run = FLAGS.out, FLAGS.run
-  try:
-    study, source = studies.rebuild(out)
-    c = replay.find_cell(study, FLAGS.cell)
-    replay.check_run(study, c, run)
-  except replay.ReplayError as e:
-    common.fail(str(e))
-  except data_lib.DataError as e:
-    common.fail(f"the run's --data: {e}")
-  try:
-    data, _, result = replay.run_one(study, c, run)
-  except ckpt_lib.CheckpointError as e:
-    common.fail(str(e))
-  label = ",".join(f"{k}={v}" for k, v in study.cells[c].label.items())
-  report = {"study": study.name, "cell": c, "label": study.cells[c].label, "run": run, "source": source,
-            "stages": {}}
-  arrays = {}
-  for stage in study.stages(study.cells[c]):
-    if not isinstance(stage, stages_lib.Train):
-      continue
-    start = None
-    if FLAGS.step is not None:
-      try:
-        start = replay.start_from_checkpoint(out, study, c, run, data, stage, FLAGS.step)
-      except ckpt_lib.CheckpointError as e:
-        common.fail(str(e))
-      if start is None:
-        print(f"{stage.name}: no checkpoint at or before step {FLAGS.step}; replaying from step 0")
-    traj = replay.every_step(study, c, data, stage, start)
-    arrays["steps"] = traj.steps
-    arrays[f"W_{stage.name}"], arrays[f"max_prob_{stage.name}"] = traj.W[0], traj.max_prob[0]
-    arrays[f"loss_{stage.name}"], arrays[f"attention_{stage.name}"] = traj.loss[0], traj.attention[0]
-    report["stages"][stage.name] = {"from_step": int(traj.steps[0])}
-    print(f"run {run} {stage.name}: {len(traj.steps)} steps from step {int(traj.steps[0])}")
-  try:
-    ref = replay.reference(out, study, c, run)
-  except pipeline.StudyError as e:       # a damaged record of the run
-    common.fail(f"cannot compare with the run's record: {e}")
-  where = f"cell {c} ({label})" if label else "the run"
-  if ref is None and not replay.runs_kept(out):
-    report["compared"] = "nothing to compare with (the run was made with --nokeep_runs)"
-    print(f"run {run} of {where}: replayed; {report['compared']}")
-  elif ref is None:
-    report["compared"] = "nothing to compare with yet (the run's batch has not been analyzed)"
-    print(f"run {run} of {where}: replayed; {report['compared']}")
-  else:
-    same = replay.compare(result, ref[0])
-    report["compared_with"] = ref[1]
-    report["identical"] = same
-    differ = sorted(k for k, ok in same.items() if not ok)
-    report["differ"] = differ
-    print(f"run {run} of {where}: {len(same) - len(differ)}/{len(same)} per-run arrays identical to the batch"
-          + (f"; DIFFER: {differ}" if differ else ""))
-  results.write_npz(os.path.join(out, f"replay_{run}.npz"), arrays)
-  results.write_json(os.path.join(out, f"replay_{run}.json"), report)
-  sys.stdout.flush()
-  return 1 if report.get("differ") else 0
-
+from svmattn.study import replay_command
 
 if __name__ == "__main__":
-  app.run(main)
+  replay_command.run()

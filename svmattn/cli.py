@@ -1,70 +1,68 @@
-"""The ``svmattn`` command: one subcommand per experiment binary.
+"""The ``svmattn`` command.
 
-    svmattn reproduce --out=results            # = python -m experiments.reproduce --out=results
-    svmattn local_convergence --out=DIR        # any binary of experiments/ by its module name
-    svmattn list                               # the subcommands
-    python -m svmattn ...                      # the same without the installed script
+    svmattn list                                  # every experiment of the registry
+    svmattn E2 --out=DIR [--flag=value ...]       # an experiment by id or name (local_convergence)
+    svmattn run --config=FILE.py --out=DIR        # an experiment or a sweep from a config file
+    svmattn reproduce --out=results [--quick]     # every experiment and the report
+    svmattn report OUT                            # re-render OUT's report
+    svmattn compare DIR1 DIR2 ...                 # key numbers side by side
+    svmattn replay --out=DIR --run=I              # one data set alone, against the run's record
+    python -m svmattn ...                         # the same without the installed script
 
-An installed svmattn (``pip install .``) carries the binaries as ``svmattn.experiments``; in a
-clone of the repository they are the top-level ``experiments`` package (``python -m
-experiments.NAME`` keeps working there).
+The experiments come from ``svmattn.registry`` (a study module with an ``EXPERIMENT``); the
+commands below are the tools around them.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import pkgutil
-import runpy
+import importlib
 import sys
 
-ALIASES = {"E1": "paths_2d", "E2": "local_convergence", "E3": "svm_rank", "E4": "overparam", "E5": "multi_token",
-           "E6": "lambda_head", "E7": "reg_path", "E8": "seq_causal", "E9": "feasibility",
-           "E10": "optimizer_geometry", "E11": "joint_training", "E12": "next_token", "E13": "real_data",
-           "E14": "multi_head", "E15": "two_layer"}
-NOT_COMMANDS = {"common", "cli", "__init__", "__main__"}
+# command -> (module, its entry point taking the arguments after the command, or None: absl main run())
+COMMANDS = {
+    "run": ("svmattn.config.config_file", "main", "an experiment or a sweep from a config file"),
+    "reproduce": ("svmattn.report.reproduce", "run", "every experiment of the paper and after it, and the report"),
+    "report": ("svmattn.report", "main", "re-render a reproduce run's report (OUT/report.md, report.html)"),
+    "compare": ("svmattn.report.compare", "main", "key numbers of runs side by side"),
+    "replay": ("svmattn.study.replay_command", "run", "one data set of a run alone, against the run's record"),
+}
 
 
-def package() -> str:
-  """The package holding the binaries: svmattn.experiments when installed, else experiments."""
-  for name in ("svmattn.experiments", "experiments"):
-    try:
-      if importlib.util.find_spec(name) is not None:
-        return name
-    except ModuleNotFoundError:
-      continue
-  sys.exit("error: svmattn's experiment binaries are not installed (pip install . from a clone of the repository)")
-
-
-def commands(pkg: str) -> list[str]:
-  spec = importlib.util.find_spec(pkg)
-  paths = list(spec.submodule_search_locations or [])
-  return sorted(m.name for m in pkgutil.iter_modules(paths) if m.name not in NOT_COMMANDS)
-
-
-def usage(pkg: str) -> str:
-  names = commands(pkg)
-  ids = {v: k for k, v in ALIASES.items()}
+def usage() -> str:
+  from svmattn import registry
   lines = ["usage: svmattn COMMAND [--flag=value ...]   (svmattn COMMAND --help: its flags)", "", "commands:"]
-  lines += [f"  {n:<20} {ids.get(n, '')}" for n in names]
+  lines += [f"  {name:<20} {help_}" for name, (_, _, help_) in COMMANDS.items()]
+  lines += ["  list                 this list", "", "experiments (svmattn ID or svmattn NAME):"]
+  for e in registry.experiments():
+    lines.append(f"  {e.id:<4} {e.name:<20} {e.title}" + ("  [beyond the paper]" if e.beyond else ""))
   return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
   argv = list(sys.argv if argv is None else argv)
-  pkg = package()
   if len(argv) < 2 or argv[1] in ("-h", "--help", "help", "list"):
-    print(usage(pkg))
+    print(usage())
     return
-  if argv[1] == "run":
-    from svmattn.config import config_file
-    config_file.main(argv[2:])
+  command = argv[1]
+  if command in COMMANDS:
+    module, entry, _ = COMMANDS[command]
+    fn = getattr(importlib.import_module(module), entry)
+    if entry == "run":          # an absl main: it parses sys.argv
+      sys.argv = [f"svmattn {command}"] + argv[2:]
+      fn()
+    else:
+      result = fn(argv[2:])
+      if isinstance(result, int) and result:
+        sys.exit(result)
     return
-  name = ALIASES.get(argv[1], argv[1]).replace("-", "_")
-  if name not in commands(pkg):
-    sys.exit(f"error: unknown command {argv[1]!r}\n\n{usage(pkg)}")
-  sys.argv = [f"svmattn {name}"] + argv[2:]
-  os.environ.setdefault("SVMATTN_COMMAND", "1")
-  runpy.run_module(f"{pkg}.{name}", run_name="__main__", alter_sys=True)
+  from svmattn import registry
+  try:
+    experiment = registry.get(command)
+  except registry.UnknownExperiment:
+    sys.exit(f"error: unknown command {command!r}\n\n{usage()}")
+  from svmattn.config import flags_front
+  flags_front.define(experiment.name)
+  sys.argv = [f"svmattn {experiment.name}"] + argv[2:]
+  flags_front.main(experiment.name)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,23 @@ def build(experiment, values: dict, ident: dict | None = None):
   return study
 
 
+def build_any(experiment, values: dict, sweep: dict | None = None, ident: dict | None = None):
+  """The study of ``values``, or of every combination of ``sweep`` as the cells of one study
+  (``study.sweep``); its identity ``ident`` (default: from the values and the sweep)."""
+  from svmattn.study import sweep as sweep_lib
+  if not sweep:
+    return build(experiment, values, ident)
+  combos = sweep_lib.grid(sweep)
+  per = [{**values, **c} for c in combos]
+  if ident is None:
+    ident = {**identity(experiment, values), "sweep": {k: list(v) for k, v in sweep.items()}}
+  parts = [(c, build(experiment, v, identity(experiment, v))) for c, v in zip(combos, per)]
+  try:
+    return sweep_lib.combine(experiment.name, parts, ident)
+  except sweep_lib.SweepError as e:
+    raise fields_lib.ConfigError(str(e)) from None
+
+
 def prepare_process(values: dict) -> None:
   """Logging, the compilation cache and the figure formats of ``values``."""
   quiet_logs()
@@ -158,16 +175,11 @@ def run(experiment, values: dict, sweep: dict | None = None):
   prepare_process(values)
   start_hosts(values)
   try:
-    if sweep:
-      combos = sweep_lib.grid(sweep)
-      per = [{**values, **c} for c in combos]
-      ident = {**identity(experiment, values), "sweep": {k: list(v) for k, v in sweep.items()}}
-      parts = [(c, build(experiment, v, identity(experiment, v))) for c, v in zip(combos, per)]
-      study = sweep_lib.combine(experiment.name, parts, ident)
-    else:
-      study = build(experiment, values)
+    study = build_any(experiment, values, sweep)
   except fields_lib.ConfigError as e:
     fail(str(e))
+  combos = sweep_lib.grid(sweep) if sweep else []
+  per = [{**values, **c} for c in combos]
 
   def write(output):
     from svmattn.io import results as results_io
