@@ -11,6 +11,9 @@ of the l_p mirror map (the l_p mirror-descent paper's metric).
 Predictions (for linear classifiers, or proved for attention where said): steepest descent in a
 norm -> that norm's max-margin solution; l_p mirror descent -> the l_p Att-SVM (proved for
 attention); Adam -> l_inf; Muon -> spectral. ``predicted_norm`` names them.
+
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a
+config's fields), or the "flags" of its summary.json: replay rebuilds the same study from it.
 """
 from __future__ import annotations
 
@@ -18,9 +21,14 @@ import functools
 
 import numpy as np
 
+from svmattn import registry
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
+from svmattn.figures import optimizer_geometry as figures
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.studies import local_convergence
@@ -178,3 +186,86 @@ def checks(fl: dict, tables: dict, nearest: dict) -> list:
     out.append({"name": f"{opt}: Att-SVM nearest by mean final corr", "value": v["by_corr"],
                 "expected": f"{pred} ({source})", "ok": v["by_corr"] == pred})
   return out
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks follow): the mean final corr table, each
+  optimizer's nearest norm starred and its predicted norm bracketed."""
+  norms = summary["norms"]
+  lines = [f"E10 optimizer geometry: {summary['data_sets']} data sets; mean final corr(W, Att-SVM in each norm) "
+           "at each optimizer's selection; * nearest, [] predicted",
+           "  " + " " * 16 + "".join(f"{n:>11}" for n in norms)]
+  for o, row in summary["tables"]["corr"].items():
+    near, pred = summary["nearest"][o]["by_corr"], summary["nearest"][o]["predicted"]
+    cells = []
+    for n in norms:
+      v = row[n]
+      text = "-" if v is None else f"{v:.4f}"
+      text = (text + "*") if n == near else text
+      text = f"[{text}]" if n == pred else text
+      cells.append(f"{text:>11}")
+    lines.append(f"  {o:<16}" + "".join(cells))
+  return lines
+
+
+def key_numbers(summary: dict) -> list:
+  """How many optimizers end nearest (mean final corr) to the Att-SVM of their predicted norm, of
+  those with a nearest norm, and the nearest norm of each that does not."""
+  pairs = [(o, v["by_corr"], v.get("predicted")) for o, v in (summary.get("nearest") or {}).items()
+           if isinstance(v, dict) and v.get("by_corr")]
+  out = [("optimizers nearest to the Att-SVM of their predicted norm", sum(n == p for _, n, p in pairs)),
+         ("optimizers compared", len(pairs))]
+  return out + [(f"{o}: nearest norm (predicted {p})", n) for o, n, p in pairs if p and n != p]
+
+
+MAX_P = 100   # l<p> norms: |W|^p of larger p overflows (l1e400 is p = inf)
+
+
+def _known_optimizers(values):
+  from svmattn.optim import optimizers
+  message = ("must list distinct optimizer names such as normalized_gd, sd_l1, sd_linf, sd_l3, sd_spectral, sd_nuc, "
+             "md_l1.75, adam, muon")
+  try:
+    for v in values:
+      optimizers.get_optimizer(v, 0.1)
+  except (ValueError, KeyError, TypeError, AttributeError):
+    return message
+  return None if bool(values) and len(set(values)) == len(values) else message
+
+
+def _known_norms(values):
+  message = f"must list distinct norms among fro, nuc, spectral, l1, linf and l<p> with 1 < p <= {MAX_P}"
+  try:
+    for v in values:
+      metrics.norm_value(np.eye(2), v)
+      if v.startswith("l") and v not in ("l1", "linf") and not 1 < float(v[1:]) <= MAX_P:
+        return message
+  except ValueError:
+    return message
+  return None if bool(values) and len(set(values)) == len(values) else message
+
+
+SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((
+    F.Int("n", 6, "Sequences per data set.", lower=1),
+    F.Int("T", 8, "Tokens per sequence.", lower=2),
+    F.Int("d", 10, "Embedding dimension.", lower=1),
+    F.List("optimizers", ("normalized_gd", "sd_l1", "sd_linf", "sd_spectral", "md_l1.75", "md_l3", "adam", "muon"),
+           "Optimizers (names of svmattn.optim.optimizers.get_optimizer).", check=_known_optimizers),
+    F.List("norms", ("fro", "l1", "linf", "spectral", "nuc", "l1.75", "l3"),
+           "Att-SVM norms: fro, nuc, spectral, l1, linf, l<p> (p > 1).", check=_known_norms),
+    F.List("params", ("W",), "Parameterizations to train: W, KQ.", check=allowed.params),
+    F.Int("steps", 2000, "Optimizer steps.", lower=0),
+    F.Float("lr", 0.1, "Learning rate (step size eta).", check=allowed.positive),
+    F.Enum("init", "uniform", ["uniform", "normal", "zero"], "Initialization (the l_p mirror-descent paper starts "
+           "from N(0,1) entries: normal)."),
+    F.Int("snapshot_every", 10, "Record W every this many steps.", lower=1),
+    F.Int("chunk_steps", 1000, "Steps per jitted chunk; a checkpoint is saved after each.", lower=1),
+    F.Int("block_size", 64, "Data sets per vectorized block.", lower=1),
+)))
+
+EXPERIMENT = registry.Experiment(
+    id="E10", name=NAME, title="Optimizer geometry: each optimizer against the Att-SVM of every norm",
+    claim="Does each optimizer take attention to the Att-SVM of its own norm, as it takes linear classifiers to "
+          "their max-margin solution (steepest descent, l_p mirror descent, Adam -> l_inf, Muon -> spectral)?",
+    beyond=True, settings=SETTINGS, quick={"runs": 20, "steps": 1000},
+    key_numbers=key_numbers, figures=figures.draw, report=report, one_cell=True)
