@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.mark.slow   # 45 s: the benchmark binary end to end (.ci/run runs it)
 def test_gd_and_floor_suites(tmp_path):
-  proc = subprocess.run([sys.executable, "-m", "experiments.benchmark", f"--out={tmp_path}", "--suites=gd,floor",
+  proc = subprocess.run([sys.executable, "-m", "benchmarks.benchmark", f"--out={tmp_path}", "--suites=gd,floor",
                          "--batch_sizes=1,70", "--gd_steps=5", "--repeats=1", "--naive_sets=1",
                          "--scaling_batch=4", "--block_size=8", "--floor_batch=64"],
                         cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -1,4 +1,4 @@
-"""float32 and loss scaling (issue 4): make_loss(loss_scale="auto") and experiments/precision.py.
+"""float32 and loss scaling (issue 4): make_loss(loss_scale="auto") and benchmarks/precision.py.
 
 Claim: normalized GD is invariant to a positive scale of the loss, so the "auto"
 objective (value L, gradient exp(c) grad L with c a per-step shift computed in
@@ -108,7 +108,7 @@ def test_binary_end_to_end(tmp_path):
   flags = ["--runs=2", "--n=3", "--T=4", "--d=6", "--steps=300", "--lr=1.0", "--snapshot_every=30",
            "--check_step=300", "--params=W", "--variants=float64,float32,float32_auto", "--noprogress"]
   env = dict(os.environ, PYTHONPATH=REPO_ROOT)
-  proc = subprocess.run([sys.executable, "-m", "experiments.precision", f"--out={tmp_path}", *flags],
+  proc = subprocess.run([sys.executable, "-m", "benchmarks.precision", f"--out={tmp_path}", *flags],
                         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert sorted(os.listdir(tmp_path)) == ["corr_ref.png", "corr_svm.png", "results.npz", "saturation.png",

@@ -1,7 +1,7 @@
 r"""Benchmarks: every figure is a ratio against a baseline measured in the same run.
 
-    python -m experiments.benchmark --out=results/benchmark                 # everything
-    python -m experiments.benchmark --out=DIR --suites=gd,svm --batch_sizes=1,100,10000
+    python -m benchmarks.benchmark --out=results/benchmark                 # everything
+    python -m benchmarks.benchmark --out=DIR --suites=gd,svm --batch_sizes=1,100,10000
 
 Suites (--suites):
   gd     normalized-GD data-set-steps per second at E2 sizes (n=6, T=8, d=10, W) for each batch
@@ -53,18 +53,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import common
-from . import report as report_lib
+from benchmarks import flag_checks as checks_lib
 from svmattn.data import datasets as data_lib
 from svmattn.io import plots
+from svmattn import report as report_lib
+from svmattn.config import allowed
 from svmattn.io import results
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import dual as svm_dual
+from svmattn.study import execute
 from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for benchmark.json and figures.")
-common.figure_format_flag()
+checks_lib.figure_format_flag()
 flags.DEFINE_list("suites", ["gd", "floor", "svm", "norms", "models", "e2"],
                   "Suites to run: gd, floor, svm, norms, models, e2, quick, stages (needs --reproduce_json).")
 flags.DEFINE_list("norms", ["fro", "nuc", "l1", "linf", "l1.75", "l3", "spectral"], "Norms of the norms suite.")
@@ -78,16 +80,16 @@ flags.DEFINE_integer("svm_sets", 50, "Data sets per SVM measurement.")
 flags.DEFINE_integer("repeats", 3, "Repetitions (the best is kept for kernels, the median for end to end).")
 flags.DEFINE_integer("models_batch", 1000, "Data sets in the models suite.")
 flags.DEFINE_list("e2_flags", [], "Extra flags for the E2 end-to-end run (e.g. --runs=20).")
-flags.DEFINE_string("reproduce_json", None, "The stages suite: a reproduce.json (python -m experiments.reproduce) "
+flags.DEFINE_string("reproduce_json", None, "The stages suite: a reproduce.json (svmattn reproduce) "
                     "whose experiments' stages are put beside their floors.")
 
 # every value checked when the flags are parsed: one line, nothing run
 for _name in ("gd_steps", "floor_batch", "scaling_batch", "block_size", "naive_sets", "svm_sets", "repeats",
               "models_batch"):
-  common.at_least(_name, 1, "an integer >= 1")
-common.int_list("batch_sizes", minimum=1)
-common.out_flag()
-common.distinct_lists("suites", "norms")
+  checks_lib.at_least(_name, 1, "an integer >= 1")
+checks_lib.check("batch_sizes", allowed.int_list(minimum=1))
+checks_lib.check("out", allowed.out_dir)
+checks_lib.distinct_lists("suites", "norms")
 flags.register_validator("suites", lambda v: bool(v) and all(x in ("gd", "floor", "svm", "norms", "models", "e2",
                                                                    "quick", "stages") for x in v),
                          message="must list suites among gd, floor, svm, norms, models, e2, quick, stages")
@@ -112,6 +114,8 @@ flags.register_multi_flags_validator(
     message="the stages suite needs --reproduce_json naming an existing reproduce.json")
 
 AUTHORS_E2_SECONDS = 286.0
+# what `python -m svmattn local_convergence` imports before it runs (the e2 suite's import floor)
+E2_BINARY = "svmattn.cli, svmattn.config.flags_front, svmattn.studies.local_convergence"
 E2 = dict(n=6, T=8, d=10)
 
 
@@ -509,7 +513,7 @@ def suite_e2(report):
   for i in range(FLAGS.repeats):
     with tempfile.TemporaryDirectory() as tmp:
       # cold: the compilation cache on (the default) but empty, as on a fresh machine
-      wall = run_process([f"{__package__}.local_convergence", f"--out={tmp}/out", "--noprogress",
+      wall = run_process(["svmattn", "local_convergence", f"--out={tmp}/out", "--noprogress",
                           f"--compilation_cache_dir={tmp}/cache", *FLAGS.e2_flags])
       with open(os.path.join(tmp, "out", "summary.json")) as f:
         summary = json.load(f)
@@ -524,7 +528,7 @@ def suite_e2(report):
   median = float(np.median([r["process_wall_s"] for r in rows]))
   # The floor of a cold run: starting Python and importing the binary (jax, flax, optax, orbax,
   # absl: nothing runs), plus XLA compiling E2's programs, which an empty cache cannot avoid.
-  imports = float(np.median([import_seconds(f"{__package__}.local_convergence") for _ in range(FLAGS.repeats)]))
+  imports = float(np.median([import_seconds(E2_BINARY) for _ in range(FLAGS.repeats)]))
   compile_med = float(np.median([r["compile_s"] for r in rows]))
   report["e2"] = {"runs": rows, "e2_flags": FLAGS.e2_flags, "median_process_wall_s": median,
                   "authors_reference_s": AUTHORS_E2_SECONDS, "speedup_vs_authors": AUTHORS_E2_SECONDS / median,
@@ -557,7 +561,7 @@ def stage_rates():
 
 def suite_stages(report):
   if not FLAGS.reproduce_json:
-    raise app.UsageError("--suites=stages needs --reproduce_json=OUT/reproduce.json (python -m experiments.reproduce)")
+    raise app.UsageError("--suites=stages needs --reproduce_json=OUT/reproduce.json (svmattn reproduce)")
   try:
     with open(FLAGS.reproduce_json) as f:
       records = json.load(f)["experiments"]
@@ -577,7 +581,7 @@ def suite_stages(report):
 
 def suite_quick(report):
   with tempfile.TemporaryDirectory() as tmp:
-    wall = run_process([f"{__package__}.reproduce", f"--out={tmp}", "--quick"])
+    wall = run_process(["svmattn", "reproduce", f"--out={tmp}", "--quick"])
   report["quick"] = {"reproduce_quick_wall_s": wall}
   print(f"reproduce --quick: {wall:.1f} s", flush=True)
 
@@ -591,7 +595,7 @@ def main(argv):
   unknown = set(FLAGS.suites) - set(SUITES)
   if unknown:
     raise app.UsageError(f"--suites: unknown {sorted(unknown)}; known: {sorted(SUITES)}")
-  report = {"device": str(jax.devices()[0]), "environment": common.environment()}
+  report = {"device": str(jax.devices()[0]), "environment": execute.environment()}
   for name in FLAGS.suites:
     SUITES[name](report)
   if FLAGS.out:

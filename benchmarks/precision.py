@@ -31,11 +31,11 @@ Writes to --out:
   corr_svm.png   corr with the SVM vs iteration (mean +- std)
   saturation.png the reference's tail exponent c vs iteration (with float32's 87.3) and ||W||
 
-    python -m experiments.precision --out=results/precision
-    python -m experiments.precision --out=results/precision_long --steps=20000 --snapshot_every=100
-    python -m experiments.precision --out=/tmp/p --runs=20                          # quick (~1 min)
+    python -m benchmarks.precision --out=results/precision
+    python -m benchmarks.precision --out=results/precision_long --steps=20000 --snapshot_every=100
+    python -m benchmarks.precision --out=/tmp/p --runs=20                          # quick (~1 min)
 
---precision does not apply (every variant fixes its own precision).
+There is no --precision: every variant fixes its own.
 """
 from __future__ import annotations
 
@@ -49,17 +49,19 @@ import os
 import numpy as np
 import scipy.special
 
-from . import common
+from benchmarks import flag_checks as checks_lib
 from svmattn.data import datasets as data_lib
 from svmattn.analysis import metrics
+from svmattn.config import allowed
 from svmattn.io import plots
 from svmattn.io import progress as progress_lib
 from svmattn.io import results
 from svmattn.svm import att_svm as svm_lib
+from svmattn.study import execute
 from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
-common.define_common_flags(runs=100)
+checks_lib.define_data_flags(runs=100)
 flags.DEFINE_integer("n", 6, "Sequences per data set.")
 flags.DEFINE_integer("T", 8, "Tokens per sequence.")
 flags.DEFINE_integer("d", 10, "Embedding dimension.")
@@ -78,17 +80,17 @@ flags.DEFINE_bool("svm", True, "Solve the SVMs at the reference's selected token
 flags.DEFINE_integer("snapshot_every", 10, "Record W every this many steps.")
 flags.DEFINE_integer("chunk_steps", 1000, "Steps per jitted chunk (progress granularity).")
 # every value checked when the flags are parsed (one line, nothing run): DataSpec/TrainConfig would refuse them later
-common.at_least("n", 1, "an integer >= 1")
-common.at_least("T", 2, "an integer >= 2 (token selection needs two tokens)")
-common.at_least("d", 1, "an integer >= 1")
-common.at_least("m", 1, "an integer >= 1 (or unset: m = d)")
-common.at_least("steps", 0, "an integer >= 0")
-common.at_least("check_step", 0, "an integer >= 0")
-common.at_least("snapshot_every", 1, "an integer >= 1")
-common.at_least("chunk_steps", 1, "an integer >= 1")
-common.positive_float("lr")
-common.positive_float("static_scale")
-common.known_params()
+checks_lib.at_least("n", 1, "an integer >= 1")
+checks_lib.at_least("T", 2, "an integer >= 2 (token selection needs two tokens)")
+checks_lib.at_least("d", 1, "an integer >= 1")
+checks_lib.at_least("m", 1, "an integer >= 1 (or unset: m = d)")
+checks_lib.at_least("steps", 0, "an integer >= 0")
+checks_lib.at_least("check_step", 0, "an integer >= 0")
+checks_lib.at_least("snapshot_every", 1, "an integer >= 1")
+checks_lib.at_least("chunk_steps", 1, "an integer >= 1")
+checks_lib.positive_float("lr")
+checks_lib.positive_float("static_scale")
+checks_lib.check("params", allowed.params)
 flags.register_validator("variants", lambda v: bool(v) and all(x in VARIANTS for x in v),
                          message=f"must list variants among {', '.join(VARIANTS)}")
 flags.register_validator("threshold", lambda v: math.isfinite(v) and -1 <= v <= 1,
@@ -108,7 +110,7 @@ def _data_fits(v) -> bool:
 
 flags.register_multi_flags_validator(["data", "variants"], _data_fits)
 
-OWN_NORM = common.own_norms()
+OWN_NORM = allowed.own_norms()
 LOG_TINY = {"float32": -np.log(np.finfo(np.float32).tiny), "float64": -np.log(np.finfo(np.float64).tiny)}
 DEPARTED = 1e-6  # 1 - corr above this to the end: the variant has left the reference (rounding: ~1e-11)
 COLORS = {"float64": "black", "float64_auto": "tab:gray", "float32": "tab:red",
@@ -176,8 +178,7 @@ def summarize(corr_ref, corr_svm, norms, tail, steps, stalled):
 
 def main(argv):
   del argv
-  timer = common.Timer()
-  common.check_params(FLAGS.params)
+  timer = execute.Timer()
   for v in FLAGS.variants:
     if v not in VARIANTS:
       raise app.UsageError(f"--variants: unknown variant {v!r}; use some of {VARIANTS}")
@@ -186,7 +187,7 @@ def main(argv):
   variants = [FLAGS.reference] + [v for v in FLAGS.variants if v != FLAGS.reference]
   spec = data_lib.DataSpec(FLAGS.n, FLAGS.T, FLAGS.d).validate()
   with timer("data"):
-    data, runs = common.load_or_generate(spec)
+    data, runs = checks_lib.load_or_generate(spec)
     data64 = data_lib.Dataset(*(np.asarray(a, np.float64) for a in data))
     data32 = data_lib.Dataset(*(a.astype(np.float32) for a in data64))
   B, n, T, d = data64.X.shape
@@ -194,7 +195,7 @@ def main(argv):
   logging.info("precision: %d data sets, n=%d T=%d d=%d, %d steps, variants %s", B, n, T, d, FLAGS.steps, variants)
 
   arrays = {"runs": runs}
-  summary = {"experiment": "precision (float32 vs float64, E2)", "flags": common.flag_values(),
+  summary = {"experiment": "precision (float32 vs float64, E2)", "flags": checks_lib.flag_values(),
              "data_sets": B, "shape": {"n": n, "T": T, "d": d}, "reference": FLAGS.reference,
              "underflow_tail_exponent": LOG_TINY, "variants": {}, "final_corr_min": {}, "svm_status": {}}
   compile_s = {}
@@ -246,7 +247,7 @@ def main(argv):
     results.write_npz(f"{FLAGS.out}/results.npz", arrays)
     draw(arrays, FLAGS.params, variants, FLAGS.out)
   summary["timings_s"] = {"compile": compile_s, **timer.seconds, "total": timer.total()}
-  summary["environment"] = common.environment()
+  summary["environment"] = execute.environment()
   results.write_json(f"{FLAGS.out}/summary.json", summary)
   report(summary)
 
@@ -339,10 +340,10 @@ def report(summary):
                    f"final mean {fr['mean']:.7f} min {fr['min']:.7f}  below {FLAGS.threshold} from step "
                    f"{s['first_step_below_threshold']}  departs at c={s['tail_exponent_at_departure']['median']}"
                    f"  stalled {s['runs_stalled']}" + (f"  svm {svm['mean']:.4f}/{svm['min']:.4f}" if svm else ""))
-  common.print_report(lines, summary)
+  execute.print_report(lines, summary)
 
 
-common.distinct_lists()   # a repeated list entry would compute the same thing twice
+checks_lib.distinct_lists("params", "variants", "figure_format")   # a repeated entry would compute the same thing twice
 
 if __name__ == "__main__":
   app.run(main)
