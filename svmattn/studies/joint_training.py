@@ -17,6 +17,9 @@ Settings (``fl["setting"]``):
        data sets, "tight" (every sequence a support vector) and "non-tight" (x_32 = (0.5, 1.5):
        sequence 3 is not one, and p goes to the relaxed SVM);
   e2   E2's generator and sizes (or a --data file of E2's format, v the initial head).
+
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a
+config's fields), or the "flags" of its summary.json: replay rebuilds the same study from it.
 """
 from __future__ import annotations
 
@@ -24,9 +27,14 @@ import functools
 
 import numpy as np
 
+from svmattn import registry
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
+from svmattn.figures import joint_training as figures
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.studies import local_convergence
@@ -35,7 +43,7 @@ from svmattn.svm import joint as joint_lib
 from svmattn.train import loop as train_lib
 
 NAME = "joint_training"
-SETTINGS = ("e2", "toy")
+SETTING_NAMES = ("e2", "toy")     # the values of the setting "setting"
 # The public code's two hand-built data sets (n=3, T=2, d=2; labels +1, -1, +1).
 TOY_X = np.array([[[[0, 0], [1, 1]], [[0, 0], [1, -1]], [[0, 0], [0.5, 1.0]]],
                   [[[0, 0], [1, 1]], [[0, 0], [1, -1]], [[0, 0], [0.5, 1.5]]]], np.float64)
@@ -62,8 +70,8 @@ def resolve(fl: dict) -> dict:
   """The flag values with the setting's defaults for params and steps where they are None."""
   fl = dict(fl)
   setting = fl.get("setting") or "e2"
-  if setting not in SETTINGS:
-    raise ValueError(f"setting must be one of {SETTINGS}, got {setting!r}")
+  if setting not in SETTING_NAMES:
+    raise ValueError(f"setting must be one of {SETTING_NAMES}, got {setting!r}")
   fl["setting"] = setting
   for k, v in DEFAULTS[setting].items():
     if fl.get(k) is None:
@@ -285,3 +293,77 @@ def checks(fl: dict, arrays: dict, cfgs) -> list:
                   "expected": f"> 0.99 and > corr with the full p^mm ({loose_full:.4f})",
                   "ok": loose_rel > 0.99 and loose_rel > loose_full})
   return out
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks follow): per stage the mean (min) final corrs."""
+  lines = [f"E11 joint training ({summary['setting']}): {summary['data_sets']} data sets; mean (min) final corr"]
+  for name, row in summary["stages"].items():
+    f = lambda d: "-" if d["mean"] is None else f"{d['mean']:.4f} ({d['min']:.4f})"  # noqa: E731
+    if row["head"] == "trained":
+      lines.append(f"  {name:<9} v~v^mm {f(row['corr_v_final'])}  W~relaxed {f(row['corr_relaxed_final'])}  "
+                   f"W~full {f(row['corr_full_final'])}  non-support sequences in {row['sets_with_non_support_sequences']} "
+                   f"sets: nearer relaxed {row['nearer_relaxed']}, nearer full {row['nearer_full']}")
+      lines.append(f"  {'':<9} mean max softmax {row['max_prob_final']:.3f}; v~max-margin classifier of the pooled "
+                   f"tokens X^T s {f(row['corr_v_pooled_final'])}")
+    else:
+      lines.append(f"  {name:<9} (head fixed) W~Att-SVM {f(row['corr_full_final'])}")
+  for k, v in summary.get("toy", {}).items():
+    lines.append(f"  toy {k}: " + "  ".join(f"{s}: " + ", ".join(f"{c} {x:.5f}" for c, x in d.items())
+                                            for s, d in v.items()))
+  return lines
+
+
+def key_numbers(summary: dict) -> list:
+  """The mean final corr(v, v^mm) of every jointly trained parameterization."""
+  return [(f"corr(v, v^mm) {name}", row["corr_v_final"]["mean"])
+          for name, row in (summary.get("stages") or {}).items() if row.get("head") == "trained"]
+
+
+def _params(values):
+  if values is None or (bool(values) and len(set(values)) == len(values) and all(p in ("W", "KQ", "p") for p in values)):
+    return None
+  return "must list distinct parameterizations among W, KQ, p"
+
+
+def _toy_without_data(v):
+  if v["setting"] == "toy" and v["data"]:
+    return "--data goes with --setting=e2 (--setting=toy runs the public code's own data sets)"
+  return None
+
+
+def _toy_trains_prompt(v):
+  if v["setting"] == "toy" and v["params"] not in (None, ("p",)):
+    return "--setting=toy trains prompt attention: --params=p (or leave --params out)"
+  return None
+
+
+SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((
+    F.Enum("setting", "e2", SETTING_NAMES, "e2: E2's sizes and generator (or --data); toy: the public code's "
+           "n=3, T=2, d=2 prompt-attention setting."),
+    F.Int("n", 6, "Sequences per data set (e2).", lower=1),
+    F.Int("T", 8, "Tokens per sequence (e2).", lower=2),
+    F.Int("d", 10, "Embedding dimension (e2).", lower=1),
+    F.List("params", None, "Attention parameterizations: W, KQ, p (prompt attention). Default: W,KQ for e2, p for "
+           "toy.", check=_params),
+    F.Int("steps", None, "Steps (default 2000 for e2, 1000 for toy).", lower=0),
+    F.Float("lr", 0.1, "Step size of the per-parameter normalized GD.", check=allowed.positive),
+    F.Bool("fixed_head", True, "Also train each parameterization with the head held fixed (comparison)."),
+    F.Enum("init", "uniform", ["uniform", "normal", "zero"], "Initialization of the attention weights (toy: p(0) = "
+           "(0,-1) always)."),
+    F.Int("snapshot_every", 10, "Record the parameters every this many steps.", lower=1),
+    F.Int("chunk_steps", 1000, "Steps per jitted chunk; a checkpoint is saved after each.", lower=1),
+    F.Int("block_size", 64, "Data sets per vectorized block.", lower=1),
+), (common.block_fits_batch(),
+    # (the toy setting's own data and model: what the binary's main refused before the run)
+    F.Rule(("setting", "data"), _toy_without_data),
+    F.Rule(("setting", "params"), _toy_trains_prompt))))
+
+EXPERIMENT = registry.Experiment(
+    id="E11", name=NAME, title="Joint training of head and attention (E2's sizes)",
+    claim="Trained jointly, does the head go to v^mm, the max-margin classifier of the selected tokens, and the "
+          "attention to the relaxed Att-SVM (Tarzanagh, Li, Zhang, Oymak 2023)?",
+    beyond=True, settings=SETTINGS, quick={"runs": 20},
+    variants=(registry.Variant("toy", "Joint training, the public code's setting (n=3, T=2, d=2, prompt attention)",
+                               {"setting": "toy"}),),
+    key_numbers=key_numbers, figures=figures.draw, report=report, one_cell=True)
