@@ -1,5 +1,5 @@
-"""Packaging: the wheel installs the binaries as svmattn.experiments (nothing named experiments in
-site-packages) and a 'svmattn' command that works from any directory.
+"""Packaging: the wheel installs the library (nothing named experiments or benchmarks in site-packages)
+and a 'svmattn' command that runs every experiment of the registry from any directory.
 
 The wheel goes into a fresh virtual environment with --no-deps; the environment sees this
 environment's dependencies through a .pth file (the wheel's svmattn comes first on its path), so
@@ -36,8 +36,10 @@ def test_wheel_installs_a_command_that_runs_from_anywhere(tmp_path):
   with open(os.path.join(purelib, "zz_deps.pth"), "w") as f:
     f.write("\n".join(dict.fromkeys(ours)) + "\n")
   installed = sorted(os.listdir(purelib))
-  assert "svmattn" in installed and not any(n.split(".")[0] == "experiments" for n in installed)
-  assert os.path.isdir(os.path.join(purelib, "svmattn", "experiments"))
+  assert "svmattn" in installed and not any(n.split(".")[0] in ("experiments", "benchmarks") for n in installed)
+  assert not os.path.exists(os.path.join(purelib, "svmattn", "experiments"))
+  for package in ("config", "figures", "report", "studies"):
+    assert os.path.isdir(os.path.join(purelib, "svmattn", package)), package
   elsewhere = tmp_path / "elsewhere"
   elsewhere.mkdir()
   env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

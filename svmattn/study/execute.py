@@ -75,7 +75,9 @@ def quiet_logs() -> None:
   """absl logging at WARNING unless --verbosity was given: orbax and jax log a lot at INFO."""
   from absl import flags
   from absl import logging
-  if "verbosity" not in flags.FLAGS or flags.FLAGS["verbosity"].using_default_value:
+  del flags    # (absl marks --verbosity as set once app.run has started: look at the command line instead)
+  given = any(a.split("=")[0] in ("--verbosity", "-v", "--v", "-verbosity") for a in sys.argv[1:])
+  if not given:
     logging.set_verbosity(logging.WARNING)
     import logging as python_logging
     python_logging.getLogger("jax").setLevel(python_logging.WARNING)
