@@ -5,6 +5,7 @@ variant, E5 with a check not as expected), a paper experiment that failed to run
 experiments beyond the paper (E10 with a check, E14 without). Claims, titles and key numbers come
 from the registry (svmattn.registry): the key numbers from each run's summary.json.
 """
+import html
 import json
 import os
 import re
@@ -245,3 +246,58 @@ def test_command_line():
   assert report.command_line(["svmattn reproduce", "--out=r"], "svmattn.experiments") == "svmattn reproduce --out=r"
   assert report.command_line(["/x/experiments/reproduce.py", "--quick"]) == "python -m experiments.reproduce --quick"
   assert report.command_line(["/x/svmattn/report/reproduce.py"]) == "python -m svmattn.report.reproduce"
+
+
+def test_from_the_registry(run):
+  """Claims and questions, titles, variants, order and what was not run come from svmattn.registry."""
+  md, page = run["md"], run["html"]
+  by = {r["id"]: r for r in run["records"]}
+  e10 = registry.get("E10")
+  assert e10.beyond and "The question." in _html_section(page, "e10")
+  assert html.escape(e10.claim.split(",")[0]) in _html_section(page, "e10")
+  assert f"**The paper claims.** " in md and "The paper claims." in _html_section(page, "e2")
+  assert html.escape(f"E2: {registry.get('E2').title}") in _html_section(page, "e2")                 # the registry's title
+  authors = next(v for v in registry.get("E2").variants if v.name == "authors")
+  assert html.escape(f"E2-authors: {authors.title}") in page
+  assert records_lib.variant_label(by["E2-authors"]) == "the authors' numerics"
+  ran = {"E1", "E2", "E3", "E5", "E10", "E14"}
+  missing = [e.id for e in registry.experiments() if e.id not in ran]
+  assert records_lib.not_run(run["records"]) == missing and f"Not run this time: {', '.join(missing)}." in md
+  # the groups follow the registry's order whatever the records' order
+  order = [g[0]["id"] for g in records_lib.group(list(reversed(run["records"])))]
+  assert order == [e.id for e in registry.experiments() if e.id in ran]
+
+
+def test_key_numbers_of_a_function(monkeypatch):
+  """An entry's key_numbers may be fn(summary) -> [(label, value)]; None values are left out."""
+  fake = registry.Experiment(id="E99", name="fake", title="A fake experiment", settings=registry.get("E2").settings,
+                             key_numbers=lambda s: [("largest d", s["d"]), ("absent", None), ("per d", {"4": 0.5})])
+  real = registry.get
+  monkeypatch.setattr(registry, "get", lambda name: fake if name == "E99" else real(name))
+  r = {"id": "E99", "dir": "fake", "returncode": 0, "checks": [], "summary": {"d": 8}}
+  assert report.key_number(r) == "largest d 8; per d 4 0.5"
+  assert report.key_number({**r, "summary": {}}) == "-"
+
+
+def test_reproduce_builds_its_runs_from_the_registry(tmp_path):
+  """Every registered experiment and variant; --quick passes the entry's quick settings as flags."""
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ("import json, sys\nfrom absl import flags\nfrom svmattn.report import reproduce as r\n"
+          "flags.FLAGS(['x', '--quick', '--only=E2,E3', '--out=" + str(tmp_path) + "'])\n"
+          "print(json.dumps([[x.key, x.dir, r.command(x, 'OUT')[1:]] for x in r.selected(flags.FLAGS.only)]))\n"
+          "print(json.dumps([x.key for x in r.runs()]))")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  chosen, every = (json.loads(line) for line in proc.stdout.splitlines()[-2:])
+  assert [c[:2] for c in chosen] == [["E2", "local_convergence"], ["E2-authors", "local_convergence_authors"],
+                                     ["E3", "svm_rank"]]
+  assert chosen[0][2][:3] == ["-m", "svmattn", "local_convergence"] and "--runs=30" in chosen[0][2]
+  assert "--numerics=authors" in chosen[1][2] and "--runs=30" in chosen[1][2]
+  assert "--ds=1,2,5,10" in chosen[2][2] and "--shapes=5:5,10:5" in chosen[2][2]          # lists comma-joined
+  expected = [e.id + (f"-{v.name}" if v else "") for e in registry.experiments() for v in (None, *e.variants)]
+  assert every == expected
+  bad = subprocess.run([sys.executable, "-m", "svmattn.report.reproduce", "--only=E99", f"--out={tmp_path}"],
+                       cwd=root, capture_output=True, text=True, timeout=300)
+  assert bad.returncode != 0 and "unknown experiment(s) ['E99']" in bad.stderr

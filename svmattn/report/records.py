@@ -238,7 +238,8 @@ def span(ids) -> str:
     nums = [int(i[1:]) for i in ids]
   except ValueError:
     nums = []
-  if len(ids) > 2 and nums == list(range(nums[0], nums[0] + len(nums))):
+  same = len({i[:1] for i in ids}) == 1
+  if same and len(ids) > 2 and nums == list(range(nums[0], nums[0] + len(nums))):
     return f"{ids[0]}-{ids[-1]}"
   return ", ".join(ids)
 
