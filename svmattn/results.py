@@ -1,0 +1,390 @@
+"""A finished run as a table: every data set's per-run numbers in one pandas DataFrame.
+
+    from svmattn import results
+    df = results.load("out/e2")                         # python -m experiments.local_convergence --out=out/e2
+    df.groupby("param").final_corr_fro.mean()           # mean final corr(W, W^mm) of W and of (K,Q)
+    df.groupby("param").convergence_type.value_counts()
+    curves = results.load_curves("out/e2", metrics=["corr_fro"])
+    curves.groupby(["param", "step"]).corr_fro.median()   # or seaborn.lineplot(curves, x="step", y="corr_fro", hue="param")
+
+``load(out)`` reads OUT/runs/study.json and every OUT/runs/cell_CCCC.npz (the per-run arrays the
+host analysis returned, one file per cell, leading axis = the cell's analyzed data sets) and
+returns one row per (cell, data set, stage). Its columns, in this order:
+
+- ``cell``: the cell's number (C of cell_CCCC.npz), a column (the frame has a plain RangeIndex);
+- every key of the cell labels (the settings that vary between cells: E4's ``n`` and ``d``, E6's
+  ``lam``, a sweep's swept settings plus the experiment's own grid keys); a label key that clashes
+  with a column below is written ``label_KEY``;
+- ``run``: the data set's index (the cell's ``runs``/``run`` array; else 0, 1, ...);
+- ``param``, only in experiments that train several stages: the stage's name as the array names
+  carry it: "W", "KQ" (E1, E2, E7, E12-E15), the optimizer (E10: "normalized_gd", with "_KQ" for
+  the (K,Q) parameterization), "seq2seq_W" / "causal_W" (E8), "W" / "W_fixed" (E11, the fixed head);
+- one column per per-run metric, the stage's name taken out of the array name (E2's
+  ``corr_W_fro`` -> ``corr_fro``, ``svm_fro_W_status`` -> ``svm_fro_status``, E14's
+  ``W_head0_max_prob`` -> ``head0_max_prob``): a 1-D per-run array as it is (labels such as
+  convergence types, SVM statuses and health are stored as strings already, so nothing is
+  decoded), and a per-snapshot array (runs, S) as its last value, named ``final_<metric>``
+  (``final_corr_fro``, ``final_max_prob``; E7's per-radius arrays give the value at the largest
+  radius). An array that belongs to no stage (E1's ``svm_fro_status``, E13's ``svm_opt_status``)
+  is repeated on every stage's row. Matrices and per-sequence vectors (``W_final_W``,
+  ``selected_W``, ``optimal_tokens``, ...) are left out.
+
+Rows are what the analysis kept: a study that stops a cell early (E3, E9) or draws until enough
+data sets pass its filter has one row per *analyzed draw*: E5's rows are all its draws, its
+``outcome`` column says which were kept ("kept") as the paper's runs.
+
+``load_curves(out, metrics=None)`` is the long format of the per-snapshot arrays: one row per
+(cell, data set, stage, snapshot) with the columns ``cell``, the label keys, ``run``, ``param``
+(as above), ``step`` (the training step of the snapshot; E7: the radius index 0..num_r-1, with the
+radius itself in an extra column ``R``), then one column per per-snapshot metric (``corr_fro``,
+``max_prob``, ``loss``, ...; ``metrics`` keeps only those). One column per metric is what
+``df.groupby([...]).METRIC.median()`` and ``seaborn.lineplot(x="step", y=METRIC, hue="param")``
+want; ``df.melt(id_vars=[...])`` gives a metric/value pair where that is handier.
+
+The snapshot steps of a cell are the run's results.npz ``steps`` (a sweep: its combination's
+OUT/cells/*/results.npz), else computed from the settings (``steps``, ``snapshot_every``,
+``chunk_steps`` of the summary's flags, overridden by the cell's label), else results.npz ``R``
+(E7). A run made with --nokeep_runs has no cell files: a single-cell study whose results.npz holds
+the cell's per-run arrays as they are (E1, E2, E7, E8, E10-E12, E14, E15) is read from there;
+any other raises ``ResultsError``.
+
+Errors (``ResultsError``, a ValueError) are one line: a directory without a run, a run that kept
+no per-run records, an unreadable or corrupt file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import zipfile
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["ResultsError", "load", "load_curves"]
+
+
+class ResultsError(ValueError):
+  """A results directory that cannot be read as a table (one-line message)."""
+
+
+# The stage-free names of per-run arrays that are per sequence / per token, never per snapshot,
+# even when their length happens to equal the number of snapshots.
+_PER_ITEM = re.compile(r"(^|_)(selected|optimal|optimal_tokens|labels|image|alpha|match|dead|support|Y|v|V|E|"
+                       r"tokens|singular_values|token_scores|attention|v_final|v_mm)(_|$)")
+# results.npz keys of a combined (multi-cell) reduction: one array per grid value (E5 _d4, E6 _l0, E13 _n2).
+_GRID_SUFFIX = re.compile(r"_(d|l|n)\d+$")
+_RUN_KEYS = ("runs", "run")
+
+
+# ----------------------------------------------------------------------------
+# Reading files
+# ----------------------------------------------------------------------------
+
+
+def _read_json(path: str) -> dict:
+  try:
+    with open(path) as f:
+      value = json.load(f)
+  except OSError as e:
+    raise ResultsError(f"{path}: cannot read ({e.strerror or e})") from None
+  except ValueError as e:
+    raise ResultsError(f"{path}: corrupt JSON ({e})") from None
+  if not isinstance(value, dict):
+    raise ResultsError(f"{path}: corrupt (expected a JSON object, got {type(value).__name__})")
+  return value
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      return {k: f[k] for k in f.files}
+  except OSError as e:
+    raise ResultsError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+  except (ValueError, zipfile.BadZipFile, EOFError, KeyError) as e:
+    raise ResultsError(f"{path}: corrupt .npz ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+
+
+class _Run:
+  """What a results directory holds: summary, study description, cell arrays (read lazily)."""
+
+  def __init__(self, out: str):
+    out = os.fspath(out)
+    if not os.path.isdir(out):
+      raise ResultsError(f"{out}: no such directory")
+    self.out = out
+    summary_path = os.path.join(out, "summary.json")
+    study_path = os.path.join(out, "runs", "study.json")
+    if not os.path.exists(summary_path) and not os.path.exists(study_path):
+      hint = " (an unfinished run: finish it with --resume)" if os.path.isdir(os.path.join(out, "work")) else ""
+      raise ResultsError(f"{out} holds no finished run (neither summary.json nor runs/study.json){hint}")
+    self.summary = _read_json(summary_path) if os.path.exists(summary_path) else {}
+    self.study = _read_json(study_path) if os.path.exists(study_path) else None
+    self.flags = dict(self.summary.get("flags") or self.summary.get("config") or {})
+    if self.study is not None:
+      if not isinstance(self.study.get("cells"), list):
+        raise ResultsError(f"{study_path}: corrupt (no list of cells)")
+      for c in self.study["cells"]:
+        if not isinstance(c, dict) or not isinstance(c.get("label", {}), dict):
+          raise ResultsError(f"{study_path}: corrupt cell entry {c!r}")
+      self.cells = [dict(c.get("label") or {}) for c in self.study["cells"]]
+      self.cell_runs = [c.get("runs") for c in self.study["cells"]]
+    else:
+      self.cells, self.cell_runs = None, None
+    self._results = None
+
+  @property
+  def name(self) -> str:
+    return (self.study or {}).get("study") or self.summary.get("name") or self.summary.get("experiment", "?")
+
+  def results(self) -> dict | None:
+    if self._results is None:
+      path = os.path.join(self.out, "results.npz")
+      self._results = _read_npz(path) if os.path.exists(path) else {}
+    return self._results or None
+
+  def cell_paths(self) -> list[str]:
+    runs_dir = os.path.join(self.out, "runs")
+    if self.cells is None:
+      return []
+    return [os.path.join(runs_dir, f"cell_{c:04d}.npz") for c in range(len(self.cells))]
+
+  def cell_arrays(self):
+    """[(cell index, label, arrays)]: from runs/cell_*.npz, or results.npz (see the module doc)."""
+    paths = self.cell_paths()
+    present = [os.path.exists(p) for p in paths]
+    if paths and all(present):
+      return [(c, self.cells[c], _read_npz(p)) for c, p in enumerate(paths)]
+    if any(present):
+      missing = paths[present.index(False)]
+      raise ResultsError(f"{self.out}: incomplete per-run record ({os.path.relpath(missing, self.out)} is missing)")
+    return [(0, self.cells[0] if self.cells else {}, self._fallback())]
+
+  def _fallback(self) -> dict:
+    why = ("it was made with --nokeep_runs" if self.study is not None and self.study.get("runs_kept") is False
+           else "it has no runs/ directory")
+    if self.cells is not None and len(self.cells) != 1 or self.summary.get("sweep"):
+      raise ResultsError(f"{self.out}: the run kept no per-run records ({why}) and its results.npz holds "
+                         f"reductions of {len(self.cells or [])} cells; rerun it without --nokeep_runs")
+    arrays = self.results() or {}
+    run_key = next((k for k in _RUN_KEYS if k in arrays and np.ndim(arrays[k]) == 1), None)
+    expected = self.cell_runs[0] if self.cell_runs else None
+    if (run_key is None or (expected is not None and len(arrays[run_key]) != expected)
+        or any(_GRID_SUFFIX.search(k) for k in arrays)):
+      raise ResultsError(f"{self.out}: the run kept no per-run records ({why}) and its results.npz is a "
+                         f"reduction, not per-run arrays; rerun it without --nokeep_runs")
+    return arrays
+
+  def snapshot_axis(self, label: dict) -> tuple[str, np.ndarray] | None:
+    """("step", the snapshot steps) or ("R", the radii) of a cell with ``label``; None if unknown."""
+    arrays = None
+    sweep_rows = self.summary.get("cells") if self.summary.get("sweep") else None
+    if isinstance(sweep_rows, list):        # a sweep: the combination's own results.npz
+      for row in sweep_rows:
+        settings = row.get("settings") or {}
+        if row.get("dir") and all(label.get(k) == v for k, v in settings.items()):
+          path = os.path.join(self.out, row["dir"], "results.npz")
+          arrays = _read_npz(path) if os.path.exists(path) else None
+          break
+    else:
+      arrays = self.results()
+    if arrays and "steps" in arrays and np.ndim(arrays["steps"]) == 1:
+      return "step", np.asarray(arrays["steps"])
+    settings = {**self.flags, **label}
+    if all(isinstance(settings.get(k), int) and not isinstance(settings.get(k), bool)
+           for k in ("steps", "snapshot_every", "chunk_steps")):
+      from svmattn.train import loop as train_lib
+      try:
+        plan = train_lib.schedule(settings["steps"], settings["snapshot_every"], settings["chunk_steps"])
+        return "step", np.asarray(train_lib.snapshot_steps(plan))
+      except (ValueError, TypeError):
+        pass
+    if arrays and "R" in arrays and np.ndim(arrays["R"]) == 1:
+      return "R", np.asarray(arrays["R"])
+    return None
+
+
+# ----------------------------------------------------------------------------
+# Array names -> (stage, metric)
+# ----------------------------------------------------------------------------
+
+
+def _stages(arrays_of_cells: list[dict], flags: dict) -> list[str]:
+  """The stages (parameterizations / optimizers / modes) the arrays are named by.
+
+  Every training stage has its health label ``health_<stage>`` (``analysis.health``); a study
+  with a single stage writes plain ``health``. Records from before the health labels: the
+  flags' "params" / "optimizers", where their names occur in the arrays."""
+  found = []
+  for arrays in arrays_of_cells:
+    for k in arrays:
+      if k.startswith("health_") and np.ndim(arrays[k]) == 1:
+        s = k[len("health_"):]
+        if s and s not in found:
+          found.append(s)
+  if found:
+    return found
+  names = set().union(*(set(a) for a in arrays_of_cells)) if arrays_of_cells else set()
+  for key in ("optimizers", "params"):
+    values = flags.get(key)
+    if isinstance(values, (list, tuple)) and len(values) > 1:
+      hits = [str(v) for v in values if any(_find(n.split("_"), str(v).split("_")) for n in names)]
+      if len(hits) > 1:
+        return hits
+  return []
+
+
+def _find(tokens: list[str], sub: list[str]) -> list[int]:
+  return [i for i in range(len(tokens) - len(sub) + 1) if tokens[i:i + len(sub)] == sub]
+
+
+def _split_name(name: str, stages: list[str]) -> tuple[str | None, str]:
+  """(stage, the name without it) of an array name; (None, name) for an array of no stage.
+
+  The longest stage name that occurs as whole "_"-separated tokens wins (E10's
+  "normalized_gd_KQ" over "normalized_gd", E11's "W_fixed" over "W"); where it occurs twice
+  (E2's "W_final_W"), the trailing occurrence is the stage unless the name starts with it
+  (E14's "W_head0_W_final")."""
+  tokens = name.split("_")
+  for stage in sorted(stages, key=lambda s: (-len(s.split("_")), -len(s))):
+    sub = stage.split("_")
+    at = _find(tokens, sub)
+    if not at or len(sub) == len(tokens):
+      continue
+    i = at[0] if at[0] == 0 else at[-1]
+    rest = tokens[:i] + tokens[i + len(sub):]
+    # a stage token glued to other stage names (E10's "normalized_gd_KQ" when looking for "normalized_gd")
+    if i + len(sub) < len(tokens) and "_".join(sub + [tokens[i + len(sub)]]) in stages:
+      continue
+    return stage, "_".join(rest)
+  return None, name
+
+
+def _columns(arrays: dict, stages: list[str], S: int | None):
+  """({(stage or None, metric): 1-D values}, {(stage or None, metric): (runs, S) values}, runs)."""
+  lengths = [np.shape(a)[0] for a in arrays.values() if np.ndim(a) >= 1]
+  run_key = next((k for k in _RUN_KEYS if k in arrays and np.ndim(arrays[k]) == 1), None)
+  B = len(arrays[run_key]) if run_key else (max(set(lengths), key=lengths.count) if lengths else 0)
+  runs = np.asarray(arrays[run_key]) if run_key else np.arange(B)
+  scalars, series = {}, {}
+  for k, a in arrays.items():
+    if k == run_key or np.ndim(a) == 0 or np.shape(a)[0] != B:
+      continue
+    stage, metric = _split_name(k, stages)
+    if a.ndim == 1:
+      scalars[(stage, metric)] = a
+    elif a.ndim == 2 and S is not None and a.shape[1] == S and not _PER_ITEM.search(metric):
+      series[(stage, metric)] = a
+  return scalars, series, runs
+
+
+def _values(a: np.ndarray):
+  if a.dtype.kind in "US":
+    return np.asarray(a.tolist(), dtype=object)
+  return a
+
+
+def _frame(run: _Run, curves: bool, metrics=None) -> pd.DataFrame:
+  cells = run.cell_arrays()
+  stages = _stages([a for _, _, a in cells], run.flags)
+  label_keys = list(dict.fromkeys(k for _, label, _ in cells for k in label))
+  reserved = {"cell", "run", "param", "step", "R"}
+  label_cols = {k: (f"label_{k}" if k in reserved else k) for k in label_keys}
+  parts, available = [], []
+  for c, label, arrays in cells:
+    axis = run.snapshot_axis(label)
+    S = len(axis[1]) if axis else None
+    scalars, series, runs = _columns(arrays, stages, S)
+    available += [m for _, m in series if m not in available]
+    used = [s for s in stages if any(st == s for st, _ in list(scalars) + list(series))]
+    per_stage = used or [None]
+    B = len(runs)
+    for stage in per_stage:
+      head = {"cell": np.full(B, c, np.int64)}
+      for k in label_keys:
+        v = label.get(k)
+        head[label_cols[k]] = [tuple(v) if isinstance(v, list) else v] * B
+      head["run"] = runs
+      if used:
+        head["param"] = [stage] * B
+      chosen = {}
+      if not curves:
+        for (st, m), a in scalars.items():
+          if st in (stage, None):
+            chosen[(st, m)] = _values(a)
+        for (st, m), a in series.items():
+          if st in (stage, None) and a.shape[1]:
+            chosen[(st, "final_" + m)] = _values(a[:, -1])
+        cols = _named(chosen, stage, label_cols.values())
+        parts.append(pd.DataFrame({**head, **cols}))
+      else:
+        sel = {(st, m): a for (st, m), a in series.items()
+               if st in (stage, None) and (metrics is None or m in metrics)}
+        if S is None or not sel:
+          continue
+        cols = _named(sel, stage, label_cols.values())
+        if metrics is not None:            # in the order asked for
+          cols = {m: cols[m] for m in metrics if m in cols}
+        long = pd.DataFrame(head).iloc[np.repeat(np.arange(B), S)].reset_index(drop=True)
+        name, values = axis
+        if name == "R":
+          long["step"] = np.tile(np.arange(S), B)
+          long["R"] = np.tile(values, B)
+        else:
+          long["step"] = np.tile(values, B)
+        for k, a in cols.items():
+          long[k] = _values(np.asarray(a).reshape(-1))
+        parts.append(long)
+  if curves and metrics is not None:
+    missing = [m for m in metrics if m not in available]
+    if missing:
+      raise ResultsError(f"{run.out}: no per-snapshot metric {', '.join(map(repr, missing))} "
+                         f"(there are: {', '.join(available) or 'none'})")
+  if not parts:
+    if curves:
+      raise ResultsError(f"{run.out}: the run ({run.name}) has no per-snapshot arrays")
+    raise ResultsError(f"{run.out}: no per-run arrays found")
+  df = pd.concat(parts, ignore_index=True, sort=False)
+  df.attrs["label_columns"] = list(label_cols.values())
+  df.attrs.update({"study": run.name, "experiment": run.summary.get("experiment"), "flags": run.flags,
+                   "stages": stages, "out": run.out})
+  return df
+
+
+def _named(chosen: dict, stage, label_cols) -> dict:
+  """Metric columns: the stage's own array wins over an array of no stage of the same name."""
+  out = {}
+  taken = {"cell", "run", "param", "step", "R", *label_cols}
+  for (st, m), a in sorted(chosen.items(), key=lambda kv: kv[0][0] is None):
+    name = m if m not in taken else f"metric_{m}"
+    if name in out:
+      if st is None:
+        name = f"{m}_shared"
+      else:
+        continue
+    out[name] = a
+  return out
+
+
+# ----------------------------------------------------------------------------
+# The API
+# ----------------------------------------------------------------------------
+
+
+def load(out: str) -> pd.DataFrame:
+  """The run in directory ``out`` as one row per (cell, data set, stage); see the module doc."""
+  run = _Run(out)
+  if run.study is None and not run.results():
+    raise ResultsError(f"{run.out} holds no run results (no runs/study.json and no results.npz)")
+  return _frame(run, curves=False)
+
+
+def load_curves(out: str, metrics=None) -> pd.DataFrame:
+  """The per-snapshot arrays of the run in ``out``, long: one row per (cell, data set, stage,
+  snapshot) with ``step`` and one column per metric (only ``metrics`` if given); see the module doc."""
+  run = _Run(out)
+  if run.study is None and not run.results():
+    raise ResultsError(f"{run.out} holds no run results (no runs/study.json and no results.npz)")
+  if isinstance(metrics, str):
+    metrics = [metrics]
+  return _frame(run, curves=True, metrics=None if metrics is None else list(metrics))
