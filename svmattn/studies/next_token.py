@@ -17,22 +17,31 @@ Host analysis per run and parameterization (W: Frobenius graph SVM, (K,Q): nucle
   fin_gap_<p> (B,S)     ||P_fin W(t) - W^fin||_F (P_fin: projection on S_fin; the public code's metric
                         against a second descent, here against W^fin solved to the solver's accuracy)
   corr_local_<p> (B,S)  (local) corr(W(t), W^svm of the selected tokens)
+
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a
+config's fields), or the "flags" of its summary.json: replay rebuilds the same study from it.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from svmattn import registry
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import next_token as data_lib
+from svmattn.figures import next_token as figures
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.svm import graph_svm
 from svmattn.train import loop as train_lib
 
 NAME = "next_token"
-SETTINGS = {"global": {"model": "next_token", "lr": 0.01, "steps": 4000},
-            "local": {"model": "next_token_lsq", "lr": 0.1, "steps": 2000}}
+# the values of the setting "setting", with their model and their defaults of lr and steps
+SETTING_DEFAULTS = {"global": {"model": "next_token", "lr": 0.01, "steps": 4000},
+                    "local": {"model": "next_token_lsq", "lr": 0.1, "steps": 2000}}
 SELECT = 1e-2     # local: a token is selected when its final attention exceeds this
 BAND = 9e-3       # ... and left out of the local graph when its attention is in (BAND, SELECT]
 # Training health (``analysis.health``) without the "unsaturated" label: the graph SVM's finite
@@ -46,19 +55,19 @@ SATURATION = 0.0
 
 def resolve(fl: dict) -> dict:
   fl = dict(fl)
-  if fl.get("setting", "global") not in SETTINGS:
-    raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {fl.get('setting')!r}")
+  if fl.get("setting", "global") not in SETTING_DEFAULTS:
+    raise ValueError(f"setting must be one of {sorted(SETTING_DEFAULTS)}, got {fl.get('setting')!r}")
   fl["setting"] = fl.get("setting", "global")
   for k in ("lr", "steps"):
     if fl.get(k) is None:
-      fl[k] = SETTINGS[fl["setting"]][k]
+      fl[k] = SETTING_DEFAULTS[fl["setting"]][k]
   return fl
 
 
 def configs(fl: dict) -> tuple:
   fl = resolve(fl)
   return tuple((p, train_lib.TrainConfig(
-      param=p, model=SETTINGS[fl["setting"]]["model"], optimizer=fl.get("optimizer", "normalized_gd"),
+      param=p, model=SETTING_DEFAULTS[fl["setting"]]["model"], optimizer=fl.get("optimizer", "normalized_gd"),
       lr=fl["lr"], steps=fl["steps"], snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"],
       init=fl.get("init", "uniform"), block_size=fl.get("block_size", 64),
       numerics=fl.get("numerics", "exact")).validate()) for p in fl["params"])
@@ -211,3 +220,67 @@ def checks(fl: dict, rows: dict) -> list:
     out.append({"name": f"{name}: mean final corr(W, {what})", "value": m, "expected": "> 0.95",
                 "ok": m is not None and m > 0.95})
   return out
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks follow): the final corr, residual and finite-part
+  gap per parameterization, beside the public code's printed numbers."""
+  pub = summary["public"]
+  lines = [f"E12 next-token prediction ({summary['setting']}): {summary['data_sets']} data sets"]
+  for p, row in summary["params"].items():
+    f = lambda d: "-" if d is None else f"mean {d['mean']:.4f} [{d['min']:.4f}, {d['max']:.4f}]"  # noqa: E731
+    lines.append(f"  {p}: final corr(W, W^svm) {f(row['corr_final'])}; residual {f(row['resid_final'])}; "
+                 f"finite-part gap {f(row['fin_gap_final'])}")
+    if "corr_local_final" in row:
+      lines.append(f"  {p}: final corr(W, local W^svm) {f(row['corr_local_final'])}")
+  for k, v in pub.items():
+    if k != "source":
+      lines.append(f"  public code ({pub['source']}): {k} " + ", ".join(f"{a} {b}" for a, b in v.items()))
+  return lines
+
+
+def key_numbers(summary: dict) -> list:
+  """The mean final corr(W, graph SVM) of every parameterization: the labels' graph SVM in the global
+  setting, that of the selected tokens in the local one (what the checks test)."""
+  local = summary.get("setting") == "local"
+  key, what = ("corr_local_final", "local graph SVM") if local else ("corr_final", "graph SVM")
+  return [(f"mean corr(W, {what}) {name}", None if row.get(key) is None else row[key]["mean"])
+          for name, row in (summary.get("params") or {}).items()]
+
+
+def _positive_lr(v):
+  return None if v is None or (np.isfinite(v) and v > 0) else "must be positive"
+
+
+SETTINGS = (common.base(runs=100, data=False, precision=False, saturation=False) + F.Settings((
+    F.Str("data", None, "Run on the data sets of this .npz (E (B,K,d), tokens (B,n,T) int, labels (B,n) int) "
+          "instead of generated ones.", check=allowed.existing_file),
+    # (this binary's own help for --compilation_cache)
+    F.Bool("compilation_cache", True, "Keep compiled XLA programs on disk.", operational=True, sweepable=False),
+)) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((
+    F.Enum("setting", "global", sorted(SETTING_DEFAULTS), "global or local (the public code's two notebooks)."),
+    F.Int("K", 6, "Vocabulary size.", lower=2),
+    F.Int("d", 8, "Embedding dimension.", lower=1),
+    F.Int("n", 6, "Sequences per data set.", lower=1),
+    F.Int("T", 4, "Tokens per sequence (distinct; T <= K).", lower=2),
+    F.Bool("require_cycle", True, "Redraw a data set until some token graph has a cycle (the public code)."),
+    F.List("params", ("W",), "Parameterizations: W (Frobenius graph SVM), KQ (nuclear).", check=allowed.params),
+    F.Float("lr", None, "Step size (default 0.01 global, 0.1 local).", check=_positive_lr),
+    F.Int("steps", None, "Steps (default 4000 global, 2000 local).", lower=0),
+    F.Str("optimizer", "normalized_gd", "Optimizer (svmattn.optim.optimizers.get_optimizer names).",
+          check=allowed.optimizer),
+    F.Enum("init", "uniform", ["uniform", "normal", "zero"], "Initialization (uniform: +-1/sqrt(d))."),
+    F.Int("snapshot_every", 10, "Record W every this many steps.", lower=1),
+    F.Int("chunk_steps", 1000, "Steps per jitted chunk; a checkpoint is saved after each.", lower=1),
+    F.Int("block_size", 64, "Data sets per vectorized block.", lower=1),
+), (F.Rule(("K", "T"), lambda v: None if v["T"] <= v["K"] else "T distinct tokens per sequence need T <= K"),
+    common.block_fits_batch())))
+
+EXPERIMENT = registry.Experiment(
+    id="E12", name=NAME, title="Next-token prediction and its graph SVM (global setting)",
+    claim="Does next-token attention converge in direction to the graph SVM of the token graphs' strongly "
+          "connected components, plus a finite part (Li, Huang, Ildiz, Rawat, Oymak 2024)?",
+    beyond=True, settings=SETTINGS, quick={"runs": 20},
+    variants=(registry.Variant("local", "Next-token prediction, local setting (vocabulary readout, squared loss)",
+                               {"setting": "local"}),),
+    key_numbers=key_numbers, figures=figures.draw, report=report, one_cell=True)
