@@ -22,24 +22,33 @@ A sequence is "dead" when every ReLU unit is off at its final pooled token (h = 
 a minimum for Y = -1): its gradient vanishes and the margins W^mm asks of its masked
 tokens stop growing, so W^SVMeq mispredicts W_GD by a constant; the summary reports such
 runs apart.
+
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a config's
+fields), or the "flags" of its summary.json: replay rebuilds the same study from it.
 """
 from __future__ import annotations
 
 import dataclasses
 
+from absl import logging
 import numpy as np
 
+from svmattn import registry
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.svm import gensvm
 from svmattn.train import loop as train_lib
+from svmattn.figures import multi_token as figures
 
 NAME = "multi_token"
-OBJECTS = ("svmeq", "mm", "1token")
+OBJECTS = figures.OBJECTS
 # Outcome of a trained draw; "skipped" for a draw without a negative label (not trained).
 OUTCOMES = ("kept", "intermediate", "finite", "infeasible", "failed")
 OUTCOME_DTYPE = "<U12"
@@ -328,3 +337,97 @@ def checks(fl: dict, summary: dict, ds) -> list:
                   "expected": f"<= {fl['target']:g} (paper: ~2e-3 at d=6,8,10 after 2001 steps)",
                   "ok": bool(med["svmeq"] <= fl["target"])})
   return out
+
+
+def _fmt(x):
+  return "-" if x is None else format(x, ".2e")
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks and the wall times follow); warns on stderr
+  about a d that kept fewer than --runs runs."""
+  ds = summary["shape"]["ds"]
+  for d in ds:
+    per = summary["per_d"][str(d)]
+    if per["kept"] < per["wanted"]:
+      logging.warning("d=%d: only %d of %d runs kept after %d draws (--max_draws)", d, per["kept"],
+                      per["wanted"], per["counts"]["drawn"])
+  lines = [f"E5 multi-token selection (ReLU head, {summary['numerics']} numerics): final 1 - corr(W_GD, .) over "
+           "kept runs, median [mean]; upper quartile of W^SVMeq; final ||W||_F median (10th-90th pct)"]
+  for d in ds:
+    per = summary["per_d"][str(d)]
+    f = per["final_one_minus_corr"]
+    c = per["counts"]
+    parts = "  ".join(f"{obj} {f[obj]['median']:.2e} [{f[obj]['mean']:.2e}]" if f[obj]["median"] is not None
+                      else f"{obj} -" for obj in OBJECTS)
+    q75, wn = f["svmeq"]["q75"], per["final_W_norm"]
+    norm = f"{wn['median']:.1f} ({wn['p10']:.0f}-{wn['p90']:.0f})" if wn["median"] is not None else "-"
+    lines.append(f"  d={d:<3} kept {per['kept']:4d}  {parts}  svmeq q75 {_fmt(q75)}  ||W|| {norm}")
+    mt = per["final_one_minus_corr_svmeq_multi_token_runs"]["median"]
+    st = per["final_one_minus_corr_svmeq_single_token_runs"]["median"]
+    lines.append(f"         drawn {c['drawn']} skipped {c['skipped_no_negative_label']} discarded: intermediate "
+                 f"{c['intermediate']} finite {c['finite']} infeasible {c['infeasible']} failed {c['failed']}; "
+                 f"multi-token runs {per['multi_token_runs']} (svmeq median {_fmt(mt)}; single-token runs "
+                 f"{_fmt(st)}); runs with a dead sequence {per['runs_with_dead_sequence']} (svmeq median "
+                 f"{_fmt(per['final_one_minus_corr_svmeq_dead_runs']['median'])}; all live "
+                 f"{_fmt(per['final_one_minus_corr_svmeq_all_live_runs']['median'])})")
+  return lines
+
+
+def prepare(fl: dict, study: pipeline.Study) -> None:
+  """With --data the file's d replaces --ds: say so."""
+  ds = [c.label["d"] for c in study.cells]
+  if fl.get("data") and [int(x) for x in fl["ds"]] != ds:
+    logging.warning("--data: using d=%d of the data file instead of --ds=%s", ds[0], ",".join(map(str, fl["ds"])))
+
+
+def key_numbers(summary: dict) -> list:
+  """The median final 1 - corr(W_GD, W^SVMeq) of every d >= 6 (the d a check holds to --target)."""
+  out = []
+  for d in summary["shape"]["ds"]:
+    median = summary["per_d"][str(d)]["final_one_minus_corr"]["svmeq"]["median"]
+    if d >= 6 and median is not None:
+      out.append((f"median 1 - corr(W, W^SVMeq), d={d}", median))
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _CheckFirst(F.Field):
+  """A list field whose own check answers first (its message names what a repeated entry breaks,
+  "distinct ..."), then the generic ones."""
+
+  def problem(self, value):
+    if value is not None and not isinstance(value, str) and self.check is not None:
+      found = self.check(value)
+      if found:
+        return found
+    return super().problem(value)
+
+
+SETTINGS = (common.base(runs=500) + common.pipeline(batch_size=1000, hosts=False) + common.numerics()
+            + F.Settings((
+                _CheckFirst("ds", (4, 6, 8, 10), "Embedding dimensions d.", "list", item=int,
+                            check=allowed.int_list(minimum=1)),
+                F.Int("n", 3, "Sequences per data set.", lower=1),
+                F.Int("T", 4, "Tokens per sequence.", lower=2),
+                F.Int("steps", 2001, "Normalized GD steps.", lower=0),
+                F.Float("lr", 0.1, "Learning rate.", check=allowed.positive),
+                F.Int("snapshot_every", 100, "Snapshot W every this many steps.", lower=1),
+                F.Int("chunk_steps", 1000, "Steps per jitted chunk (one checkpoint each).", lower=1),
+                F.Int("max_draws", 200_000, "Give up on a d after drawing this many data sets.", lower=1),
+                F.Float("tau_L", gensvm.TAU_L, "Lower softmax threshold of the discard rule."),
+                F.Float("tau_H", gensvm.TAU_H, "Selection threshold: O_i = {t: s_it >= tau_H}."),
+                F.Float("target", 3e-3, "Threshold of a check: the median final 1 - corr(W_GD, W^SVMeq) over the "
+                        "kept runs of every d >= 6 must be at most this (the paper reports about 2e-3 at d = 6, 8, "
+                        "10 after 2001 steps).", check=allowed.positive),
+            ), (F.Rule(("tau_L", "tau_H"), lambda v: None if 0 < v["tau_L"] < v["tau_H"] < 1
+                       else "need 0 < --tau_L < --tau_H < 1"),)))
+
+EXPERIMENT = registry.Experiment(
+    id="E5", name=NAME, title="Multi-token selection with a ReLU head (Gen-SVM)",
+    claim="With a ReLU head attention selects several tokens per sequence, and GD follows the Gen-SVM "
+          "W^SVMeq = W^fin + C W^mm more closely than the single-token W^mm or W^1token.",
+    settings=SETTINGS, quick={"runs": 20, "batch_size": 500},
+    variants=(registry.Variant("authors", "Multi-token selection, the authors' numerics (g / (||g|| + eps), X^T s)",
+                               {"numerics": "authors"}),),
+    key_numbers=key_numbers, figures=figures.draw, report=report, prepare=prepare)
