@@ -34,11 +34,18 @@ class Train:
   with a trained head its snapshots V (B,S,...).
 
   ``start``: ((name, values), ...) parameters every run starts from instead of the random
-  initialization (e.g. (("p", (0, -1)), ("v", (-1, 0))) for a paper's hand-set start)."""
+  initialization (e.g. (("p", (0, -1)), ("v", (-1, 0))) for a paper's hand-set start).
+
+  ``init_file``: a .npz of starting points, one row per run (``train.init_file``): run r
+  starts from row r of the parameterization's arrays (W, or K and Q) instead of the random
+  initialization, so a data set's result does not depend on its batch. It takes precedence
+  over ``start`` for those arrays (``start``'s others, e.g. a head v, still apply); a
+  trained head starts at the data set's v as with ``start``. None: the random init."""
   name: str
   config: train_lib.TrainConfig
   dtype: object = None
   start: tuple | None = None
+  init_file: str | None = None
 
   @property
   def steps(self) -> int:
@@ -50,15 +57,31 @@ class Train:
       fields = [a.astype(self.dtype) for a in fields]
     return data_lib.Dataset(*fields)
 
+  def start_for(self, data: data_lib.Dataset, runs: np.ndarray):
+    """``train.loop.train``'s ``start`` of these runs ((step 0, State) from ``start`` and
+    ``init_file``), or None for the random initialization."""
+    if self.start is None and self.init_file is None:
+      return None
+    B = len(runs)
+    dtype = np.asarray(data.X).dtype
+    given = {}
+    if self.start is not None:
+      given = {k: np.broadcast_to(np.asarray(v, dtype), (B,) + np.shape(v)).copy() for k, v in self.start}
+    if self.init_file is not None:
+      if self.config.module is not None:
+        raise ValueError(f"stage {self.name!r}: init_file starts W or (K,Q) models, not a flax module")
+      from svmattn.train import init_file as init_lib
+      d = np.shape(data.X)[-1]
+      init_lib.check(self.init_file, {self.name: self.config.param}, int(np.max(runs)) + 1 if B else 0,
+                     d, self.config.m, dtype)
+      given.update(init_lib.rows(self.init_file, self.config.param, runs, dtype))
+    if self.config.train_head:
+      given.setdefault("v", np.asarray(data.v))      # a trained head starts at the data set's v
+    return train_lib.start_state(self.config, given)
+
   def run(self, batch: dict, runs: np.ndarray, seed: int, progress: Callable[[int], None], checkpoints):
     data = self.dataset(batch)
-    start = None
-    if self.start is not None:
-      B = len(runs)
-      given = {k: np.broadcast_to(np.asarray(v, data.X.dtype), (B,) + np.shape(v)).copy() for k, v in self.start}
-      if self.config.train_head:
-        given.setdefault("v", np.asarray(data.v))      # a trained head starts at the data set's v
-      start = train_lib.start_state(self.config, given)
+    start = self.start_for(data, runs)
     traj = train_lib.train(self.config, data, train_lib.init_keys(seed, runs), progress, checkpoints, start=start)
     arrays = {"W": traj.W, "max_prob": traj.max_prob, "loss": traj.loss, "attention": traj.attention,
               "selected": traj.selected, "finite": traj.finite, "steps": traj.steps,
