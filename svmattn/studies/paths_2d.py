@@ -7,19 +7,24 @@ the host analysis solves the Frobenius and the nuclear Att-SVM at the OPTIMAL to
 correlates the final directions with them. The reduction picks the data set drawn in the
 figure (``pick_drawn``) and computes the checks.
 
-``fl`` below is a dict of the binary's flag values (``experiments.paths_2d``), or the
-"flags" of its summary.json: ``build`` rebuilds the same study from it.
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a
+config's fields), or the "flags" of its summary.json: ``build`` rebuilds the same study from it.
 """
 from __future__ import annotations
 
 import functools
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn import registry
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
 from svmattn.models import heads
@@ -28,6 +33,7 @@ from svmattn.study import stages
 from svmattn.studies import local_convergence
 from svmattn.svm import att_svm as svm_lib
 from svmattn.train import loop as train_lib
+from svmattn.figures import paths_2d as figures
 
 NAME = "paths_2d"
 PARAMS = ("W", "KQ")
@@ -198,3 +204,45 @@ def checks(arrays, opt) -> list:
                 "value": share, "expected": "1 (global convergence from W(0)=0 / Q(0)=0)",
                 "ok": bool(share == 1.0)})
   return out
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks follow)."""
+  lines = [f"E1 2-D paths: {summary['data_sets']} data set(s)"]
+  for key, v in summary["final_corr"].items():
+    if v["mean"] is not None:
+      lines.append(f"  final corr {key:<10} {v['mean']:.5f} (min {v['min']:.5f})")
+  return lines
+
+
+def prepare(fl: dict, study: pipeline.Study) -> None:
+  """--draw_run against the data sets of the built study (a --data file's are known only once read)."""
+  B = study.cells[0].runs
+  if not -1 <= fl["draw_run"] < B:
+    raise F.ConfigError(f"--draw_run must be -1 (auto) or in [0, {B}), got {fl['draw_run']}")
+  logging.info("E1: %d data sets, n=%d T=%d d=%d, %d steps", B, fl["n"], fl["T"], fl["d"], fl["steps"])
+
+
+def _draw_run_rule(v):
+  return None if v["data"] is not None or v["draw_run"] < v["runs"] else "--draw_run must be -1 (auto) or below --runs"
+
+
+SETTINGS = (common.base(runs=16) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((
+    F.Int("n", 2, "Sequences per data set (cluster centres spread evenly over [-1, 1] x {0}).", lower=1),
+    F.Int("T", 3, "Tokens per sequence.", lower=2),
+    F.Int("d", 2, "Embedding dimension (the picture needs d = 2).", lower=1),
+    F.Int("steps", 2000, "Normalized GD steps.", lower=0),
+    F.Float("lr", 0.1, "Learning rate (step size eta).", check=allowed.positive),
+    F.Int("snapshot_every", 1, "Record W every this many steps (the drawn path).", lower=1),
+    F.Int("draw_run", -1, "Index (into the data sets) of the data set drawn in paths.png; -1: the first whose "
+          "picture can separate the predictions (see pick_drawn), else data set 0.", lower=-1),
+), (F.Rule(("draw_run", "runs", "data"), _draw_run_rule),)))
+
+EXPERIMENT = registry.Experiment(
+    id="E1", name=NAME, title="2-D picture of global convergence",
+    claim="From W(0)=0 (and Q(0)=0), normalized GD selects the optimal tokens and its direction converges to "
+          "the Att-SVM: W to the Frobenius-norm W^mm, K Q^T to the nuclear-norm W^mm_*.",
+    settings=SETTINGS,
+    key_numbers=(("min corr(W, W^mm)", "final_corr.W_vs_fro.min"),
+                 ("min corr(KQ^T, W^mm_*)", "final_corr.KQ_vs_nuc.min")),
+    figures=figures.draw, report=report, prepare=prepare)
