@@ -17,21 +17,32 @@ Host analysis per data set and parameterization (W: Frobenius, (K,Q): nuclear):
   corr(W, W^mm) per snapshot; (W) Gen-SVM (``svm.gensvm``): its status or discard reason and
   corr(W, W^SVMeq) where it is solved; sparsity: the mean largest probability and the mean number
   of tokens above tau_H per sequence; train accuracy and held-out accuracy on the held-out pool.
+
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a
+config's fields), or the "flags" of its summary.json; an unset ``patch`` or ``n_values`` takes the
+data set's default (``resolve``). The figures are ``svmattn.figures.real_data``.
 """
 from __future__ import annotations
 
 import functools
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn import registry
 from svmattn import rng
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import images as images_lib
+from svmattn.figures import real_data as figures
 from svmattn.study import pipeline
 from svmattn.study import stages
+from svmattn.study import sweep
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import gensvm
 from svmattn.train import loop as train_lib
@@ -44,6 +55,20 @@ STATUS_DTYPE = "<U12"
 # tokens is an expected outcome, not a run in progress; only "diverged" and "stalled" runs are
 # labelled.
 SATURATION = 0.0
+# The settings left unset (None) take the data set's own: its patch size and its sizes n.
+DEFAULTS = {"digits": {"patch": 2, "n_values": [2, 4, 8, 16, 32, 64, 128, 240]},
+            "fashion_mnist": {"patch": 7, "n_values": [4, 16, 64, 256, 1024]}}
+
+
+def resolve(fl: dict) -> dict:
+  """``fl`` with an unset patch / n_values at the data set's default (``DEFAULTS``) and n_values
+  as integers (settings already resolved are returned as they are)."""
+  fl = dict(fl)
+  for k, v in DEFAULTS[fl.get("dataset", "digits")].items():
+    if fl.get(k) is None:
+      fl[k] = v
+  fl["n_values"] = [int(n) for n in fl["n_values"]]
+  return fl
 
 
 def pool(fl: dict):
@@ -124,6 +149,7 @@ def check(fl: dict, train_pool: int) -> None:
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  fl = resolve(fl)
   ident = identity if identity is not None else fl
   X_all, Z_all, y_all, index, train, test = pool(fl)
   check(fl, len(train))
@@ -138,7 +164,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     alpha = random_selections(fl["seed"], cell.label["n"], runs, X.shape[2])
     return {"X": X, "Y": Y, "Z": Z, "v": v, "image": index[pos], "random_alpha": alpha, **held}
 
-  cells = tuple(pipeline.Cell({"n": int(n)}, int(fl["runs"])) for n in fl["n_values"])
+  cells = tuple(pipeline.Cell(label, int(fl["runs"])) for label in sweep.grid({"n": fl["n_values"]}))
   return pipeline.Study(NAME, cells, load, lambda cell: tuple(stages.Train(p, c) for p, c in cfgs), analyze,
                         fl.get("batch_size", 1000), fl["seed"], ident)
 
@@ -219,6 +245,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   """(results.npz arrays: per cell n the per-run arrays with the key suffix _n<n>, and the
   per-n tables; summary: per n and parameterization the feasibility, correlations, sparsity,
   accuracies, and where Att-SVM stops being feasible against n(T-1) = d^2)."""
+  fl = resolve(fl)
   cfgs = configs(fl)
   first = cfgs[0][1]
   arrays = {"steps": train_lib.config_snapshot_steps(first),
@@ -281,3 +308,127 @@ def checks(fl: dict, per_n: dict, cfgs) -> list:
     out.append({"name": f"{p}, n={n0}: mean final corr(W, Att-SVM) where feasible", "value": m,
                 "expected": "> 0.95 (as on synthetic data)", "ok": m is not None and m > 0.95})
   return out
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks follow)."""
+  lines = [f"E13 real data: {summary['dataset']} classes {summary['classes']}, patch {summary['patch']} "
+           f"(T={summary['T']}, d={summary['d']}, pos {summary['pos']}, query {summary['query']}, head {summary['head']})",
+           "     n  n(T-1)  d^2  P   feasible  (at opt) (random)  corr(Att-SVM)  corr(SVMeq)  max prob  >1 token  train  held-out"]
+  f = lambda d, k="mean": "   -  " if d is None else f"{d[k]:.4f}"  # noqa: E731
+  for n, row in summary["per_n"].items():
+    for p, e in row.items():
+      if not isinstance(e, dict):
+        continue
+      lines.append(f"  {int(n):>4}  {row['constraints']:>6}  {row['unknowns']:>4} {p:<3} {e['feasible_fraction']:>8.2f}  {e['opt_feasible_fraction']:>8.2f} {e['random_feasible_fraction']:>8.2f}"
+                   f"  {f(e['corr_svm_final']):>13}  {f(e.get('corr_svmeq_final')):>11}  {f(e['max_prob']):>8}"
+                   f"  {f(e['sequences_on_several_tokens']):>8}  {f(e['train_acc']):>5}  {f(e['test_acc']):>8}")
+  for p, t in summary["transition"].items():
+    lines.append(f"  {p}: Att-SVM at GD's selection mostly infeasible from n = {t['first_n_mostly_infeasible']}, at the "
+                 f"optimal tokens from n = {t['first_n_opt_mostly_infeasible']}, at random tokens from n = "
+                 f"{t['first_n_random_mostly_infeasible']}; counting bound n(T-1) = d^2 at "
+                 f"n = {t['n_at_counting_bound']:.1f}")
+  return lines
+
+
+def export(fl: dict, study: pipeline.Study) -> None:
+  """--export=PREFIX: each n's data sets to PREFIX_n<n>.npz (the --data format of the other experiments)."""
+  if not fl.get("export"):
+    return
+  from svmattn.data import datasets as data_lib
+  for cell in study.cells:
+    batch = study.load(cell, np.arange(cell.runs))
+    path = f"{fl['export']}_n{cell.label['n']}.npz"
+    data_lib.save_npz(path, data_lib.Dataset(batch["X"], batch["Y"], batch["Z"], batch["v"]))
+    print(f"exported {cell.runs} data sets with n={cell.label['n']} to {path}")
+
+
+def key_numbers(summary: dict) -> list:
+  """Mean final corr(W, Att-SVM) at each n (where solved)."""
+  out = []
+  for n, row in sorted((summary.get("per_n") or {}).items(), key=lambda item: int(item[0])):
+    corr = (row.get("W") or {}).get("corr_svm_final") if isinstance(row, dict) else None
+    if corr is not None and corr.get("mean") is not None:
+      out.append((f"mean corr(W, Att-SVM), n={int(n)}", corr["mean"]))
+  return out
+
+
+def _classes(text):
+  try:
+    images_lib.parse_classes(text)
+  except ValueError:
+    return "must be a,b (two class labels, e.g. 0,1) or a,rest"
+  return None
+
+
+def _n_values(values):
+  if values is None:
+    return None
+  try:
+    ns = [int(v) for v in values]
+  except (TypeError, ValueError):
+    ns = []
+  return None if ns and min(ns) >= 1 and len(set(ns)) == len(ns) else "must list distinct positive integers, e.g. 4,16,64"
+
+
+def _taus(v):
+  return None if 0 < v["tau_L"] < v["tau_H"] < 1 else "need 0 < tau_L < tau_H < 1"
+
+
+def _fashion_installed(v):
+  """Fashion-MNIST's directory must exist (what ``data.images.load_images`` reads), named before anything runs."""
+  if v["dataset"] != "fashion_mnist":
+    return None
+  root = os.path.abspath(v["data_dir"] or images_lib.FASHION_DIR)
+  if os.path.isdir(root):
+    return None
+  return (f"--dataset=fashion_mnist: Fashion-MNIST not found in {root}: the package is not installed; install "
+          f"Debian's package with `{images_lib.FASHION_INSTALL}` (see BUILD.md), or name its directory with --data_dir")
+
+
+SETTINGS = (common.base(runs=20, data=False, precision=False, saturation=False) + F.Settings((
+    F.Int("runs", 20, "Data sets (random subsets of n images) per n.", lower=1),
+    F.Int("seed", 0, "Seed: the train/held-out split and every subset.", check=allowed.seed),
+    F.Bool("compilation_cache", True, "Keep compiled XLA programs on disk.", operational=True, sweepable=False),
+)) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((
+    F.Enum("dataset", "digits", ["digits", "fashion_mnist"], "Image data: digits (scikit-learn, bundled) or "
+           "fashion_mnist (Debian's dataset-fashion-mnist)."),
+    F.Str("data_dir", None, "fashion_mnist: the directory of its IDX files (default: Debian's "
+          "/usr/share/datasets/fashion-mnist)."),
+    F.Str("classes", "0,1", "A class pair a,b (+1 for a, -1 for b) or a,rest (one class against the rest).",
+          check=_classes),
+    F.Int("patch", None, "Patch size p: tokens of p*p pixels (default 2 for digits, 7 for fashion_mnist).", lower=1),
+    F.Enum("pos", "onehot", ["none", "onehot", "sincos"], "Positional encoding: none, onehot (a scaled one-hot "
+           "of the position appended), sincos (2-D sinusoids added)."),
+    F.Float("pos_scale", 1.0, "Scale of the positional encoding before unit normalization.",
+            check=lambda v: None if v > 0 else "must be positive"),
+    F.Enum("query", "mean", ["mean", "cls"], "mean: cross-attention with the mean token as query; cls: "
+           "self-attention from a fixed [CLS] token."),
+    F.Enum("head", "fit", list(HEADS), "fit: logistic regression on the mean-pooled tokens, fixed; "
+           "fixed: their class-mean difference; joint: trained with the attention from fit."),
+    F.List("n_values", None, "Sequences (images) per data set (default 2,4,8,16,32,64,128,240 for digits, "
+           "4,16,64,256,1024 for fashion_mnist).", item=int, check=_n_values),
+    F.Float("test_fraction", 0.3, "Share of the class pair's images held out (accuracy).",
+            check=lambda v: None if 0 < v < 1 else "must be in (0, 1)"),
+    F.Int("test_size", 1000, "At most this many held-out images are scored.", lower=1),
+    F.List("params", ("W",), "Parameterizations: W (Frobenius Att-SVM, Gen-SVM), KQ (nuclear Att-SVM).",
+           check=allowed.params),
+    F.Int("steps", 2000, "Normalized-GD steps.", lower=0),
+    F.Float("lr", 0.1, "Step size.", check=allowed.positive),
+    F.Enum("init", "uniform", ["uniform", "normal", "zero"], "Initialization of W (K,Q)."),
+    F.Float("tau_H", 1e-3, "A token is selected when its final probability is >= tau_H (Gen-SVM)."),
+    F.Float("tau_L", 1e-6, "Gen-SVM's lower threshold."),
+    F.Int("snapshot_every", 20, "Record W every this many steps.", lower=1),
+    F.Int("chunk_steps", 1000, "Steps per jitted chunk; a checkpoint is saved after each.", lower=1),
+    F.Int("block_size", 16, "Data sets per vectorized block.", lower=1),
+    F.Str("export", None, "Also write each n's data sets to PREFIX_n<n>.npz (the --data format).",
+          operational=True, sweepable=False),
+), (F.Rule(("tau_L", "tau_H"), _taus), common.block_fits_batch(default=16),
+    F.Rule(("dataset", "data_dir"), _fashion_installed))))
+
+EXPERIMENT = registry.Experiment(
+    id="E13", name=NAME, title="Real data: digits 0 vs 1 as patch-token sequences, across n",
+    claim="On real images as patch tokens, does attention head for the Att-SVM at small n, and where does "
+          "the Gen-SVM take over as n grows?",
+    beyond=True, settings=SETTINGS, quick={"runs": 5, "n_values": [2, 8, 32, 128]},
+    key_numbers=key_numbers, figures=figures.draw, report=report, prepare=export)
