@@ -7,6 +7,9 @@ each data set gets H fixed unit heads v_h (drawn from the run's data key) or, wi
 reports the selected tokens, the sparsity of its softmax, the Att-SVM at its selection (Frobenius
 for W, nuclear for (K,Q)) and corr(W_h(t), that SVM); for the sum sum_h W_h (sum_h K_h Q_h^T), the
 SVM of the tokens the sum selects; and whether the heads select the same tokens or split them.
+
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a
+config's fields), or the "flags" of its summary.json. The figure is ``svmattn.figures.multi_head``.
 """
 from __future__ import annotations
 
@@ -16,11 +19,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn import registry
 from svmattn import rng
 from svmattn.analysis import health
 from svmattn.analysis import heads as heads_lib
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
+from svmattn.figures import multi_head as figures
 from svmattn.models import flax_models
 from svmattn.study import pipeline
 from svmattn.study import stages
@@ -128,3 +136,56 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
              "numerics": fl.get("numerics", "exact"), "params": rows, "health": health.summary(arrays),
              "saturation_threshold": fl.get("saturation", health.SATURATION), "checks": []}
   return arrays, summary
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks follow)."""
+  lines = [f"E14 multi-head attention: {summary['heads']} heads "
+           f"({'shared head' if summary['shared_head'] else 'a fixed head per attention head'}), "
+           f"{summary['data_sets']} data sets; mean final corr with the Att-SVM at each selection"]
+  f = lambda d: "-" if d is None else f"{d['mean']:.4f}"  # noqa: E731
+  for p, row in summary["params"].items():
+    for h, e in row["heads"].items():
+      lines.append(f"  {p} {h}: corr {f(e['corr_final'])} (SVM solved {e['svm_solved']}), mean max prob "
+                   f"{f(e['max_prob'])}, tokens >= tau_H {f(e['tokens_above_tau'])}")
+    lines.append(f"  {p} sum of heads: corr with its {row['sum']['svm_norm']} SVM {f(row['sum']['corr_final'])}; "
+                 f"sequences where every head picks the same token {f(row['all_heads_same_token'])}, "
+                 f"each a different one {f(row['all_heads_different_tokens'])}")
+  return lines
+
+
+def _mean(entry):
+  return None if not entry else entry.get("mean")
+
+
+def key_numbers(summary: dict) -> list:
+  """W's mean final corr with the Att-SVM at each head's selection, and the sum's with the SVM of its own."""
+  row = (summary.get("params") or {}).get("W") or {}
+  out = [(f"mean corr(W_h, Att-SVM), {h.replace('head', 'head ')}", _mean(row["heads"][h].get("corr_final")))
+         for h in sorted(row.get("heads") or {})]
+  if "sum" in row:
+    out.append(("mean corr(W_h, Att-SVM), their sum", _mean(row["sum"].get("corr_final"))))
+  return out
+
+
+def training() -> F.Settings:
+  """The sizes and normalized-GD fields of E14 and E15 (``config.common.training`` without --init, with
+  their own help texts)."""
+  return common.training(init=False) + F.Settings((
+      F.Int("steps", 2000, "Normalized-GD steps.", lower=0),
+      F.Str("optimizer", "normalized_gd", "Optimizer (each parameter normalized by its own norm).",
+            check=allowed.optimizer),
+      F.Int("block_size", 64, "Data sets per vectorized block.", lower=1)))
+
+
+SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((
+    F.Int("heads", 2, "Number of attention heads H.", lower=1),
+    F.Bool("shared_head", False, "One head v (the data set's) for every attention head."),
+)) + training())
+
+EXPERIMENT = registry.Experiment(
+    id="E14", name=NAME, title="Multi-head attention (2 heads): per-head selections and SVMs",
+    claim="With several heads (no theorem), which tokens does each head select, and does each approach the "
+          "Att-SVM of its selection?",
+    beyond=True, settings=SETTINGS, quick={"runs": 20},
+    key_numbers=key_numbers, figures=figures.draw, report=report, one_cell=True)
