@@ -8,6 +8,8 @@ of its softmax, the Att-SVM at its selection and corr(W_l(t), that SVM):
   layer 1: the sequence-to-sequence Att-SVM of self-attention (every token a query; ``svm.seq2seq``)
            at its selection (n,T);
   layer 2: the single-query Att-SVM on layer 1's FINAL outputs X1 at layer 2's selection.
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a
+config's fields), or the "flags" of its summary.json. The figure is ``svmattn.figures.two_layer``.
 """
 from __future__ import annotations
 
@@ -15,14 +17,18 @@ import functools
 
 import numpy as np
 
+from svmattn import registry
 from svmattn.analysis import health
 from svmattn.analysis import heads as heads_lib
 from svmattn.analysis import metrics
+from svmattn.config import common
 from svmattn.data import datasets as data_lib
+from svmattn.figures import two_layer as figures
 from svmattn.models import flax_models
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.studies import local_convergence
+from svmattn.studies import multi_head
 from svmattn.train import loop as train_lib
 
 NAME = "two_layer"
@@ -89,3 +95,33 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
              "numerics": fl.get("numerics", "exact"), "params": rows, "health": health.summary(arrays),
              "saturation_threshold": fl.get("saturation", health.SATURATION), "checks": []}
   return arrays, summary
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks follow)."""
+  lines = [f"E15 two-layer attention: {summary['data_sets']} data sets"]
+  f = lambda d: "-" if d is None else f"{d['mean']:.4f}"  # noqa: E731
+  for p, row in summary["params"].items():
+    for layer in ("layer1", "layer2"):
+      e = row[layer]
+      lines.append(f"  {p} {layer}: corr with its Att-SVM {f(e['corr_final'])} (solved {e['svm_solved']}, infeasible "
+                   f"{e['svm_infeasible']}), mean max prob {f(e['max_prob'])}, tokens >= tau_H {f(e['tokens_above_tau'])}")
+    lines.append(f"  {p} layer1: share of tokens attending to themselves {f(row['layer1']['attends_to_itself'])}")
+  return lines
+
+
+def key_numbers(summary: dict) -> list:
+  """W's mean final corr with the Att-SVM at each layer's selection."""
+  row = (summary.get("params") or {}).get("W") or {}
+  return [(f"mean corr(W, Att-SVM), {k.replace('layer', 'layer ')}", (row[k].get("corr_final") or {}).get("mean"))
+          for k in sorted(row) if k.startswith("layer")]
+
+
+SETTINGS = common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics() + multi_head.training()
+
+EXPERIMENT = registry.Experiment(
+    id="E15", name=NAME, title="Two-layer attention: per-layer selections and SVMs",
+    claim="With two layers (no theorem), what does each layer select, and does it approach the Att-SVM of its "
+          "selection?",
+    beyond=True, settings=SETTINGS, quick={"runs": 20},
+    key_numbers=key_numbers, figures=figures.draw, report=report, one_cell=True)
