@@ -17,17 +17,26 @@ is min(n, d).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import math
 
+from absl import logging as absl_logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn import registry
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
+from svmattn.figures import svm_rank as figures
 from svmattn.models import heads
 from svmattn.study import pipeline
+from svmattn.study import sweep
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import feasibility as feas_lib
 
@@ -65,7 +74,7 @@ def grid(fl: dict) -> tuple[list[tuple[int, int]], list[int], list[tuple[int, in
   """(shapes, ds (sorted, distinct), cells (n, T, d) in the order shape-major, then d)."""
   shapes = parse_shapes(fl["shapes"])
   ds = sorted({int(x) for x in fl["ds"]})
-  return shapes, ds, [(n, T, d) for n, T in shapes for d in ds]
+  return shapes, ds, [(*c["shape"], c["d"]) for c in sweep.grid({"shape": shapes, "d": ds})]
 
 
 @functools.lru_cache(maxsize=None)
@@ -232,3 +241,90 @@ def checks(cells, shapes) -> list:
               "value": len(incomplete), "expected": "only cells with d < max(T-1, n) (always feasible above)",
               "ok": all(x["d"] < max(x["T"] - 1, x["n"]) for x in incomplete)})
   return out
+
+
+# ----------------------------------------------------------------------------------------
+# The experiment's settings and registry entry
+# ----------------------------------------------------------------------------------------
+
+
+class CheckedList(F.Field):
+  """A list field whose own check speaks before the generic repeat check: "--ds=2,2" is answered
+  "must be a comma-separated list of distinct integers >= 1", as the binary always answered it."""
+
+  def problem(self, value):
+    if value is not None and self.check is not None and not isinstance(value, str):
+      problem = self.check(value)
+      if problem:
+        return problem
+    return super().problem(value)
+
+
+def checked_list(name, default, help, item=str, **kw) -> F.Field:
+  return CheckedList(name, tuple(default), help, "list", item=item, **kw)
+
+
+def no_data(why: str):
+  """The --data field of ``common.base`` refusing any file: ``why`` names the experiment and its reason."""
+  return dataclasses.replace(common.base().field("data"),
+                             check=lambda v: None if v is None else f"is not supported by {why}")
+
+
+def shapes_check(values):
+  try:
+    parse_shapes(values)
+  except ValueError:
+    return "must be a non-empty list of n:T with n >= 1 and T >= 2, such as 5:5,10:5"
+  return None
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks follow)."""
+  lines = [f"E3 SVM rank (rtol {summary['rank_rtol']:g}):"]
+  lines.append("      n   T   d  kept draws  rank_fro rank_nuc")
+  for x in summary["cells"]:
+    lines.append(f"    {x['n']:3d} {x['T']:3d} {x['d']:3d} {x['feasible_kept']:5d} {x['draws']:5d}  "
+                 f"{x['mean_rank_fro']:8.2f} {x['mean_rank_nuc']:8.2f}")
+  return lines
+
+
+def prepare(fl: dict, study: pipeline.Study) -> None:
+  absl_logging.info("E3: %d cells, %d feasible data sets each, rtol %g", len(study.cells), fl["runs"], fl["rtol"])
+
+
+def _finite(x) -> bool:
+  return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def key_numbers(summary: dict) -> list:
+  """The (n, T) rows with some d where the mean nuclear rank is below the mean Frobenius rank (of the
+  cells where both were solved), as "rows/shapes"."""
+  cells = summary.get("cells") or []
+  shapes = list(dict.fromkeys((x["n"], x["T"]) for x in cells))
+  lower = {(x["n"], x["T"]) for x in cells if _finite(x["mean_rank_fro"]) and _finite(x["mean_rank_nuc"])
+           and x["mean_rank_nuc"] < x["mean_rank_fro"]}
+  return [("(n, T) rows where the nuclear rank is lower", f"{len(lower)}/{len(shapes)}")] if shapes else []
+
+
+# A cell stops early once it holds --runs feasible data sets: one process. Small batches: the
+# feasible data sets of a cell's last batch beyond the --runs-th are solved too (and left out).
+SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=50, hosts=False) + F.Settings((
+    no_data("E3: it sweeps shapes and d"),
+    F.List("shapes", ("5:5", "10:5", "15:5", "5:10", "5:15"),
+           "Shapes n:T. The paper: n in {5,10,15} with T=5 and T in {5,10,15} with n=5.", check=shapes_check),
+    checked_list("ds", (1, 2, 3, 4, 5, 10, 15, 20), "Embedding dimensions d.", item=int,
+                 check=allowed.int_list(minimum=1)),
+    F.Float("rtol", 1e-4, "Numerical rank: singular values > rtol * the largest.", check=allowed.positive),
+    F.Int("max_draws_factor", 100, "Stop a cell after this many times --runs draws.", lower=1),
+    F.Enum("nuc_solver", DEFAULT_NUC_SOLVER, NUC_SOLVERS,
+           "Solver of the nuclear-norm SVM: nuc_auto (Clarabel on the dual for small problems, SCS on the primal "
+           "otherwise), clarabel_dual, scs_direct, or SCS / CLARABEL through cvxpy."),
+)))
+
+EXPERIMENT = registry.Experiment(
+    id="E3", name=NAME, title="Rank of Frobenius vs nuclear SVM solutions",
+    claim="The nuclear-norm Att-SVM (the (K,Q) limit) has lower rank than the Frobenius one (the W limit), "
+          "whose rank is min(n, d).",
+    settings=SETTINGS, quick={"runs": 10, "ds": [1, 2, 5, 10], "shapes": ["5:5", "10:5"]},
+    key_numbers=key_numbers, figures=figures.draw, report=report, prepare=prepare,
+    timing_names={"data_s": "data", "svm_s": "svm", "wall_s": "pipeline_wall"})
