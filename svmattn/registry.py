@@ -90,6 +90,14 @@ def get(name: str) -> Experiment:
   """An experiment by id (E2), name (local_convergence, or local-convergence) or module path
   (mypackage.my_study, a module holding an EXPERIMENT of its own)."""
   key = str(name).strip()
+  module = key.replace("-", "_")
+  if module.isidentifier():          # a name: import that study alone (not every study's module)
+    import importlib.util
+    from svmattn import studies
+    if importlib.util.find_spec(f"{studies.__name__}.{module}") is not None:
+      found = _load(f"{studies.__name__}.{module}")
+      if found is not None and found.name == module:
+        return found
   every = experiments()
   for e in every:
     if key in (e.id, e.name, e.name.replace("_", "-")) or key.upper() == e.id:

@@ -89,6 +89,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   file_data = data_lib.load_npz(fl["data"], dtype) if fl.get("data") else None
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
   load = batches(spec, fl["seed"], dtype, file_data)
+  d = file_data.X.shape[-1] if file_data is not None else spec.d
+  check_init(fl, {p: c.param for p, c in configs}, runs, d, fl.get("m"), dtype)
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
                         lambda cell: tuple(train_stage(p, c, fl) for p, c in configs),
@@ -109,6 +111,18 @@ def train_stage(name: str, config: train_lib.TrainConfig, fl: dict) -> stages.Tr
   if init.endswith(".npz"):
     return stages.Train(name, config, init_file=init)
   return stages.Train(name, config)
+
+
+def check_init(fl: dict, params: dict, runs: int, d: int, m, dtype) -> None:
+  """With --init=FILE.npz: the file holds a start for every run of every parameterization
+  ({stage: "W" or "KQ"}), else ValueError naming the problem (before anything runs)."""
+  init = fl.get("init") or "uniform"
+  if init.endswith(".npz"):
+    from svmattn.train import init_file
+    try:
+      init_file.check(init, params, int(runs), int(d), m, dtype)
+    except data_lib.DataError as e:
+      raise ValueError(f"--init: {e}") from None
 
 
 def norms(fl: dict) -> tuple[str, ...]:

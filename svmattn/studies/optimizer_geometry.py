@@ -78,7 +78,7 @@ def configs(fl: dict) -> tuple:
     for p in fl["params"]:
       out.append((stage_name(opt, p), opt, p, train_lib.TrainConfig(
           param=p, optimizer=opt, lr=fl["lr"], steps=fl["steps"], snapshot_every=fl["snapshot_every"],
-          chunk_steps=fl["chunk_steps"], init=fl["init"], block_size=fl.get("block_size", 64),
+          chunk_steps=fl["chunk_steps"], init=local_convergence.init_scheme(fl), block_size=fl.get("block_size", 64),
           numerics=fl.get("numerics", "exact")).validate()))
   return tuple(out)
 
@@ -92,12 +92,14 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   norms = tuple(fl["norms"])
 
   source = local_convergence.batches(spec, fl["seed"], dtype, file_data)
+  d = file_data.X.shape[-1] if file_data is not None else spec.d
+  local_convergence.check_init(fl, {name: p for name, _, p, _ in cfgs}, runs, d, None, dtype)
 
   def load(cell, runs):
     return {**source(runs), "norms": np.array(norms)}
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
-                        lambda cell: tuple(stages.Train(name, c) for name, _, _, c in cfgs),
+                        lambda cell: tuple(local_convergence.train_stage(name, c, fl) for name, _, _, c in cfgs),
                         functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
                         fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
 
@@ -256,8 +258,9 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nu
     F.List("params", ("W",), "Parameterizations to train: W, KQ.", check=allowed.params),
     F.Int("steps", 2000, "Optimizer steps.", lower=0),
     F.Float("lr", 0.1, "Learning rate (step size eta).", check=allowed.positive),
-    F.Enum("init", "uniform", ["uniform", "normal", "zero"], "Initialization (the l_p mirror-descent paper starts "
-           "from N(0,1) entries: normal)."),
+    F.Str("init", "uniform", "Initialization: uniform, normal (the l_p mirror-descent paper starts from N(0,1) "
+          "entries), zero, or FILE.npz holding every data set's start: W (runs,d,d) and/or K, Q (runs,d,d); row r "
+          "starts data set r.", check=allowed.init),
     F.Int("snapshot_every", 10, "Record W every this many steps.", lower=1),
     F.Int("chunk_steps", 1000, "Steps per jitted chunk; a checkpoint is saved after each.", lower=1),
     F.Int("block_size", 64, "Data sets per vectorized block.", lower=1),

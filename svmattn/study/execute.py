@@ -134,7 +134,7 @@ def build(experiment, values: dict, ident: dict | None = None):
         data_lib.check_vector_head(values["data"])
     study = module.build(values, ident)
   except data_lib.DataError as e:
-    raise fields_lib.ConfigError(f"--data: {e}") from None
+    raise fields_lib.ConfigError(f"--data: {e}" if values.get("data") else str(e)) from None
   except ValueError as e:
     raise fields_lib.ConfigError(str(e)) from None
   if experiment.prepare is not None:

@@ -111,7 +111,10 @@ def every_step(study: pipeline.Study, c: int, data: dict, stage: stages_lib.Trai
   step 0 or from ``start`` = (step, State)."""
   config = train_lib.TrainConfig(**{**stage.config.__dict__, "snapshot_every": 1})
   runs = np.asarray(data["runs"])
-  return train_lib.train(config, stage.dataset(data), train_lib.init_keys(study.seed, runs), start=start)
+  dataset = stage.dataset(data)
+  if start is None:      # the stage's own starting point (a hand-set start, or --init=FILE.npz), if any
+    start = stage.start_for(dataset, runs)
+  return train_lib.train(config, dataset, train_lib.init_keys(study.seed, runs), start=start)
 
 
 def start_from_checkpoint(out: str, study: pipeline.Study, c: int, run: int, data: dict,
