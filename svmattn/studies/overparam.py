@@ -12,15 +12,23 @@ from __future__ import annotations
 
 import functools
 
+from absl import logging
 import numpy as np
 import scipy.stats
 
+from svmattn import registry
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
+from svmattn.figures import overparam as figures
 from svmattn.study import pipeline
 from svmattn.study import stages
+from svmattn.study import sweep
 from svmattn.studies import local_convergence
+from svmattn.studies import svm_rank
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import feasibility as feas_lib
 from svmattn.train import loop as train_lib
@@ -39,7 +47,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   config = train_lib.TrainConfig(param="W", lr=fl["lr"], steps=fl["steps"], snapshot_every=every,
                                  chunk_steps=every, numerics=fl.get("numerics", "exact")).validate()
   dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
-  cells = tuple(pipeline.Cell({"n": n, "d": int(d)}, fl["runs"]) for n in n_values for d in ds)
+  cells = tuple(pipeline.Cell(c, fl["runs"]) for c in sweep.grid({"n": n_values, "d": [int(d) for d in ds]}))
 
   def load(cell, runs):
     spec = data_lib.DataSpec(cell.label["n"], fl["T"], cell.label["d"]).validate()
@@ -139,3 +147,58 @@ def checks(shares, n_values, ds, T) -> list:
                   "value": float(nl.max()), "expected": "<= 0.02 (near zero: SVM always feasible)",
                   "ok": bool(nl.max() <= 0.02)})
   return out
+
+
+# ----------------------------------------------------------------------------------------
+# The experiment's settings and registry entry
+# ----------------------------------------------------------------------------------------
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks follow)."""
+  lines = [f"E4 over-parameterization: {summary['runs_per_cell']} runs per cell, T={summary['T']}"]
+  lines.append("      n   d  global  local  not-local  tie  infeasible  corr")
+  for x in summary["cells"]:
+    corr = f"{x['corr_mean']:.4f}" if x["corr_mean"] is not None else "  -  "
+    lines.append(f"    {x['n']:3d} {x['d']:3d}  {100 * x['share_global']:5.1f}% {100 * x['share_local']:5.1f}% "
+                 f"{100 * x['share_not-local']:6.1f}% {100 * x['share_tie']:4.1f}% {x['svm_infeasible']:6d}     {corr}")
+  return lines
+
+
+def prepare(fl: dict, study: pipeline.Study) -> None:
+  n_values, ds = grid(fl)
+  logging.info("E4: n %s, T=%d, d %d..%d, %d runs per cell, %d steps", n_values, fl["T"], ds[0], ds[-1],
+               fl["runs"], fl["steps"])
+
+
+def key_numbers(summary: dict) -> list:
+  """Per n: the global share at the largest d minus at the smallest (of the d with a run that did not
+  diverge), as the check "global share at d=.. minus at d=.." computes it."""
+  out = []
+  for n in summary.get("n_values") or []:
+    shares = [x["share_global"] for x in summary.get("cells") or []
+              if x["n"] == n and x["diverged"] < x["runs"] and x["share_global"] is not None]
+    if len(shares) >= 2:
+      out.append((f"global share, largest minus smallest d (n={n})", float(shares[-1] - shares[0])))
+  return out
+
+
+SETTINGS = (common.base(runs=500) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((
+    svm_rank.no_data("E4: it sweeps n and d"),
+    svm_rank.checked_list("n_values", (5, 10), "Numbers of sequences n (one panel each).", item=int,
+                          check=allowed.int_list(minimum=1)),
+    F.Int("T", 5, "Tokens per sequence.", lower=2),
+    F.Int("d_min", 2, "Smallest embedding dimension d.", lower=1),
+    F.Int("d_max", 20, "Largest embedding dimension d.", lower=1),
+    F.Int("steps", 2000, "Normalized GD steps.", lower=0),
+    F.Float("lr", 0.1, "Learning rate (step size eta).", check=allowed.positive),
+    F.Int("chunk_steps", 500, "Steps per jitted chunk (one snapshot and checkpoint each; only the final W is "
+          "used).", lower=1),
+), (F.Rule(("d_min", "d_max"), lambda v: None if v["d_min"] <= v["d_max"] else "need --d_min <= --d_max"),)))
+
+EXPERIMENT = registry.Experiment(
+    id="E4", name=NAME, title="Over-parameterization: global / local / not-local convergence",
+    claim="The larger d, the more often GD converges globally (to the optimal tokens); not-local convergence "
+          "vanishes once d >= max(T-1, n).",
+    settings=SETTINGS, quick={"runs": 100, "n_values": [5], "d_max": 8},
+    key_numbers=key_numbers, figures=figures.draw, report=report, prepare=prepare)
