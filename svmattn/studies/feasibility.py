@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import functools
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn import registry
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
+from svmattn.figures import feasibility as figures
 from svmattn.study import pipeline
+from svmattn.study import sweep
 from svmattn.studies import svm_rank
 from svmattn.svm import feasibility as feas_lib
 
@@ -71,7 +77,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     return {"X": np.asarray(data.X, np.float64), "Z": np.asarray(data.Z, np.float64),
             **{f"alpha_{a}": choice[a] for a in dict.fromkeys(alphas)}}
 
-  cells = tuple(pipeline.Cell({"n": n, "T": T, "d": int(d)}, int(fl["runs"])) for n, T in shapes for d in ds)
+  cells = tuple(pipeline.Cell({"n": c["shape"][0], "T": c["shape"][1], "d": c["d"]}, int(fl["runs"]))
+                for c in sweep.grid({"shape": shapes, "d": [int(d) for d in ds]}))
   return pipeline.Study(NAME, cells, load, lambda cell: (), analyze, fl.get("batch_size", 1000), fl["seed"],
                         identity if identity is not None else fl)
 
@@ -141,3 +148,60 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
                          "(Lawson-Hanson, residual r = 0 <=> infeasible) where undecided",
              "checks": checks}
   return arrays, summary
+
+
+# ----------------------------------------------------------------------------------------
+# The experiment's settings and registry entry
+# ----------------------------------------------------------------------------------------
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks follow)."""
+  lines = [f"E9 feasibility: {summary['runs_per_cell']} data sets per cell"]
+  for key, d in summary["smallest_d_feasible_from_then_on"].items():
+    lines.append(f"  {key:<28} 100% feasible from d={d}")
+  return lines
+
+
+def prepare(fl: dict, study: pipeline.Study) -> None:
+  shapes, ds, alphas = grid(fl)
+  logging.info("E9: shapes %s, d %d..%d, %d runs per cell, alphas %s", shapes, ds[0], ds[-1], fl["runs"], alphas)
+
+
+def key_numbers(summary: dict) -> list:
+  """Per shape and token choice, as the checks compute them: the smallest feasible fraction over
+  d >= max(T-1, n), and the feasible fraction at the smallest d where that d is below max(T-1, n)."""
+  rows = {}
+  for x in summary.get("cells") or []:
+    rows.setdefault((x["n"], x["T"], x["alpha"]), []).append(x)
+  above, smallest = [], []
+  for (n, T, a), cells in rows.items():
+    threshold = max(T - 1, n)
+    at = [x["feasible_fraction"] for x in cells if x["d"] >= threshold]
+    if at:
+      above.append((f"feasible at d >= max(T-1, n) (n={n} T={T} alpha={a})", min(at)))
+    if cells[0]["d"] < threshold:
+      smallest.append((f"feasible at the smallest d={cells[0]['d']} (n={n} T={T} alpha={a})",
+                       cells[0]["feasible_fraction"]))
+  return above + smallest
+
+
+def _alphas(values):
+  return None if values and all(a in ALPHAS for a in values) else "must list opt and/or random"
+
+
+SETTINGS = (common.base(runs=1000) + common.pipeline(batch_size=1000) + F.Settings((
+    svm_rank.no_data("E9: it sweeps d, a data file has one d"),
+    F.List("shapes", ("5:5", "10:5", "5:10"), "Shapes n:T (sequences:tokens).", check=svm_rank.shapes_check),
+    F.Int("d_min", 1, "Smallest embedding dimension d.", lower=1),
+    F.Int("d_max", 14, "Largest embedding dimension d (include some d >= max(T-1, n)).", lower=1),
+    F.List("alphas", ALPHAS, "Token choices: opt (largest score) and/or random.", check=_alphas),
+), (F.Rule(("d_min", "d_max"), lambda v: None if v["d_min"] <= v["d_max"] else "need --d_min <= --d_max"),)))
+
+EXPERIMENT = registry.Experiment(
+    id="E9", name=NAME, title="Feasibility of Att-SVM vs d",
+    claim="Att-SVM(alpha) is feasible for every selection alpha once d >= max(T-1, n); below that it can be "
+          "infeasible.",
+    settings=SETTINGS, quick={"runs": 200, "shapes": ["5:5", "10:5"], "d_max": 11},
+    key_numbers=key_numbers, figures=figures.draw, report=report, prepare=prepare,
+    timing_names={"data_s": "data", "svm_s": "feasibility", "wall_s": "pipeline_wall"})
