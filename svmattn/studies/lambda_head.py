@@ -14,24 +14,34 @@ outcome of the Gen-SVM thresholds rule, and for the evaluated runs W^SVMeq, W^mm
 with 1 - corr(W_GD, .) (final W) and the distance of the final softmax to s* on the selected
 entries. Evaluated: runs the rule keeps, plus (``keep_intermediate``) those it discards as
 "intermediate", whose Gen-SVM objects are optimal; runs with nothing masked ("finite") never.
+
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a config's
+fields), or the "flags" of its summary.json: replay rebuilds the same study from it.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn import registry
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.svm import gensvm
 from svmattn.train import loop as train_lib
+from svmattn.figures import lambda_head as figures
 
 NAME = "lambda_head"
-OBJECTS = ("svmeq", "mm", "1token")
+OBJECTS = figures.OBJECTS
 # Tokens count as orthonormal when max |X_i X_i^T - I| <= this, per precision of the stored
 # tokens (float32 rounding alone leaves about 1e-6).
 ORTHONORMAL_ATOL = {np.dtype(np.float64): 1e-6, np.dtype(np.float32): 1e-4}
@@ -223,3 +233,66 @@ def checks(summary: dict, lams) -> list:
                   "value": f"{f['svmeq']['median']:.3g} vs {f[other]['median']:.3g}",
                   "expected": f"W^SVMeq below W^{other}", "ok": bool(f["svmeq"]["median"] < f[other]["median"])})
   return out
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks and the wall times follow)."""
+  lines = [f"E6 lambda head: {summary['data_sets']} data sets per lambda; final 1 - corr(W_GD, .) medians over "
+           f"evaluated runs (--keep_intermediate={fl['keep_intermediate']})"]
+  for lam in lams_of(fl):
+    p = summary["per_lambda"][repr(lam)]
+    f = p["final_one_minus_corr"]
+    med = "  ".join(f"{o} {f[o]['median']:.2e}" if f[o]["median"] is not None else f"{o} -" for o in OBJECTS)
+    r = p["thresholds_rule"]
+    m = p["match_predicted_evaluated"]
+    lines.append(f"  lambda={lam:<5g} |O_i| {p['mean_selected_all_runs']:.2f} (pred {p['mean_predicted']:.2f}, "
+                 f"match {'-' if m is None else format(m, '.2f')})  rule: kept {r['kept']} interm. "
+                 f"{r['intermediate']} finite {r['finite']}; evaluated {p['evaluated']}  {med}")
+  return lines
+
+
+def key_numbers(summary: dict) -> list:
+  """The mean number of tokens selected per sequence (all runs) at every lambda."""
+  return [(f"mean tokens selected, lambda={summary['lambda_index'][f'l{i}']:g}", p["mean_selected_all_runs"])
+          for i, p in enumerate(summary["per_lambda"].values())]
+
+
+@dataclasses.dataclass(frozen=True)
+class _CheckFirst(F.Field):
+  """A list field whose own check answers first (its message names what a repeated entry breaks,
+  "distinct ..."), then the generic ones."""
+
+  def problem(self, value):
+    if value is not None and not isinstance(value, str) and self.check is not None:
+      found = self.check(value)
+      if found:
+        return found
+    return super().problem(value)
+
+
+SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((
+    _CheckFirst("lams", (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5),
+                "Values of lambda in h(r) = v^T r - lambda ||r||^2.", "list", item=float,
+                check=allowed.float_list(minimum=0.0, strict=False)),
+    F.Int("n", 3, "Sequences per data set.", lower=1),
+    F.Int("T", 4, "Tokens per sequence (T <= d: orthonormal tokens).", lower=2),
+    F.Int("d", 8, "Embedding dimension.", lower=1),
+    F.Int("steps", 2001, "Normalized GD steps.", lower=0),
+    F.Float("lr", 0.1, "Learning rate.", check=allowed.positive),
+    F.Int("snapshot_every", 100, "Snapshot W every this many steps.", lower=1),
+    F.Int("chunk_steps", 1000, "Steps per jitted chunk (one checkpoint each).", lower=1),
+    F.Float("tau_L", gensvm.TAU_L, "Lower softmax threshold of the discard rule."),
+    F.Float("tau_H", gensvm.TAU_H, "Selection threshold: O_i = {t: s_it >= tau_H}."),
+    F.Bool("keep_intermediate", True, "Evaluate Gen-SVM also on runs the thresholds rule discards as "
+           "'intermediate' (some s_it in (tau_L, tau_H]); their count is reported either way. Runs "
+           "discarded as 'finite' (nothing masked) are never evaluated."),
+), (F.Rule(("T", "d"), lambda v: None if v["T"] <= v["d"] else "--T must be <= --d (orthonormal tokens)"),
+    F.Rule(("tau_L", "tau_H"), lambda v: None if 0 < v["tau_L"] < v["tau_H"] < 1
+           else "need 0 < --tau_L < --tau_H < 1"))))
+
+EXPERIMENT = registry.Experiment(
+    id="E6", name=NAME, title="Lambda head: tokens selected vs lambda",
+    claim="With the head v^T r - lambda ||r||^2, attention selects more tokens per sequence as lambda grows, "
+          "and W^SVMeq describes GD better than W^mm or W^1token.",
+    settings=SETTINGS, quick={"runs": 20, "lams": [0.0, 0.1, 0.2, 0.4, 0.75, 1.5]},
+    key_numbers=key_numbers, figures=figures.draw, report=report)
