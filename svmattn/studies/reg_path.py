@@ -9,19 +9,24 @@ its configuration (``svmattn.train.regpath``); the host analysis correlates W_R 
 with both SVMs. Prediction: the correlation with the SVM of the parameterization's own norm
 rises to 1 as R grows.
 
-``fl`` below is a dict of the binary's flag values (``experiments.reg_path``), or the
-"flags" of its summary.json: ``build`` rebuilds the same study from it.
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a config's
+fields), or the "flags" of its summary.json: ``build`` rebuilds the same study from it.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Callable
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn import registry
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
 from svmattn.study import pipeline
@@ -29,10 +34,11 @@ from svmattn.studies import local_convergence
 from svmattn.svm import att_svm as svm_lib
 from svmattn.train import loop as train_lib
 from svmattn.train import regpath
+from svmattn.figures import reg_path as figures
 
 NAME = "reg_path"
 OWN_NORM = {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items()}
-NORM_NAME = {"fro": "Frobenius", "nuc": "nuclear"}
+NORM_NAME = figures.NORM_NAME
 PATH_FIELDS = ("loss", "constraint", "kkt_cos", "grad_norm", "took_candidate", "candidate_gain")
 
 
@@ -256,3 +262,62 @@ def checks(arrays, R, params) -> list:
       out.append({"name": "mean ||K_R Q_R^T||_* / R at the largest R (balanced factors)",
                   "value": ratio, "expected": ">= 0.99 (-> 1)", "ok": bool(ratio >= 0.99)})
   return out
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks and the wall times follow)."""
+  lines = [f"E7 regularization paths: {summary['data_sets']} data sets, R up to {summary['R'][-1]:g}"]
+  for key, v in summary["corr_at_rmax"].items():
+    if v["mean"] is not None:
+      lines.append(f"  corr at R_max {key:<10} {v['mean']:.5f} +- {v['std']:.5f} (min {v['min']:.5f}, "
+                   f"{v['solved']} solved)")
+  for p, x in summary["selected_opt_at_rmax"].items():
+    wins = summary["candidate_wins"][p]
+    lines.append(f"  {p}: selects opt at R_max in {100 * x:.0f}% of data sets; the SVM start won at "
+                 f"{wins['radii']} radii of {wins['data_sets']} data sets ({wins['data_sets_other_branch']} "
+                 "with a loss gain > 1e-6: continuation was on another branch)")
+  return lines
+
+
+def prepare(fl: dict, study: pipeline.Study) -> None:
+  """Log the study's size and grid (at INFO: shown with --verbosity=0)."""
+  R = grid(fl)
+  logging.info("E7: %d data sets, n=%d T=%d d=%d, %d radii in [%g, %g]", study.cells[0].runs, fl["n"], fl["T"],
+               fl["d"], len(R), R[0], R[-1])
+
+
+def _grid_rule(v):
+  try:
+    regpath.geometric_grid(v["r_min"], v["r_max"], v["num_r"])
+  except (ValueError, TypeError):
+    return "need 0 < --r_min < --r_max (or --num_r=1)"
+  return None
+
+
+SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=25) + common.numerics() + F.Settings((
+    F.Int("n", 6, "Sequences per data set.", lower=1),
+    F.Int("T", 8, "Tokens per sequence.", lower=2),
+    F.Int("d", 10, "Embedding dimension (d >= max(T-1, n): the SVM of opt is feasible).", lower=1),
+    F.Int("m", None, "(K,Q) width m (default d).", lower=1),
+    F.Enum("attention", "cross", ["cross", "self"], "Cross-attention or self-attention."),
+    F.Enum("loss", "logistic", ["logistic", "exponential", "correlation"], "Loss."),
+    F.List("params", ("W", "KQ"), "Paths to compute: W, KQ.", check=allowed.params),
+    F.Float("r_min", 0.5, "Smallest radius R.", check=allowed.positive),
+    F.Float("r_max", 300.0, "Largest radius R (keep the margins R / ||W^mm|| below ~700: "
+            "float64 gradients underflow beyond).", check=allowed.positive),
+    F.Int("num_r", 24, "Number of radii (geometric grid).", lower=1),
+    F.Int("iters", 400, "Solver iterations per radius.", lower=1),
+    F.Int("first_iters", 2000, "Solver iterations at the smallest radius.", lower=1),
+    F.Bool("candidates", True, "Also start every radius along the SVM of the optimal tokens and keep "
+           "the lower loss (the problem is nonconvex: continuation alone can follow a local branch)."),
+), (F.Rule(("r_min", "r_max", "num_r"), _grid_rule),)))
+
+EXPERIMENT = registry.Experiment(
+    id="E7", name=NAME, title="Regularization paths RP-W and RP-KQ",
+    claim="The regularization paths converge in direction to the Att-SVM as the radius R grows: W_R to the "
+          "Frobenius W^mm, K_R Q_R^T to the nuclear W^mm_*.",
+    settings=SETTINGS, quick={"runs": 20, "num_r": 16},
+    key_numbers=(("corr(W_R, W^mm) at the largest R", "corr_at_rmax.W_vs_fro.mean"),
+                 ("corr(K_R Q_R^T, W^mm_*) at the largest R", "corr_at_rmax.KQ_vs_nuc.mean")),
+    figures=figures.draw, report=report, one_cell=False, prepare=prepare,
+    timing_names={"train_s": "paths", "svm_s": "analysis", "wall_s": "pipeline_wall"})
