@@ -10,18 +10,23 @@ correlates every snapshot with it; it also classifies each W run (global / local
 not-local) and records whether GD selected the optimal tokens opt_ik = argmax_t Y_ik v^T x_it
 (causal: over t <= k; causal position 0 sees one token and is left out).
 
-``fl`` below is a dict of the binary's flag values (``experiments.seq_causal``), or the
-"flags" of its summary.json: ``build`` rebuilds the same study from it.
+``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a config's
+fields), or the "flags" of its summary.json: ``build`` rebuilds the same study from it.
 """
 from __future__ import annotations
 
 import functools
 
+from absl import logging
 import jax
 import numpy as np
 
+from svmattn import registry
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.config import allowed
+from svmattn.config import common
+from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
 from svmattn.models import heads
@@ -30,10 +35,11 @@ from svmattn.study import stages
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import seq2seq as s2s
 from svmattn.train import loop as train_lib
+from svmattn.figures import seq_causal as figures
 
 NAME = "seq_causal"
 OWN_NORM = {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items()}
-NORM_NAMES = {"fro": "Frobenius", "nuc": "nuclear"}
+NORM_NAMES = figures.NORM_NAMES
 CORR_TARGET = 0.99
 
 
@@ -187,3 +193,69 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
                            "ok": bool(feasible == 1.0)})
   summary["checks"] = out_checks
   return arrays, summary
+
+
+def report(summary: dict, fl: dict) -> list[str]:
+  """The terminal lines of a finished run (the checks and the wall times follow)."""
+  lines = [f"E8 seq2seq / causal: {summary['data_sets']} data sets, shape {summary['shape']}"]
+  for key, v in summary["final_corr"].items():
+    if v["mean"] is not None:
+      lines.append(f"  corr {key:<16} {v['mean']:.4f} +- {v['std']:.4f} (min {v['min']:.4f}, "
+                   f"{v['solved']} solved)")
+    else:
+      lines.append(f"  corr {key:<16} no feasible SVM")
+  for key, g in summary["global_selection"].items():
+    lines.append(f"  optimal tokens {key:<10} all positions {100 * g['runs_all_positions_optimal']:.0f}% of runs, "
+                 f"{100 * g['positions_optimal']:.1f}% of positions")
+  for key, fr in summary["convergence_types"].items():
+    lines.append(f"  types {key:<10} " + "  ".join(f"{k} {100 * x:.0f}%" for k, x in fr.items()))
+  return lines
+
+
+def prepare(fl: dict, study: pipeline.Study) -> None:
+  """Warn about float32, and log the study's size (at INFO: shown with --verbosity=0)."""
+  if fl.get("precision") == "float32":
+    logging.warning("float32: gradients of saturated softmax underflow; see BUILD.md")
+  logging.info("E8: %d data sets, n=%d T=%d d=%d, modes %s, params %s", study.cells[0].runs, fl["n"], fl["T"],
+               fl["d"], fl["modes"], fl["params"])
+
+
+def key_numbers(summary: dict) -> list:
+  """The mean final corr(W_GD, own-norm SVM at GD's selection) of every mode and parameterization."""
+  out = []
+  for key, v in summary["final_corr"].items():
+    name, norm = key.rsplit("_vs_", 1)
+    mode, p = name.rsplit("_", 1)
+    out.append((f"corr({'W' if p == 'W' else 'KQ^T'}, {NORM_NAMES[norm]} SVM): {mode}", v["mean"]))
+  return out
+
+
+def _modes(values):
+  if values and all(m in s2s.MODES for m in values) and len(set(values)) == len(values):
+    return None
+  return f"must list distinct modes among {list(s2s.MODES)}"
+
+
+SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((
+    F.Int("n", 4, "Sequences per data set.", lower=1),
+    F.Int("T", 5, "Tokens (= query positions) per sequence.", lower=2),
+    F.Int("d", 20, "Embedding dimension (d >= n T: every selection's SVM is feasible).", lower=1),
+    F.Int("steps", 2000, "Optimizer steps.", lower=0),
+    F.Float("lr", 0.1, "Learning rate (step size eta).", check=allowed.positive),
+    F.List("modes", s2s.MODES, "Attention modes: seq2seq and/or causal.", check=_modes),
+    F.List("params", ("W",), "Parameterizations to train: W (vs Frobenius SVM), KQ (vs nuclear SVM).",
+           check=allowed.params),
+    F.Enum("loss", "logistic", ["logistic", "exponential", "correlation"], "Loss."),
+    F.Str("optimizer", "normalized_gd", "normalized_gd, gd, or an optax optimizer name.", check=allowed.optimizer),
+    F.Enum("labels", "random", ["random", "positive"], "Labels Y_ik: uniform +-1 or all +1."),
+    F.Int("snapshot_every", 10, "Record W, softmax and loss every this many steps.", lower=1),
+    F.Int("chunk_steps", 500, "Steps per jitted chunk (progress granularity; a checkpoint is saved "
+          "after each).", lower=1),
+)))
+
+EXPERIMENT = registry.Experiment(
+    id="E8", name=NAME, title="Sequence-to-sequence and causal attention",
+    claim="Sequence-to-sequence and causal attention converge in direction to their own Att-SVMs (one set of "
+          "constraints per query position).",
+    settings=SETTINGS, quick={"runs": 20},
+    key_numbers=key_numbers, figures=figures.draw, report=report, prepare=prepare)
