@@ -56,7 +56,9 @@ def test_legends_are_at_least_8_pt():
   assert ax.legend().get_texts()[0].get_fontsize() >= 8
   plots.plt.close(fig)
   small = []
-  for path in glob.glob(os.path.join(REPO_ROOT, "experiments", "*.py")):
+  drawing = glob.glob(os.path.join(REPO_ROOT, "svmattn", "figures", "*.py"))
+  assert len(drawing) >= 10      # (the experiments' figures live there)
+  for path in drawing + glob.glob(os.path.join(REPO_ROOT, "svmattn", "studies", "*.py")):
     with open(path) as f:
       for k, line in enumerate(f, 1):
         m = re.search(r"legend\(.*fontsize=(\d+(?:\.\d+)?)", line)

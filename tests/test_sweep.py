@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from experiments import common
+from svmattn.config import common
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.train import loop as train_lib
 

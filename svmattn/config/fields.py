@@ -67,6 +67,9 @@ class Field:
         values = None
       if values is None:
         return f"must be a list of {self.item.__name__} values"
+      own = None if self.check is None else self.check(value)     # (its own words first, e.g. "distinct")
+      if own:
+        return own
       repeated = sorted({str(v) for v in values if values.count(v) > 1})
       if repeated:
         return f"repeats {', '.join(repeated)}: list each value once"

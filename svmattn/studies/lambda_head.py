@@ -20,7 +20,6 @@ fields), or the "flags" of its summary.json: replay rebuilds the same study from
 """
 from __future__ import annotations
 
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -257,22 +256,8 @@ def key_numbers(summary: dict) -> list:
           for i, p in enumerate(summary["per_lambda"].values())]
 
 
-@dataclasses.dataclass(frozen=True)
-class _CheckFirst(F.Field):
-  """A list field whose own check answers first (its message names what a repeated entry breaks,
-  "distinct ..."), then the generic ones."""
-
-  def problem(self, value):
-    if value is not None and not isinstance(value, str) and self.check is not None:
-      found = self.check(value)
-      if found:
-        return found
-    return super().problem(value)
-
-
 SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((
-    _CheckFirst("lams", (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5),
-                "Values of lambda in h(r) = v^T r - lambda ||r||^2.", "list", item=float,
+    F.List("lams", (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5), "Values of lambda in h(r) = v^T r - lambda ||r||^2.", item=float,
                 check=allowed.float_list(minimum=0.0, strict=False)),
     F.Int("n", 3, "Sequences per data set.", lower=1),
     F.Int("T", 4, "Tokens per sequence (T <= d: orthonormal tokens).", lower=2),

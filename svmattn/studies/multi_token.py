@@ -391,22 +391,9 @@ def key_numbers(summary: dict) -> list:
   return out
 
 
-@dataclasses.dataclass(frozen=True)
-class _CheckFirst(F.Field):
-  """A list field whose own check answers first (its message names what a repeated entry breaks,
-  "distinct ..."), then the generic ones."""
-
-  def problem(self, value):
-    if value is not None and not isinstance(value, str) and self.check is not None:
-      found = self.check(value)
-      if found:
-        return found
-    return super().problem(value)
-
-
 SETTINGS = (common.base(runs=500) + common.pipeline(batch_size=1000, hosts=False) + common.numerics()
             + F.Settings((
-                _CheckFirst("ds", (4, 6, 8, 10), "Embedding dimensions d.", "list", item=int,
+                F.List("ds", (4, 6, 8, 10), "Embedding dimensions d.", item=int,
                             check=allowed.int_list(minimum=1)),
                 F.Int("n", 3, "Sequences per data set.", lower=1),
                 F.Int("T", 4, "Tokens per sequence.", lower=2),

@@ -185,7 +185,7 @@ def key_numbers(summary: dict) -> list:
 
 SETTINGS = (common.base(runs=500) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((
     svm_rank.no_data("E4: it sweeps n and d"),
-    svm_rank.checked_list("n_values", (5, 10), "Numbers of sequences n (one panel each).", item=int,
+    F.List("n_values", (5, 10), "Numbers of sequences n (one panel each).", item=int,
                           check=allowed.int_list(minimum=1)),
     F.Int("T", 5, "Tokens per sequence.", lower=2),
     F.Int("d_min", 2, "Smallest embedding dimension d.", lower=1),

@@ -248,22 +248,6 @@ def checks(cells, shapes) -> list:
 # ----------------------------------------------------------------------------------------
 
 
-class CheckedList(F.Field):
-  """A list field whose own check speaks before the generic repeat check: "--ds=2,2" is answered
-  "must be a comma-separated list of distinct integers >= 1", as the binary always answered it."""
-
-  def problem(self, value):
-    if value is not None and self.check is not None and not isinstance(value, str):
-      problem = self.check(value)
-      if problem:
-        return problem
-    return super().problem(value)
-
-
-def checked_list(name, default, help, item=str, **kw) -> F.Field:
-  return CheckedList(name, tuple(default), help, "list", item=item, **kw)
-
-
 def no_data(why: str):
   """The --data field of ``common.base`` refusing any file: ``why`` names the experiment and its reason."""
   return dataclasses.replace(common.base().field("data"),
@@ -312,7 +296,7 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=50, hosts=False) 
     no_data("E3: it sweeps shapes and d"),
     F.List("shapes", ("5:5", "10:5", "15:5", "5:10", "5:15"),
            "Shapes n:T. The paper: n in {5,10,15} with T=5 and T in {5,10,15} with n=5.", check=shapes_check),
-    checked_list("ds", (1, 2, 3, 4, 5, 10, 15, 20), "Embedding dimensions d.", item=int,
+    F.List("ds", (1, 2, 3, 4, 5, 10, 15, 20), "Embedding dimensions d.", item=int,
                  check=allowed.int_list(minimum=1)),
     F.Float("rtol", 1e-4, "Numerical rank: singular values > rtol * the largest.", check=allowed.positive),
     F.Int("max_draws_factor", 100, "Stop a cell after this many times --runs draws.", lower=1),
