@@ -58,7 +58,7 @@ from svmattn.data import datasets as data_lib
 from svmattn.io import plots
 from svmattn import report as report_lib
 from svmattn.config import allowed
-from svmattn.io import results
+from svmattn.io import results as results_io
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import dual as svm_dual
 from svmattn.study import execute
@@ -599,7 +599,7 @@ def main(argv):
   for name in FLAGS.suites:
     SUITES[name](report)
   if FLAGS.out:
-    results.write_json(os.path.join(FLAGS.out, "benchmark.json"), report)
+    results_io.write_json(os.path.join(FLAGS.out, "benchmark.json"), report)
     print(f"wrote {FLAGS.out}/benchmark.json")
 
 

@@ -10,7 +10,7 @@ from absl import flags
 import numpy as np
 
 from svmattn.config import allowed
-from svmattn.config import common as config_common
+from svmattn.config import common
 
 FLAGS = flags.FLAGS
 
@@ -75,7 +75,7 @@ def define_data_flags(runs: int = 100) -> None:
   flags.DEFINE_bool("progress", True, "Show progress bars / log lines on stderr.")
   flags.DEFINE_bool("compilation_cache", True, "Keep compiled XLA programs on disk so that repeated runs "
                     "skip compilation (see --compilation_cache_dir).")
-  flags.DEFINE_string("compilation_cache_dir", config_common.DEFAULT_CACHE_DIR,
+  flags.DEFINE_string("compilation_cache_dir", common.DEFAULT_CACHE_DIR,
                       "Directory of the persistent compilation cache.")
   figure_format_flag()
 

@@ -55,7 +55,7 @@ from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.io import plots
 from svmattn.io import progress as progress_lib
-from svmattn.io import results
+from svmattn.io import results as results_io
 from svmattn.svm import att_svm as svm_lib
 from svmattn.study import execute
 from svmattn.train import loop as train_lib
@@ -244,11 +244,11 @@ def main(argv):
 
   summary["checks"] = checks(summary["variants"])
   with timer("write"):
-    results.write_npz(f"{FLAGS.out}/results.npz", arrays)
+    results_io.write_npz(f"{FLAGS.out}/results.npz", arrays)
     draw(arrays, FLAGS.params, variants, FLAGS.out)
   summary["timings_s"] = {"compile": compile_s, **timer.seconds, "total": timer.total()}
   summary["environment"] = execute.environment()
-  results.write_json(f"{FLAGS.out}/summary.json", summary)
+  results_io.write_json(f"{FLAGS.out}/summary.json", summary)
   report(summary)
 
 

@@ -19,7 +19,7 @@ import importlib
 import pkgutil
 from typing import Any, Callable
 
-from svmattn.config import fields as fields_lib
+from svmattn.config import fields as F
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,7 +35,7 @@ class Experiment:
   id: str                   # "E2"
   name: str                 # "local_convergence": the study module, the binary and the command
   title: str
-  settings: fields_lib.Settings
+  settings: F.Settings
   claim: str = ""           # the paper's claim it checks, or (beyond) the question it asks
   beyond: bool = False      # a question after the paper (its own part of the report)
   quick: dict = dataclasses.field(default_factory=dict)    # small settings: reproduce --quick, tests

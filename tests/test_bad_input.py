@@ -90,7 +90,8 @@ DRIVER = textwrap.dedent("""
     import json, sys
     from absl import flags
     import importlib
-    importlib.import_module("experiments." + sys.argv[1])
+    tools = ("precision", "benchmark")          # benchmarks/; the experiments' front ends are in experiments/
+    importlib.import_module(("benchmarks." if sys.argv[1] in tools else "experiments.") + sys.argv[1])
     out = []
     for args in json.loads(sys.argv[2]):
       flags.FLAGS.unparse_flags()

@@ -21,19 +21,19 @@ def test_four_forced_devices_equal_one(tmp_path):
   script = textwrap.dedent("""
       import sys, numpy as np, jax
       import svmattn
-      from svmattn.data import datasets as data
-      from svmattn.train import loop as train
+      from svmattn.data import datasets as data_lib
+      from svmattn.train import loop as train_lib
       assert len(jax.devices()) == 4, jax.devices()
       # fewer blocks than devices: only as many devices as blocks
-      assert [train.batch_mesh(B, 8).size for B in (1, 8, 9, 24, 70)] == [1, 1, 2, 3, 4]
+      assert [train_lib.batch_mesh(B, 8).size for B in (1, 8, 9, 24, 70)] == [1, 1, 2, 3, 4]
       runs = np.arange(70)                       # not a multiple of 4 x block: padding is exercised
-      D = data.generate(data.DataSpec(n=3, T=4, d=5), 0, runs)
-      keys = train.init_keys(0, runs)
+      D = data_lib.generate(data_lib.DataSpec(n=3, T=4, d=5), 0, runs)
+      keys = train_lib.init_keys(0, runs)
       for p in ("W", "KQ"):
-        cfg = train.TrainConfig(param=p, steps=60, snapshot_every=20, chunk_steps=40, block_size=8)
-        four = train.train(cfg, D, keys)                                   # every local device
-        two = train.train(cfg, type(D)(*(a[:9] for a in D)), keys[:9])   # 2 blocks: 2 of the 4 devices
-        one = train.train(cfg, D, keys, mesh=train.data_mesh(jax.devices()[:1]))
+        cfg = train_lib.TrainConfig(param=p, steps=60, snapshot_every=20, chunk_steps=40, block_size=8)
+        four = train_lib.train(cfg, D, keys)                                   # every local device
+        two = train_lib.train(cfg, type(D)(*(a[:9] for a in D)), keys[:9])   # 2 blocks: 2 of the 4 devices
+        one = train_lib.train(cfg, D, keys, mesh=train_lib.data_mesh(jax.devices()[:1]))
         for a, b in ((four.W, one.W), (four.max_prob, one.max_prob), (four.attention, one.attention)):
           assert np.array_equal(a, b), p
         assert np.array_equal(two.W, one.W[:9]) and np.array_equal(two.attention, one.attention[:9]), p

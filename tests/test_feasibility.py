@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import svmattn  # noqa: F401  (float64)
-from svmattn.svm import feasibility as fz
-from svmattn.svm import att_svm as svm
+from svmattn.svm import feasibility as feas_lib
+from svmattn.svm import att_svm as svm_lib
 
 
 def unit(a):
@@ -46,13 +46,13 @@ def test_duplicate_token_is_infeasible():
   X = unit(rng.normal(size=(1, 3, 4, 5)))
   Z = unit(rng.normal(size=(1, 3, 5)))
   alpha = np.array([[0, 1, 2]])
-  assert fz.check(X, Z, alpha).feasible[0]
+  assert feas_lib.check(X, Z, alpha).feasible[0]
   X[0, 1, 3] = X[0, 1, 1]                       # sequence 1: a copy of its selected token
-  res = fz.check(X, Z, alpha)
+  res = feas_lib.check(X, Z, alpha)
   assert not res.feasible[0] and res.status[0] == "infeasible" and res.method[0] == "nnls"
   assert np.isclose(res.gordan[0, 1, 3], 1.0)     # the zero row alone is the certificate
   check_certificates(X, Z, alpha, res)
-  assert svm.att_svm(X[0], Z[0], alpha[0]).status == "infeasible"
+  assert svm_lib.att_svm(X[0], Z[0], alpha[0]).status == "infeasible"
 
 
 def test_convex_combination_cannot_be_selected():
@@ -60,7 +60,7 @@ def test_convex_combination_cannot_be_selected():
   X = rng.normal(size=(2, 1, 3, 4))
   X[:, 0, 2] = 0.3 * X[:, 0, 0] + 0.7 * X[:, 0, 1]   # token 2 lies between tokens 0 and 1
   Z = rng.normal(size=(2, 1, 4))
-  res = fz.check(X, Z, np.array([[2], [0]]))
+  res = feas_lib.check(X, Z, np.array([[2], [0]]))
   assert res.feasible.tolist() == [False, True]       # selecting the middle token is impossible
   check_certificates(X, Z, np.array([[2], [0]]), res)
   np.testing.assert_allclose(res.gordan[0, 0], [0.3, 0.7, 0.0], atol=1e-9)
@@ -74,10 +74,10 @@ def test_conflicting_sequences_with_parallel_queries():
   alpha = np.array([[0, 1]])                # opposite choices
   for c, feasible in ((2.0, False), (-0.5, True)):
     Z = np.stack([z, c * z])[None]          # z_2 = c z_1: same direction conflicts, opposite agrees
-    res = fz.check(X, Z, alpha)
+    res = feas_lib.check(X, Z, alpha)
     assert res.feasible[0] == feasible
     check_certificates(X, Z, alpha, res)
-    assert svm.att_svm(X[0], Z[0], alpha[0]).ok == feasible
+    assert svm_lib.att_svm(X[0], Z[0], alpha[0]).ok == feasible
 
 
 def test_coupled_queries_cancel_although_each_sequence_is_feasible():
@@ -88,18 +88,18 @@ def test_coupled_queries_cancel_although_each_sequence_is_feasible():
   X[0, 0, 0], X[0, 1, 0], X[0, 2, 1] = a, a, a   # x_{i,0} - x_{i,1} = a, a, -a
   Z = np.stack([z1, z2, z1 + z2])[None]
   alpha = np.zeros((1, 3), np.int64)
-  res = fz.check(X, Z, alpha)
+  res = feas_lib.check(X, Z, alpha)
   assert not res.feasible[0]
   check_certificates(X, Z, alpha, res)
   np.testing.assert_allclose(res.gordan[0, :, 1], [1 / 3] * 3, atol=1e-9)
   # every sequence alone (and every pair) is feasible
   for keep in ([0], [1], [2], [0, 1], [1, 2]):
-    assert fz.check(X[:, keep], Z[:, keep], alpha[:, keep]).feasible[0]
+    assert feas_lib.check(X[:, keep], Z[:, keep], alpha[:, keep]).feasible[0]
   # a mask that drops one of the three constraints restores feasibility
   mask = np.ones((3, 2), bool)
   mask[2, 0] = False
   mask[2, 1] = False
-  res = fz.check(X, Z, alpha, mask=mask)
+  res = feas_lib.check(X, Z, alpha, mask=mask)
   assert res.feasible[0]
   check_certificates(X, Z, alpha, res, mask)
 
@@ -112,7 +112,7 @@ def test_generic_overparameterized_data_always_feasible(n, T, d):
   X = rng.normal(size=(B, n, T, d))              # generic, not normalized
   Z = rng.normal(size=(B, n, d))
   alpha = rng.integers(0, T, size=(B, n))
-  res = fz.check(X, Z, alpha)
+  res = feas_lib.check(X, Z, alpha)
   assert np.all(res.feasible)
   assert np.all(res.method == "lstsq")           # full row rank: the least-squares witness decides
   check_certificates(X, Z, alpha, res)
@@ -126,10 +126,10 @@ def test_agrees_with_att_svm_near_infeasibility():
     X = unit(rng.normal(size=(B, n, T, d)))
     Z = unit(rng.normal(size=(B, n, d)))
     alpha = rng.integers(0, T, size=(B, n))
-    res = fz.check(X, Z, alpha)
+    res = feas_lib.check(X, Z, alpha)
     check_certificates(X, Z, alpha, res)
     for b in range(B):
-      ref = svm.att_svm(X[b], Z[b], alpha[b])
+      ref = svm_lib.att_svm(X[b], Z[b], alpha[b])
       statuses.append(ref.status)
       assert res.feasible[b] == ref.ok, (n, T, d, b, ref.status, res.method[b])
       if ref.ok and res.method[b] == "nnls":      # NNLS witness = the Frobenius SVM solution itself
@@ -142,9 +142,9 @@ def test_scale_free():
   X = unit(rng.normal(size=(60, 5, 4, 2)))
   Z = unit(rng.normal(size=(60, 5, 2)))
   alpha = rng.integers(0, 4, size=(60, 5))
-  base = fz.check(X, Z, alpha)
+  base = feas_lib.check(X, Z, alpha)
   assert 0 < base.feasible.mean() < 1
-  scaled = fz.check(1e-4 * X, 1e3 * Z, alpha)
+  scaled = feas_lib.check(1e-4 * X, 1e3 * Z, alpha)
   np.testing.assert_array_equal(base.feasible, scaled.feasible)
   ok = base.feasible
   np.testing.assert_allclose(scaled.witness[ok], base.witness[ok] * 10, rtol=1e-6)   # W scales by 1/(1e-4 * 1e3)
@@ -154,12 +154,12 @@ def test_bad_input_is_a_clear_error():
   X = np.zeros((2, 3, 4, 5))
   Z = np.zeros((2, 3, 5))
   with pytest.raises(ValueError, match="alpha must have shape"):
-    fz.check(X, Z, np.zeros((2, 4), int))
+    feas_lib.check(X, Z, np.zeros((2, 4), int))
   with pytest.raises(ValueError, match=r"alpha entries must be in \[0, T=4\)"):
-    fz.check(X, Z, np.full((2, 3), 4))
+    feas_lib.check(X, Z, np.full((2, 3), 4))
   with pytest.raises(ValueError, match="Z must have shape"):
-    fz.check(X, Z[:, :, :4], np.zeros((2, 3), int))
+    feas_lib.check(X, Z[:, :, :4], np.zeros((2, 3), int))
   with pytest.raises(ValueError, match="X must have shape"):
-    fz.check(X[0], Z[0], np.zeros(3, int))
+    feas_lib.check(X[0], Z[0], np.zeros(3, int))
   with pytest.raises(ValueError, match="mask must have shape"):
-    fz.check(X, Z, np.zeros((2, 3), int), mask=np.ones((4, 3), bool))
+    feas_lib.check(X, Z, np.zeros((2, 3), int), mask=np.ones((4, 3), bool))

@@ -8,7 +8,7 @@ from conftest import run_binary
 
 import svmattn  # noqa: F401  (float64)
 from svmattn.data import datasets as data_lib
-from svmattn.svm import feasibility
+from svmattn.svm import feasibility as feas_lib
 from svmattn.models import heads
 from svmattn.analysis import metrics
 
@@ -35,8 +35,8 @@ def test_feasibility_experiment_end_to_end(tmp_path):
   X, Z = np.asarray(ds.X), np.asarray(ds.Z)
   rand = np.stack([np.asarray(jax.random.randint(data_lib.split_run_key(data_lib.run_key(seed, r))[1], (n,), 0, T))
                    for r in range(runs)])
-  np.testing.assert_array_equal(feasible[0, 0, 1], feasibility.is_feasible(X, Z, metrics.optimal_tokens(gamma)))
-  np.testing.assert_array_equal(feasible[0, 1, 1], feasibility.is_feasible(X, Z, rand))
+  np.testing.assert_array_equal(feasible[0, 0, 1], feas_lib.is_feasible(X, Z, metrics.optimal_tokens(gamma)))
+  np.testing.assert_array_equal(feasible[0, 1, 1], feas_lib.is_feasible(X, Z, rand))
   # d = 3 = max(T-1, n): always feasible; d = 1 (unit tokens are +-1, often tied): mostly not
   assert np.all(feasible[0, :, 2])
   assert np.all(a["fraction"][0, :, 0] < 0.5)

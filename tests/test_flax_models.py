@@ -43,10 +43,10 @@ from conftest import REPO_ROOT
 from svmattn.analysis import heads as heads_analysis
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
-from svmattn.models import attention as attention_lib
+from svmattn.models import attention as model_lib
 from svmattn.models import flax_models
-from svmattn.models import heads as heads_lib
-from svmattn.train import loop
+from svmattn.models import heads
+from svmattn.train import loop as train_lib
 from test_sweep import ENV, assert_same_results, has_checkpoint, kill_when
 
 SPEC = data_lib.DataSpec(n=3, T=4, d=5)
@@ -81,7 +81,7 @@ def _apply(module, params, X, Z, v):
 
 @jax.jit
 def _builtin(W, one):
-  return attention_lib.predict_single_query(heads_lib.get_head("linear"), W, one)
+  return model_lib.predict_single_query(heads.get_head("linear"), W, one)
 
 
 def _builtin_predict(W, one):
@@ -120,8 +120,8 @@ def test_single_head_predictions_equal_the_builtin_model(data, kind):
 
 @pytest.mark.parametrize("kind", ["W", "KQ"])
 def test_single_head_gradient_equals_the_closed_form(data, kind):
-  flax_trainer = loop.make_trainer(loop.TrainConfig(module=flax_models.SingleHead(param_kind=kind)))
-  builtin = loop.make_trainer(loop.TrainConfig(param=kind, ridge=0.0))
+  flax_trainer = train_lib.make_trainer(train_lib.TrainConfig(module=flax_models.SingleHead(param_kind=kind)))
+  builtin = train_lib.make_trainer(train_lib.TrainConfig(param=kind, ridge=0.0))
   flax_grad, builtin_grad = jax.jit(flax_trainer.grad), jax.jit(builtin.grad)
   for b in range(3):
     one = _one(data, b)
@@ -139,20 +139,20 @@ def test_single_head_gradient_equals_the_closed_form(data, kind):
 
 def _flax_start(config, params):
   """train()'s ``start`` for flax parameters {"head0": ...} (B, ...): what loop.start_state does."""
-  trainer = loop.make_trainer(config)
+  trainer = train_lib.make_trainer(config)
   params = jax.tree_util.tree_map(jnp.asarray, params)
-  return 0, jax.tree_util.tree_map(np.asarray, loop.State(params, jax.vmap(trainer.optimizer.init)(params)))
+  return 0, jax.tree_util.tree_map(np.asarray, train_lib.State(params, jax.vmap(trainer.optimizer.init)(params)))
 
 
 def test_single_head_training_equals_the_builtin_training(data):
   """200 normalized GD steps from the same W: the same W snapshots, losses and final softmax."""
-  keys = loop.init_keys(SEED, np.arange(B))
+  keys = train_lib.init_keys(SEED, np.arange(B))
   W0 = np.stack([_matrices(100 + b, (SPEC.d, SPEC.d), 0.3) for b in range(B)])
   common = dict(steps=200, snapshot_every=20, chunk_steps=200, block_size=4)
-  cfg_builtin = loop.TrainConfig(param="W", **common)
-  cfg_flax = loop.TrainConfig(module=flax_models.SingleHead(), **common)
-  want = loop.train(cfg_builtin, data, keys, start=loop.start_state(cfg_builtin, {"W": W0}))
-  got = loop.train(cfg_flax, data, keys, start=_flax_start(cfg_flax, {"head0": {"kq_matrix": {"W": W0}}}))
+  cfg_builtin = train_lib.TrainConfig(param="W", **common)
+  cfg_flax = train_lib.TrainConfig(module=flax_models.SingleHead(), **common)
+  want = train_lib.train(cfg_builtin, data, keys, start=train_lib.start_state(cfg_builtin, {"W": W0}))
+  got = train_lib.train(cfg_flax, data, keys, start=_flax_start(cfg_flax, {"head0": {"kq_matrix": {"W": W0}}}))
   np.testing.assert_array_equal(got.steps, np.arange(0, 201, 20))
   assert got.W.shape == want.W.shape == (B, 11, SPEC.d, SPEC.d)
   np.testing.assert_array_equal(got.W[:, 0], W0)
@@ -170,9 +170,9 @@ def test_single_head_training_equals_the_builtin_training(data):
 def test_start_state_takes_a_flax_models_nested_parameters(data):
   """loop.start_state({name: (B, ...)}) with a flax model's parameter tree: the same start as
   initializing the optimizer on that tree."""
-  cfg = loop.TrainConfig(module=flax_models.SingleHead(), steps=10)
+  cfg = train_lib.TrainConfig(module=flax_models.SingleHead(), steps=10)
   params = {"head0": {"kq_matrix": {"W": np.stack([_matrices(b, (SPEC.d, SPEC.d)) for b in range(2)])}}}
-  step, state = loop.start_state(cfg, params)
+  step, state = train_lib.start_state(cfg, params)
   assert step == 0
   np.testing.assert_array_equal(state.params["head0"]["kq_matrix"]["W"], params["head0"]["kq_matrix"]["W"])
   want = _flax_start(cfg, params)[1]
@@ -269,8 +269,8 @@ BLOCKS = dict(module=flax_models.MultiHead(heads=2), steps=60, snapshot_every=20
 @pytest.fixture(scope="module")
 def one_device_batch(data):
   """MultiHead(2) trained on the 5 data sets in blocks of 2 (the last one padded), on one device."""
-  return loop.train(loop.TrainConfig(block_size=2, **BLOCKS), data, loop.init_keys(SEED, np.arange(B)),
-                    mesh=loop.data_mesh(jax.local_devices()[:1]))
+  return train_lib.train(train_lib.TrainConfig(block_size=2, **BLOCKS), data, train_lib.init_keys(SEED, np.arange(B)),
+                    mesh=train_lib.data_mesh(jax.local_devices()[:1]))
 
 
 def test_a_batch_equals_each_data_set_alone(data, one_device_batch):
@@ -280,7 +280,7 @@ def test_a_batch_equals_each_data_set_alone(data, one_device_batch):
   4, the one in the padded block). One device for both (a data
   set alone runs on one device; see the next test for the number of devices)."""
   batch = one_device_batch
-  keys = loop.init_keys(SEED, np.arange(B))
+  keys = train_lib.init_keys(SEED, np.arange(B))
   assert sorted(batch.sown) == HEAD_NAMES
   assert batch.sown["head0_kq"].shape == (B, 4, SPEC.d, SPEC.d)
   assert batch.sown["head1_attention"].shape == (B, SPEC.n, SPEC.T)
@@ -290,9 +290,9 @@ def test_a_batch_equals_each_data_set_alone(data, one_device_batch):
   assert np.all(np.abs(batch.sown["head0_kq"][:, 0] - batch.sown["head1_kq"][:, 0]).max(axis=(1, 2)) > 1e-3)
   assert np.all(np.linalg.norm(batch.sown["head1_kq"][:, -1] - batch.sown["head1_kq"][:, 0], axis=(1, 2)) > 1)
   for block, exact, runs in ((2, True, range(B)), (1, False, (1, 4))):
-    cfg = loop.TrainConfig(block_size=block, **BLOCKS)
+    cfg = train_lib.TrainConfig(block_size=block, **BLOCKS)
     for b in runs:
-      alone = loop.train(cfg, data_lib.take(data, slice(b, b + 1)), keys[b:b + 1])
+      alone = train_lib.train(cfg, data_lib.take(data, slice(b, b + 1)), keys[b:b + 1])
       for got, want in _pairs(alone, _take(batch, b), HEAD_NAMES):
         assert got.shape == want.shape
         if exact:
@@ -304,7 +304,7 @@ def test_a_batch_equals_each_data_set_alone(data, one_device_batch):
 def test_a_flax_models_training_does_not_depend_on_the_number_of_devices(data, one_device_batch):
   """train.loop: the results 'equal a one-device run bit for bit' on every local device (two CPU
   devices on a two-core machine; trivially true on one)."""
-  every = loop.train(loop.TrainConfig(block_size=2, **BLOCKS), data, loop.init_keys(SEED, np.arange(B)))
+  every = train_lib.train(train_lib.TrainConfig(block_size=2, **BLOCKS), data, train_lib.init_keys(SEED, np.arange(B)))
   for got, want in _pairs(every, one_device_batch, HEAD_NAMES):
     np.testing.assert_array_equal(got, want)
 
@@ -331,9 +331,9 @@ MyAttention = _readme_module()
 
 
 def test_the_readmes_own_module_trains_and_is_analyzed(data):
-  keys = loop.init_keys(SEED, np.arange(B))
-  cfg = loop.TrainConfig(module=MyAttention(), steps=300, snapshot_every=30, chunk_steps=300, block_size=4)
-  traj = loop.train(cfg, data, keys)
+  keys = train_lib.init_keys(SEED, np.arange(B))
+  cfg = train_lib.TrainConfig(module=MyAttention(), steps=300, snapshot_every=30, chunk_steps=300, block_size=4)
+  traj = train_lib.train(cfg, data, keys)
   S, d = 11, SPEC.d
   assert sorted(traj.sown) == ["attention", "kq"]
   assert traj.sown["attention"].shape == (B, SPEC.n, SPEC.T)
@@ -376,10 +376,10 @@ def test_the_readmes_module_tracks_the_builtin_model():
   0.99870, 0.99922. corr with the SVM at 1000 -> 2000: 0.9793 -> 0.9939, 0.9845 -> 0.9956,
   0.9884 -> 0.9966."""
   batch = data_lib.generate(README_SPEC, SEED, README_RUNS)
-  keys = loop.init_keys(SEED, README_RUNS)
+  keys = train_lib.init_keys(SEED, README_RUNS)
   common = dict(steps=2000, snapshot_every=500, chunk_steps=2000, block_size=4)
-  mine = loop.train(loop.TrainConfig(module=MyAttention(), **common), batch, keys)
-  builtin = loop.train(loop.TrainConfig(param="W", **common), batch, keys)
+  mine = train_lib.train(train_lib.TrainConfig(module=MyAttention(), **common), batch, keys)
+  builtin = train_lib.train(train_lib.TrainConfig(param="W", **common), batch, keys)
   np.testing.assert_array_equal(mine.steps, [0, 500, 1000, 1500, 2000])
   assert np.all(mine.finite) and np.all(builtin.finite)
   np.testing.assert_array_equal(mine.selected, builtin.selected)       # the precondition (see above)
@@ -406,9 +406,9 @@ class TextbookSoftmax(nn.Module):
   @nn.compact
   def __call__(self, X, Z, v):
     W = self.param("W", flax_models.uniform_init, (X.shape[-1],) * 2, X.dtype)
-    s = jax.nn.softmax(attention_lib.attention_logits(W, X, Z))
+    s = jax.nn.softmax(model_lib.attention_logits(W, X, Z))
     self.sow("intermediates", "attention", s)
-    return attention_lib.pooled_token(s, X) @ v
+    return model_lib.pooled_token(s, X) @ v
 
 
 def _rest_max(logits):
@@ -422,9 +422,9 @@ def test_auto_loss_scale_of_single_head_is_the_builtin_one(data):
   objective (models.attention.make_loss, ridge 0): value L, gradient exp(c) grad L. In float32
   with tails far below float32's smallest number, the plain gradient is exactly zero and the auto
   one is float64's direction."""
-  flax_auto = loop.make_trainer(loop.TrainConfig(module=flax_models.SingleHead(), loss_scale="auto"))
-  flax_plain = loop.make_trainer(loop.TrainConfig(module=flax_models.SingleHead()))
-  builtin = loop.make_trainer(loop.TrainConfig(param="W", ridge=0.0, loss_scale="auto"))
+  flax_auto = train_lib.make_trainer(train_lib.TrainConfig(module=flax_models.SingleHead(), loss_scale="auto"))
+  flax_plain = train_lib.make_trainer(train_lib.TrainConfig(module=flax_models.SingleHead()))
+  builtin = train_lib.make_trainer(train_lib.TrainConfig(param="W", ridge=0.0, loss_scale="auto"))
   auto_vg = jax.jit(jax.value_and_grad(flax_auto.objective))
   plain_vg = jax.jit(jax.value_and_grad(flax_plain.objective))
   builtin_vg = jax.jit(jax.value_and_grad(builtin.objective))
@@ -463,8 +463,8 @@ def test_auto_loss_scale_of_two_heads_shares_one_shift(data):
   """MultiHead(2), "auto": one shift c for both heads (the smaller of the two heads' own), so the
   gradient is exp(c) times the plain one, leaf by leaf: its direction is unchanged."""
   module = flax_models.MultiHead(heads=2)
-  auto = jax.jit(jax.grad(loop.make_trainer(loop.TrainConfig(module=module, loss_scale="auto")).objective))
-  plain = jax.jit(jax.grad(loop.make_trainer(loop.TrainConfig(module=module)).objective))
+  auto = jax.jit(jax.grad(train_lib.make_trainer(train_lib.TrainConfig(module=module, loss_scale="auto")).objective))
+  plain = jax.jit(jax.grad(train_lib.make_trainer(train_lib.TrainConfig(module=module)).objective))
   one = _one(data, 1)
   W = [20.0 * _matrices(60, (SPEC.d, SPEC.d)), 3.0 * _matrices(61, (SPEC.d, SPEC.d))]
   params = {f"head{h}": {"kq_matrix": {"W": W[h]}} for h in range(2)}
@@ -481,11 +481,11 @@ def test_auto_loss_scale_of_two_heads_shares_one_shift(data):
 def test_a_scaled_modules_training_reports_the_unscaled_loss(data):
   """loss_scale 1000 and "auto" train SingleHead as the default does (normalized GD is invariant
   to a positive scale: equal to rounding) and observe() reports the unscaled loss."""
-  keys = loop.init_keys(SEED, np.arange(B))
+  keys = train_lib.init_keys(SEED, np.arange(B))
   common = dict(module=flax_models.SingleHead(), steps=100, snapshot_every=50, chunk_steps=100, block_size=4)
-  want = loop.train(loop.TrainConfig(**common), data, keys)
+  want = train_lib.train(train_lib.TrainConfig(**common), data, keys)
   for scale in (1000.0, "auto"):
-    got = loop.train(loop.TrainConfig(loss_scale=scale, **common), data, keys)
+    got = train_lib.train(train_lib.TrainConfig(loss_scale=scale, **common), data, keys)
     np.testing.assert_allclose(got.loss, want.loss, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(got.W, want.W, rtol=0, atol=1e-9)
 
@@ -495,9 +495,9 @@ def test_auto_needs_the_modules_softmax_through_flax_models(data):
   and a numeric scale train it)."""
   one = _one(data, 0)
   params = TextbookSoftmax().init({"params": jax.random.key(0)}, one.X, one.Z, one.v)["params"]
-  assert np.isfinite(loop.make_trainer(loop.TrainConfig(module=TextbookSoftmax(), loss_scale=2.0)).grad(
+  assert np.isfinite(train_lib.make_trainer(train_lib.TrainConfig(module=TextbookSoftmax(), loss_scale=2.0)).grad(
       params, one)["W"]).all()
-  trainer = loop.make_trainer(loop.TrainConfig(module=TextbookSoftmax(), loss_scale="auto"))
+  trainer = train_lib.make_trainer(train_lib.TrainConfig(module=TextbookSoftmax(), loss_scale="auto"))
   with pytest.raises(ValueError, match="flax_models.softmax or attend"):
     trainer.grad(params, one)
 
@@ -515,9 +515,9 @@ class NoAttention(nn.Module):
 
 
 def test_a_module_without_attention_is_a_clear_error(data):
-  cfg = loop.TrainConfig(module=NoAttention(), steps=10, snapshot_every=10, chunk_steps=10, block_size=2)
+  cfg = train_lib.TrainConfig(module=NoAttention(), steps=10, snapshot_every=10, chunk_steps=10, block_size=2)
   with pytest.raises(ValueError, match="'attention'"):
-    loop.train(cfg, data_lib.take(data, slice(0, 2)), loop.init_keys(SEED, np.arange(2)))
+    train_lib.train(cfg, data_lib.take(data, slice(0, 2)), train_lib.init_keys(SEED, np.arange(2)))
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -529,9 +529,9 @@ def test_a_module_without_attention_is_a_clear_error(data):
 ])
 def test_bad_module_configs(kwargs, match):
   with pytest.raises(ValueError, match=match):
-    loop.TrainConfig(**kwargs).validate()
+    train_lib.TrainConfig(**kwargs).validate()
   with pytest.raises(ValueError, match=match):
-    loop.make_trainer(loop.TrainConfig(**kwargs))
+    train_lib.make_trainer(train_lib.TrainConfig(**kwargs))
 
 
 def test_key_query_rejects_an_unknown_kind(data):

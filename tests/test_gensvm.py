@@ -6,7 +6,7 @@ import pytest
 
 from svmattn.svm import gensvm
 from svmattn.analysis import metrics
-from svmattn.svm import att_svm as svm
+from svmattn.svm import att_svm as svm_lib
 
 TINY = 1e-9  # a masked probability (below tau_L = 1e-6)
 
@@ -101,7 +101,7 @@ def test_constraints_and_kkt_conditions_on_random_cases(seed):
   # W^SVMeq: the least-squares coefficient is stationary
   np.testing.assert_allclose(np.sum((r.W_svmeq - W_gd) * r.W_mm), 0, atol=1e-10)
   # W^1token is the Att-SVM at argmax s
-  np.testing.assert_allclose(r.W_1token, svm.att_svm(X, Z, np.argmax(s, -1)).W, atol=1e-12)
+  np.testing.assert_allclose(r.W_1token, svm_lib.att_svm(X, Z, np.argmax(s, -1)).W, atol=1e-12)
   assert r.W_svmeq.shape == (d, d)
 
 

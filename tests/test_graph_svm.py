@@ -25,7 +25,7 @@ import pytest
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
 from svmattn.models import heads
-from svmattn.svm import graph_svm as gs
+from svmattn.svm import graph_svm
 
 Q, A, B, C, D = 0, 1, 2, 3, 4     # token ids of the hand-built graphs (Q the query)
 
@@ -76,7 +76,7 @@ def _fs(*groups):
 
 
 def _check_hand_built(tokens, labels, parts, ranks, reach):
-  g = gs.token_graph(np.array(tokens), np.array(labels), Q)
+  g = graph_svm.token_graph(np.array(tokens), np.array(labels), Q)
   nodes, edges, comps, rank, rch = _lib_graph(g)
   assert comps == parts
   assert rank == {frozenset(k): v for k, v in ranks}
@@ -91,7 +91,7 @@ def test_token_graph_cycle():
   g = _check_hand_built(tokens, [A, B, C, A], _fs({A, B, C}, {Q}),
                         [({A, B, C}, 0), ({Q}, 1)], [({A, B, C}, {Q})])
   assert g.query == Q and D not in g.nodes
-  all_graphs = gs.graphs(np.array(tokens), np.array([A, B, C, A]))
+  all_graphs = graph_svm.graphs(np.array(tokens), np.array([A, B, C, A]))
   assert set(all_graphs) == {Q, 5}
   assert {frozenset(int(t) for t in c) for c in all_graphs[5].components} == _fs({A}, {D}, {5})
 
@@ -124,7 +124,7 @@ def test_token_graph_random():
       rows.append(list(rng.permutation([t for t in range(7) if t != q])[:3]) + [q])
     tokens = np.array(rows)
     labels = np.array([rng.choice(r) for r in tokens])
-    for k, g in gs.graphs(tokens, labels).items():
+    for k, g in graph_svm.graphs(tokens, labels).items():
       sizes += [len(c) for c in g.components]
       assert _lib_graph(g) == _my_graph(tokens.tolist(), labels.tolist(), k)
   assert max(sizes) >= 3 and min(sizes) == 1
@@ -187,7 +187,7 @@ def fin_span(data, scc):
 
 @pytest.fixture(scope="module")
 def fro(data):
-  return gs.graph_svm(*data)
+  return graph_svm.graph_svm(*data)
 
 
 def test_data_set_is_nontrivial(data, scc, rows, fin_span):
@@ -252,7 +252,7 @@ def test_finite_part(data, scc, fro, fin_span):
   w = fro.W_fin.reshape(-1)
   assert np.linalg.norm(w) > 0.1                     # a nontrivial finite part here
   assert np.linalg.norm(w - fin_span @ (fin_span.T @ w)) < 1e-10 * np.linalg.norm(w)
-  assert np.linalg.norm(gs.finite_part_gradient(fro.W_fin, E, tokens, labels, fro.graphs)) < 1e-7
+  assert np.linalg.norm(graph_svm.finite_part_gradient(fro.W_fin, E, tokens, labels, fro.graphs)) < 1e-7
   G = _reduced_gradient(fro.W_fin, E, tokens, labels, scc).reshape(-1)
   assert np.linalg.norm(fin_span.T @ G) < 1e-7
   G0 = _reduced_gradient(np.zeros_like(fro.W_fin), E, tokens, labels, scc).reshape(-1)
@@ -260,7 +260,7 @@ def test_finite_part(data, scc, fro, fin_span):
 
 
 def test_graph_svm_nuclear(data, rows, fro):
-  nuc = gs.graph_svm(*data, norm="nuc", finite_part=False)
+  nuc = graph_svm.graph_svm(*data, norm="nuc", finite_part=False)
   assert nuc.ok, nuc.message
   w = nuc.W.reshape(-1)
   A_eq, A_ge = rows
@@ -276,26 +276,26 @@ def test_check_data_errors(data):
   bad = labels.copy()
   bad[2] = next(t for t in range(K) if t not in tokens[2])
   with pytest.raises(ValueError, match="does not occur"):
-    gs.graph_svm(E, tokens, bad)
+    graph_svm.graph_svm(E, tokens, bad)
   rep = tokens.copy()
   rep[1, 0] = rep[1, 1]
   with pytest.raises(ValueError, match="distinct"):
-    gs.check_data(E, rep, rep[:, 1])
+    graph_svm.check_data(E, rep, rep[:, 1])
   big = tokens.copy()
   big[0, 0] = K
   with pytest.raises(ValueError, match="token ids"):
-    gs.graph_svm(E, big, labels)
+    graph_svm.graph_svm(E, big, labels)
   neg = tokens.copy()
   neg[0, 0] = -1
   with pytest.raises(ValueError, match="token ids"):
-    gs.check_data(E, neg, labels)
+    graph_svm.check_data(E, neg, labels)
   nan = E.copy()
   nan[3, 2] = np.nan
   with pytest.raises(ValueError, match="finite"):
-    gs.graph_svm(nan, tokens, labels)
+    graph_svm.graph_svm(nan, tokens, labels)
   with pytest.raises(ValueError, match="integer"):
-    gs.check_data(E, tokens.astype(float), labels)
-  E2, t2, l2 = gs.check_data(E, tokens.astype(np.int32), labels)
+    graph_svm.check_data(E, tokens.astype(float), labels)
+  E2, t2, l2 = graph_svm.check_data(E, tokens.astype(np.int32), labels)
   assert E2.dtype == np.float64 and t2.dtype == np.int64 and l2.dtype == np.int64
 
 

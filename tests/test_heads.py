@@ -8,7 +8,7 @@ import pytest
 from conftest import SPEC
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
-from svmattn.models import attention as model
+from svmattn.models import attention as model_lib
 from svmattn.train import loop as train_lib
 
 HEAD_NAMES = ["linear", "relu", "lambda:0.7"]
@@ -103,7 +103,7 @@ def test_train_config_takes_the_lambda_from_the_head_name():
 def test_loss_gradient_matches_central_differences(datasets, name):
   head = heads.get_head(name)
   ds = data_lib.take(datasets[name], 1)
-  loss = model.make_loss(model.W_PARAM, head)
+  loss = model_lib.make_loss(model_lib.W_PARAM, head)
   d = SPEC.d
   W = jnp.asarray(np.random.default_rng(1).normal(size=(d, d)))
   grad = np.asarray(jax.jit(jax.grad(loss))({"W": W}, ds)["W"])

@@ -6,7 +6,7 @@ import struct
 import numpy as np
 import pytest
 
-from svmattn.data import images as im
+from svmattn.data import images as images_lib
 from svmattn.data.datasets import DataError
 
 
@@ -15,7 +15,7 @@ from svmattn.data.datasets import DataError
 # ----------------------------------------------------------------------------
 
 def test_digits_shapes_range_and_labels():
-  images, labels = im.load_images("digits")
+  images, labels = images_lib.load_images("digits")
   assert images.shape == (1797, 8, 8) and images.dtype == np.float64
   assert labels.shape == (1797,) and labels.dtype == np.int64
   assert images.min() == 0.0 and images.max() == 1.0
@@ -24,11 +24,11 @@ def test_digits_shapes_range_and_labels():
 
 def test_load_errors():
   with pytest.raises(ValueError, match="no official"):
-    im.load_images("digits", "train")
+    images_lib.load_images("digits", "train")
   with pytest.raises(ValueError, match="fashion_mnist"):
-    im.load_images("mnist")
+    images_lib.load_images("mnist")
   with pytest.raises(ValueError, match="split"):
-    im.load_images("fashion_mnist", "valid")
+    images_lib.load_images("fashion_mnist", "valid")
 
 
 def _idx(path, magic, dims, data):
@@ -53,17 +53,17 @@ def _fake_fashion(root, n_train=5, n_test=3, h=4, w=6):
 def test_fake_fashion_reads_splits_and_caches(tmp_path):
   root = str(tmp_path / "fm")
   raw = _fake_fashion(root)
-  images, labels = im.load_images("fashion_mnist", "train", root=root)
+  images, labels = images_lib.load_images("fashion_mnist", "train", root=root)
   assert images.shape == (5, 4, 6) and images.dtype == np.float64 and labels.dtype == np.int64
   np.testing.assert_array_equal(images, raw["train"][0] / 255.0)
   np.testing.assert_array_equal(labels, raw["train"][1])
-  test_images, test_labels = im.load_images("fashion_mnist", "test", root=root)
+  test_images, test_labels = images_lib.load_images("fashion_mnist", "test", root=root)
   np.testing.assert_array_equal(test_images, raw["test"][0] / 255.0)
-  all_images, all_labels = im.load_images("fashion_mnist", "all", root=root)
+  all_images, all_labels = images_lib.load_images("fashion_mnist", "all", root=root)
   assert all_images.shape == (8, 4, 6)
   np.testing.assert_array_equal(all_labels, np.concatenate([raw["train"][1], raw["test"][1]]))
   # cached and read-only
-  again, _ = im.load_images("fashion_mnist", "train", root=root)
+  again, _ = images_lib.load_images("fashion_mnist", "train", root=root)
   assert again is images and not images.flags.writeable
 
 
@@ -82,7 +82,7 @@ def test_fake_fashion_corrupt_file_names_it(tmp_path, damage):
   else:
     open(bad, "wb").write(b"not a gzip file")
   with pytest.raises(DataError, match="train-images-idx3-ubyte.gz"):
-    im.load_images("fashion_mnist", "train", root=root)
+    images_lib.load_images("fashion_mnist", "train", root=root)
 
 
 def test_fake_fashion_short_data_names_file(tmp_path):
@@ -91,23 +91,23 @@ def test_fake_fashion_short_data_names_file(tmp_path):
   bad = os.path.join(root, "t10k-labels-idx1-ubyte.gz")
   _idx(bad, 2049, (3,), raw["test"][1][:2].tobytes())  # header says 3, data has 2
   with pytest.raises(DataError, match="t10k-labels-idx1-ubyte.gz"):
-    im.load_images("fashion_mnist", "test", root=root)
+    images_lib.load_images("fashion_mnist", "test", root=root)
 
 
 def test_missing_fashion_says_how_to_install(tmp_path):
-  with pytest.raises(DataError, match=im.FASHION_INSTALL) as e:
-    im.load_images("fashion_mnist", "train", root=str(tmp_path / "absent"))
+  with pytest.raises(DataError, match=images_lib.FASHION_INSTALL) as e:
+    images_lib.load_images("fashion_mnist", "train", root=str(tmp_path / "absent"))
   assert "not installed" in str(e.value)
   root = str(tmp_path / "fm")
   _fake_fashion(root)
   os.remove(os.path.join(root, "t10k-labels-idx1-ubyte.gz"))
-  with pytest.raises(DataError, match=im.FASHION_INSTALL):
-    im.load_images("fashion_mnist", "test", root=root)
+  with pytest.raises(DataError, match=images_lib.FASHION_INSTALL):
+    images_lib.load_images("fashion_mnist", "test", root=root)
 
 
-@pytest.mark.skipif(not os.path.isdir(im.FASHION_DIR), reason="Debian's dataset-fashion-mnist is not installed")
+@pytest.mark.skipif(not os.path.isdir(images_lib.FASHION_DIR), reason="Debian's dataset-fashion-mnist is not installed")
 def test_installed_fashion_train_shapes():
-  images, labels = im.load_images("fashion_mnist", "train")
+  images, labels = images_lib.load_images("fashion_mnist", "train")
   assert images.shape == (60000, 28, 28) and labels.shape == (60000,)
   assert 0.0 <= images.min() and images.max() <= 1.0
   assert sorted(np.unique(labels).tolist()) == list(range(10))
@@ -126,11 +126,11 @@ def _unit(v):
 
 
 def test_patch_order_and_grid():
-  tokens = im.patch_tokens(IMAGE, 2)
+  tokens = images_lib.patch_tokens(IMAGE, 2)
   assert tokens.shape == (1, 4, 4)
   expected = [[1, 2, 5, 6], [3, 4, 7, 8], [9, 10, 13, 14], [11, 12, 15, 16]]
   np.testing.assert_allclose(tokens[0], [_unit(e) for e in expected], rtol=0, atol=1e-15)
-  grid = im.patch_grid(4, 4, 2)
+  grid = images_lib.patch_grid(4, 4, 2)
   assert grid.dtype.kind == "i"
   np.testing.assert_array_equal(grid, [[0, 0], [0, 2], [2, 0], [2, 2]])
   for t, (r, c) in enumerate(grid):  # each token is the block at its grid offset
@@ -138,10 +138,10 @@ def test_patch_order_and_grid():
 
 
 def test_patch_grid_rectangular():
-  grid = im.patch_grid(4, 6, 2)
+  grid = images_lib.patch_grid(4, 6, 2)
   np.testing.assert_array_equal(grid, [[0, 0], [0, 2], [0, 4], [2, 0], [2, 2], [2, 4]])
   images = np.random.default_rng(0).random((2, 4, 6))
-  tokens = im.patch_tokens(images, 2)
+  tokens = images_lib.patch_tokens(images, 2)
   for t, (r, c) in enumerate(grid):
     np.testing.assert_allclose(tokens[1, t], _unit(images[1, r:r + 2, c:c + 2].ravel()), atol=1e-15)
 
@@ -149,7 +149,7 @@ def test_patch_grid_rectangular():
 def test_zero_patch_stays_zero_and_norms_are_one():
   image = np.zeros((1, 4, 4))
   image[0, :2, :2] = 0.5
-  tokens = im.patch_tokens(image, 2)
+  tokens = images_lib.patch_tokens(image, 2)
   np.testing.assert_allclose(np.linalg.norm(tokens[0, 0]), 1.0)
   np.testing.assert_array_equal(tokens[0, 1:], 0.0)
 
@@ -157,25 +157,25 @@ def test_zero_patch_stays_zero_and_norms_are_one():
 @pytest.mark.parametrize("pos, D", [("onehot", 4 + 4), ("sincos", 4)])
 def test_positional_encoding_separates_identical_patches(pos, D):
   image = np.ones((1, 4, 4))  # four identical patches
-  assert np.allclose(im.patch_tokens(image, 2)[0], im.patch_tokens(image, 2)[0, 0])
-  tokens = im.patch_tokens(image, 2, pos=pos)
+  assert np.allclose(images_lib.patch_tokens(image, 2)[0], images_lib.patch_tokens(image, 2)[0, 0])
+  tokens = images_lib.patch_tokens(image, 2, pos=pos)
   assert tokens.shape == (1, 4, D)
   np.testing.assert_allclose(np.linalg.norm(tokens, axis=-1), 1.0, rtol=0, atol=1e-14)
   gram = tokens[0] @ tokens[0].T
   assert np.all(gram[~np.eye(4, dtype=bool)] < 1 - 1e-6)  # pairwise different directions
-  blank = im.patch_tokens(np.zeros((1, 4, 4)), 2, pos=pos)  # blank patches no longer zero
+  blank = images_lib.patch_tokens(np.zeros((1, 4, 4)), 2, pos=pos)  # blank patches no longer zero
   np.testing.assert_allclose(np.linalg.norm(blank, axis=-1), 1.0, rtol=0, atol=1e-14)
 
 
 def test_onehot_layout_and_scale():
-  tokens = im.patch_tokens(IMAGE, 2, pos="onehot", pos_scale=3.0)
+  tokens = images_lib.patch_tokens(IMAGE, 2, pos="onehot", pos_scale=3.0)
   raw = np.array([[1, 2, 5, 6], [3, 4, 7, 8], [9, 10, 13, 14], [11, 12, 15, 16]], dtype=float)
   expected = np.concatenate([raw, 3.0 * np.eye(4)], axis=1)
   np.testing.assert_allclose(tokens[0], expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-15)
 
 
 def test_sincos_formula():
-  pe = im._sincos_2d(2, 3, 9)  # rows: first 5 features; cols: last 4
+  pe = images_lib._sincos_2d(2, 3, 9)  # rows: first 5 features; cols: last 4
   r, c = 1, 2
   t = r * 3 + c
   w5 = 10000.0 ** (-2.0 * np.array([0, 0, 1, 1, 2]) / 5)
@@ -185,16 +185,16 @@ def test_sincos_formula():
       [np.sin(c * w4[0]), np.cos(c * w4[1]), np.sin(c * w4[2]), np.cos(c * w4[3])]])
   np.testing.assert_allclose(pe[t], expect, rtol=0, atol=1e-15)
   image = np.random.default_rng(1).random((1, 6, 9))
-  tokens = im.patch_tokens(image, 3, pos="sincos", pos_scale=0.5)
+  tokens = images_lib.patch_tokens(image, 3, pos="sincos", pos_scale=0.5)
   raw = np.stack([image[0, i:i + 3, j:j + 3].ravel() for i in (0, 3) for j in (0, 3, 6)])
   expected = raw + 0.5 * pe
   np.testing.assert_allclose(tokens[0], expected / np.linalg.norm(expected, axis=-1, keepdims=True), atol=1e-15)
 
 
 def test_digit_tokens_shapes():
-  images, _ = im.load_images("digits")
-  assert im.patch_tokens(images[:10], 2).shape == (10, 16, 4)
-  assert im.patch_tokens(images[:10], 4, pos="onehot").shape == (10, 4, 16 + 4)
+  images, _ = images_lib.load_images("digits")
+  assert images_lib.patch_tokens(images[:10], 2).shape == (10, 16, 4)
+  assert images_lib.patch_tokens(images[:10], 4, pos="onehot").shape == (10, 4, 16 + 4)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -207,18 +207,18 @@ def test_digit_tokens_shapes():
 ])
 def test_patch_token_errors(kwargs, match):
   with pytest.raises(ValueError, match=match):
-    im.patch_tokens(IMAGE, **kwargs)
+    images_lib.patch_tokens(IMAGE, **kwargs)
 
 
 def test_patch_token_input_errors():
   with pytest.raises(ValueError, match=r"\(N, H, W\)"):
-    im.patch_tokens(IMAGE[0], 2)
+    images_lib.patch_tokens(IMAGE[0], 2)
   bad = IMAGE.copy()
   bad[0, 1, 1] = np.nan
   with pytest.raises(ValueError, match="non-finite"):
-    im.patch_tokens(bad, 2)
+    images_lib.patch_tokens(bad, 2)
   with pytest.raises(ValueError, match="not divisible"):
-    im.patch_grid(4, 6, 4)
+    images_lib.patch_grid(4, 6, 4)
 
 
 # ----------------------------------------------------------------------------
@@ -229,11 +229,11 @@ LABELS = np.array([0, 1, 2, 1, 0, 2, 2])
 
 
 def test_class_labels_pair_and_rest():
-  index, y = im.class_labels(LABELS, (1, 2))
+  index, y = images_lib.class_labels(LABELS, (1, 2))
   np.testing.assert_array_equal(index, [1, 2, 3, 5, 6])
   np.testing.assert_array_equal(y, [1, -1, 1, -1, -1])
   assert index.dtype == np.int64 and y.dtype == np.float64
-  index, y = im.class_labels(LABELS, (0, "rest"))
+  index, y = images_lib.class_labels(LABELS, (0, "rest"))
   np.testing.assert_array_equal(index, np.arange(7))
   np.testing.assert_array_equal(y, [1, -1, -1, -1, 1, -1, -1])
 
@@ -247,50 +247,50 @@ def test_class_labels_pair_and_rest():
 ])
 def test_class_labels_errors(classes, match):
   with pytest.raises(ValueError, match=match):
-    im.class_labels(LABELS, classes)
+    images_lib.class_labels(LABELS, classes)
 
 
 def test_parse_classes():
-  assert im.parse_classes("0,1") == (0, 1)
-  assert im.parse_classes("3,rest") == (3, "rest")
-  assert im.parse_classes(" 3 , 5 ") == (3, 5)
+  assert images_lib.parse_classes("0,1") == (0, 1)
+  assert images_lib.parse_classes("3,rest") == (3, "rest")
+  assert images_lib.parse_classes(" 3 , 5 ") == (3, 5)
   for bad in ("0", "0,1,2", "a,b", "rest,3", "0;1", ""):
     with pytest.raises(ValueError, match="e.g. '0,1'"):
-      im.parse_classes(bad)
+      images_lib.parse_classes(bad)
 
 
 def test_with_query_mean():
-  tokens = im.patch_tokens(np.random.default_rng(2).random((3, 4, 4)), 2)
-  X, Z = im.with_query(tokens, "mean")
+  tokens = images_lib.patch_tokens(np.random.default_rng(2).random((3, 4, 4)), 2)
+  X, Z = images_lib.with_query(tokens, "mean")
   assert X.shape == (3, 4, 4) and Z.shape == (3, 4)
   np.testing.assert_array_equal(X, tokens)
   np.testing.assert_allclose(Z, [_unit(t.mean(axis=0)) for t in tokens], atol=1e-15)
-  _, Z0 = im.with_query(np.zeros((1, 4, 4)), "mean")
+  _, Z0 = images_lib.with_query(np.zeros((1, 4, 4)), "mean")
   np.testing.assert_array_equal(Z0, 0.0)
 
 
 def test_with_query_cls():
-  tokens = im.patch_tokens(np.random.default_rng(3).random((3, 4, 4)), 2)
-  X, Z = im.with_query(tokens, "cls")
+  tokens = images_lib.patch_tokens(np.random.default_rng(3).random((3, 4, 4)), 2)
+  X, Z = images_lib.with_query(tokens, "cls")
   assert X.shape == (3, 5, 5) and Z.shape == (3, 5)
   np.testing.assert_array_equal(X[:, 0], np.tile([0, 0, 0, 0, 1.0], (3, 1)))
   np.testing.assert_array_equal(Z, X[:, 0])
   np.testing.assert_array_equal(X[:, 1:, :4], tokens)
   np.testing.assert_array_equal(X[:, 1:, 4], 0.0)
   with pytest.raises(ValueError, match="unknown query"):
-    im.with_query(tokens, "max")
+    images_lib.with_query(tokens, "max")
 
 
 def test_split_pool():
-  train, test = im.split_pool(20, 0.25, seed=5)
+  train, test = images_lib.split_pool(20, 0.25, seed=5)
   assert len(test) == 5 and len(train) == 15
   assert np.all(np.diff(train) > 0) and np.all(np.diff(test) > 0)
   assert not set(train) & set(test)
   np.testing.assert_array_equal(np.union1d(train, test), np.arange(20))
-  again = im.split_pool(20, 0.25, seed=5)
+  again = images_lib.split_pool(20, 0.25, seed=5)
   np.testing.assert_array_equal(again[0], train)
   np.testing.assert_array_equal(again[1], test)
-  assert not np.array_equal(im.split_pool(20, 0.25, seed=6)[1], test)
+  assert not np.array_equal(images_lib.split_pool(20, 0.25, seed=6)[1], test)
   for fraction in (0.0, 1.0, -0.1, 1.5):
     with pytest.raises(ValueError, match="test_fraction"):
-      im.split_pool(20, fraction, seed=0)
+      images_lib.split_pool(20, fraction, seed=0)

@@ -11,7 +11,7 @@ import pytest
 
 from svmattn.data import datasets as data_lib
 from svmattn.study import stages
-from svmattn.train import init_file
+from svmattn.train import init_file as init_lib
 from svmattn.train import loop as train_lib
 
 SPEC = data_lib.DataSpec(n=3, T=4, d=3)
@@ -106,18 +106,18 @@ def test_rows_load_and_the_cache(tmp_path):
   rng = np.random.default_rng(0)
   W, K, Q = rng.standard_normal((5, 3, 3)), rng.standard_normal((5, 3, 2)), rng.standard_normal((5, 3, 2))
   np.savez(path, W=W, K=K, Q=Q, note=np.array("N(0,1) like the mirror-descent code"))
-  init_file.check(path, {"w": "W", "kq": "KQ"}, 5, 3, 2, np.float64)      # extra arrays are allowed
-  got = init_file.rows(path, "KQ", np.array([4, 0]), np.float32)
+  init_lib.check(path, {"w": "W", "kq": "KQ"}, 5, 3, 2, np.float64)      # extra arrays are allowed
+  got = init_lib.rows(path, "KQ", np.array([4, 0]), np.float32)
   assert set(got) == {"K", "Q"} and got["K"].dtype == np.float32
   np.testing.assert_array_equal(got["K"], K[[4, 0]].astype(np.float32))
-  np.testing.assert_array_equal(init_file.rows(path, "W", [1], np.float64)["W"], W[[1]])
-  loaded = init_file.load(path, np.float32)
+  np.testing.assert_array_equal(init_lib.rows(path, "W", [1], np.float64)["W"], W[[1]])
+  loaded = init_lib.load(path, np.float32)
   assert loaded["W"].dtype == np.float32 and loaded["note"].dtype.kind == "U"
   # a rewritten file is read again (the cache is per path and modification)
   np.savez(path, W=W + 1)
   st = os.stat(path)
   os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
-  np.testing.assert_array_equal(init_file.rows(path, "W", [1], np.float64)["W"], W[[1]] + 1)
+  np.testing.assert_array_equal(init_lib.rows(path, "W", [1], np.float64)["W"], W[[1]] + 1)
 
 
 def _write(path, kind):
@@ -167,7 +167,7 @@ def test_bad_files_raise_one_clear_sentence(tmp_path, kind, dtype, match):
   path = str(tmp_path / ("init.npy" if kind == "npy" else "init.npz"))
   _write(path, kind)
   with pytest.raises(data_lib.DataError, match=match) as info:
-    init_file.check(path, {"kq": "KQ"}, 4, 3, None, dtype)
+    init_lib.check(path, {"kq": "KQ"}, 4, 3, None, dtype)
   message = str(info.value)
   assert "\n" not in message and message.startswith(path)
 

@@ -26,8 +26,8 @@ import pytest
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
 from svmattn.models import heads
-from svmattn.svm import att_svm
-from svmattn.svm import joint
+from svmattn.svm import att_svm as svm_lib
+from svmattn.svm import joint as joint_lib
 from svmattn.train import loop as train_lib
 
 
@@ -87,7 +87,7 @@ def head_cases():
 def test_max_margin_head_kkt(head_cases):
   non_support = 0
   for X, Y, alpha in head_cases:
-    r = joint.max_margin_head(X, Y, alpha)
+    r = joint_lib.max_margin_head(X, Y, alpha)
     assert r.ok and r.status == "optimal", r.message
     A = Y[:, None] * X[np.arange(5), alpha]
     margins = _check_kkt(r.w, r.dual, A, np.ones(5))
@@ -105,11 +105,11 @@ def test_max_margin_head_infeasible():
   rng = np.random.default_rng(1)
   X = _unit(rng.standard_normal((3, 2, 4)))
   X[1, 0] = X[0, 1]                   # sequence 1 selects the token sequence 0 selects
-  r = joint.max_margin_head(X, np.array([1.0, -1.0, 1.0]), np.array([1, 0, 0]))
+  r = joint_lib.max_margin_head(X, np.array([1.0, -1.0, 1.0]), np.array([1, 0, 0]))
   assert r.status == "infeasible" and not r.ok
   assert r.w is None and not r.support.any()
   with pytest.raises(ValueError, match="shape"):
-    joint.max_margin_head(X, np.ones(2), np.array([1, 0, 0]))
+    joint_lib.max_margin_head(X, np.ones(2), np.array([1, 0, 0]))
 
 
 # ----------------------------------------------------------------------------
@@ -130,7 +130,7 @@ SUPPORT = np.array([True, False, True, False])
 
 def test_relaxed_fro_kkt(att_case):
   X, Z, alpha = att_case
-  r = joint.relaxed_att_svm(X, Z, alpha, SUPPORT, "fro")
+  r = joint_lib.relaxed_att_svm(X, Z, alpha, SUPPORT, "fro")
   assert r.ok, r.message
   assert r.w.shape == (36,)
   A, seq = _att_rows(X, Z, alpha)
@@ -142,31 +142,31 @@ def test_relaxed_fro_kkt(att_case):
   assert np.min(margins[SUPPORT[seq]]) == pytest.approx(1, abs=1e-9)    # some bound 1 is active
   np.testing.assert_array_equal(r.support, SUPPORT[seq] & (np.abs(margins - 1) < 1e-7))
   np.testing.assert_allclose(r.w, _cvx_least_distance(A, b), rtol=0, atol=1e-6)
-  full = att_svm.att_svm(X, Z, alpha, "fro")
+  full = svm_lib.att_svm(X, Z, alpha, "fro")
   assert np.linalg.norm(r.w) < full.objective - 1e-6      # a strict relaxation here
 
 
 def test_relaxed_full_support_is_att_svm(att_case):
   X, Z, alpha = att_case
   every = np.ones(4, bool)
-  fro = joint.relaxed_att_svm(X, Z, alpha, every, "fro")
-  ref = att_svm.att_svm(X, Z, alpha, "fro")
+  fro = joint_lib.relaxed_att_svm(X, Z, alpha, every, "fro")
+  ref = svm_lib.att_svm(X, Z, alpha, "fro")
   assert fro.ok and ref.ok
   np.testing.assert_allclose(fro.w.reshape(6, 6), ref.W, rtol=0, atol=1e-8)
-  nuc = joint.relaxed_att_svm(X, Z, alpha, every, "nuc")
+  nuc = joint_lib.relaxed_att_svm(X, Z, alpha, every, "nuc")
   assert nuc.ok, nuc.message
-  ref_nuc = att_svm.att_svm(X, Z, alpha, "nuc")
+  ref_nuc = svm_lib.att_svm(X, Z, alpha, "nuc")
   Wn = nuc.w.reshape(6, 6)
   assert np.linalg.norm(Wn - ref_nuc.W) <= 1e-4 * np.linalg.norm(ref_nuc.W)
   assert np.linalg.norm(Wn, "nuc") == pytest.approx(ref_nuc.objective, rel=1e-6)
-  clar = att_svm.att_svm(X, Z, alpha, "nuc", solver="CLARABEL")
+  clar = svm_lib.att_svm(X, Z, alpha, "nuc", solver="CLARABEL")
   assert np.linalg.norm(Wn - clar.W) <= 1e-6 * np.linalg.norm(clar.W)
 
 
 def test_relaxed_nuclear(att_case):
   X, Z, alpha = att_case
-  nuc = joint.relaxed_att_svm(X, Z, alpha, SUPPORT, "nuc")
-  fro = joint.relaxed_att_svm(X, Z, alpha, SUPPORT, "fro")
+  nuc = joint_lib.relaxed_att_svm(X, Z, alpha, SUPPORT, "nuc")
+  fro = joint_lib.relaxed_att_svm(X, Z, alpha, SUPPORT, "fro")
   assert nuc.ok and fro.ok, nuc.message
   A, seq = _att_rows(X, Z, alpha)
   b = SUPPORT[seq].astype(float)
@@ -176,9 +176,9 @@ def test_relaxed_nuclear(att_case):
   assert np.linalg.norm(Wn, "nuc") <= np.linalg.norm(Wf, "nuc") + 1e-6
   assert np.linalg.norm(Wf, "fro") <= np.linalg.norm(Wn, "fro") + 1e-6   # and the reverse for fro
   with pytest.raises(ValueError, match="norm"):
-    joint.relaxed_att_svm(X, Z, alpha, SUPPORT, "l1")
+    joint_lib.relaxed_att_svm(X, Z, alpha, SUPPORT, "l1")
   with pytest.raises(ValueError, match="norm"):
-    joint.relaxed_att_svm(X[..., :2], Z[:, :2], alpha, SUPPORT, "nuc", prompt=True)
+    joint_lib.relaxed_att_svm(X[..., :2], Z[:, :2], alpha, SUPPORT, "nuc", prompt=True)
 
 
 # ----------------------------------------------------------------------------
@@ -201,16 +201,16 @@ def _toy(last):
 def test_toy_prompt_svms(last, full_p, head_support):
   X = _toy(last)
   Z = np.zeros((3, 2))
-  full = joint.relaxed_att_svm(X, Z, ALPHA, np.ones(3, bool), prompt=True)
+  full = joint_lib.relaxed_att_svm(X, Z, ALPHA, np.ones(3, bool), prompt=True)
   assert full.ok
   np.testing.assert_allclose(full.w, full_p, rtol=0, atol=1e-12)
   A = X[:, 1] - X[:, 0]
   _check_kkt(full.w, full.dual, A, np.ones(3))
-  relaxed = joint.relaxed_att_svm(X, Z, ALPHA, np.array([True, True, False]), prompt=True)
+  relaxed = joint_lib.relaxed_att_svm(X, Z, ALPHA, np.array([True, True, False]), prompt=True)
   assert relaxed.ok
   np.testing.assert_allclose(relaxed.w, (1, 0), rtol=0, atol=1e-12)
   _check_kkt(relaxed.w, relaxed.dual, A, np.array([1.0, 1.0, 0.0]))
-  vmm = joint.max_margin_head(X, TOY_Y, ALPHA)
+  vmm = joint_lib.max_margin_head(X, TOY_Y, ALPHA)
   assert vmm.ok
   np.testing.assert_allclose(vmm.w, (0, 1), rtol=0, atol=1e-12)
   np.testing.assert_array_equal(vmm.support, head_support)
@@ -245,9 +245,9 @@ def test_toy_joint_training(toy_run):
     moves = np.linalg.norm(np.diff(traj, axis=0), axis=-1)
     assert np.all(moves <= 10 + 1e-9) and moves[-1] > 10 - 1e-6    # (straight once the direction settles)
   X = _toy(1.5)
-  relaxed = joint.relaxed_att_svm(X, np.zeros((3, 2)), ALPHA, np.array([True, True, False]), prompt=True).w
-  full = joint.relaxed_att_svm(X, np.zeros((3, 2)), ALPHA, np.ones(3, bool), prompt=True).w
-  vmm = joint.max_margin_head(X, TOY_Y, ALPHA).w
+  relaxed = joint_lib.relaxed_att_svm(X, np.zeros((3, 2)), ALPHA, np.array([True, True, False]), prompt=True).w
+  full = joint_lib.relaxed_att_svm(X, np.zeros((3, 2)), ALPHA, np.ones(3, bool), prompt=True).w
+  vmm = joint_lib.max_margin_head(X, TOY_Y, ALPHA).w
   p, v = t.W[0, -1], t.V[0, -1]
   assert 1 - _cos(p, relaxed) < 1e-3
   assert 1 - _cos(v, vmm) < 1e-3
@@ -311,6 +311,6 @@ def test_bad_selections_are_errors():
   Z = np.zeros((3, 2))
   for alpha, needle in (([-1, 0, 1], "in \\[0, T=2\\)"), ([0, 1.7, 1], "integer"), ([0, 1], "shape")):
     with pytest.raises(ValueError, match=needle):
-      joint.max_margin_head(X, np.ones(3), alpha)
+      joint_lib.max_margin_head(X, np.ones(3), alpha)
     with pytest.raises(ValueError, match=needle):
-      joint.relaxed_att_svm(X, Z, alpha, np.ones(3, bool))
+      joint_lib.relaxed_att_svm(X, Z, alpha, np.ones(3, bool))

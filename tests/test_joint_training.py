@@ -67,9 +67,9 @@ def test_e2_from_a_data_file(tmp_path):
     assert a[k].shape == (3, S) and np.all(np.abs(a[k][np.isfinite(a[k])]) <= 1 + 1e-12)
   ok = a["svm_relaxed_W_status"] == "optimal"
   # the relaxed constraints hold at the solution: >= 1 on support sequences, >= 0 elsewhere
-  from svmattn.svm import joint
+  from svmattn.svm import joint as joint_lib
   for b in np.flatnonzero(ok):
-    A, seq = joint.margin_rows(np.asarray(data.X[b]), np.asarray(data.Z[b]), a["selected_W"][b])
+    A, seq = joint_lib.margin_rows(np.asarray(data.X[b]), np.asarray(data.Z[b]), a["selected_W"][b])
     m = A @ a["W_relaxed_W"][b].reshape(-1)
     assert np.all(m >= a["support_W"][b][seq] - 1e-7)
 

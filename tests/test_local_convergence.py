@@ -16,7 +16,7 @@ from conftest import REPO_ROOT, RUNS, SPEC, host
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.analysis import metrics
-from svmattn.svm import att_svm as svm
+from svmattn.svm import att_svm as svm_lib
 
 
 @pytest.mark.parametrize("param, norm", [("W", "fro"), ("KQ", "nuc")])
@@ -26,7 +26,7 @@ def test_gd_direction_converges_to_the_svm(batch, converged, param, norm):
   assert np.all(tr.finite)
   np.testing.assert_array_equal(tr.steps[[0, -1]], [0, 2000])
   for b in range(len(RUNS)):
-    r = svm.att_svm(ds.X[b], ds.Z[b], tr.selected[b], norm)
+    r = svm_lib.att_svm(ds.X[b], ds.Z[b], tr.selected[b], norm)
     assert r.ok, r.message
     c = metrics.corr(tr.W[b], r.W)  # along the trajectory
     assert c[-1] >= 0.99, (param, b, c[-1])
@@ -140,7 +140,7 @@ def test_binary_with_data_file(generated_run, e2e_data, tmp_path):
   # the SVMs are those of the file's data at the selected tokens
   ds = data_lib.load_npz(e2e_data)
   for b in range(3):
-    r = svm.att_svm(ds.X[b], ds.Z[b], arrays["selected_W"][b])
+    r = svm_lib.att_svm(ds.X[b], ds.Z[b], arrays["selected_W"][b])
     np.testing.assert_allclose(arrays["svm_fro_W"][b], r.W, rtol=1e-12, atol=1e-12)
     gamma = np.asarray(heads.token_scores(heads.LINEAR, ds.v[b], ds.X[b], ds.Y[b]))
     np.testing.assert_array_equal(arrays["optimal_tokens"][b], metrics.optimal_tokens(gamma))

@@ -13,32 +13,32 @@ import pytest
 from conftest import host
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
-from svmattn.models import losses
-from svmattn.models import attention as model
+from svmattn.models import losses as losses_lib
+from svmattn.models import attention as model_lib
 
 LOSSES = ("logistic", "exponential", "correlation")
 
 
 def test_loss_values():
   u = np.array([-30.0, -2.0, -0.5, 0.0, 0.7, 3.0, 40.0])
-  np.testing.assert_allclose(losses.get_loss("logistic")(u), np.log1p(np.exp(-u)), rtol=1e-14)
-  np.testing.assert_allclose(losses.get_loss("exponential")(u), np.exp(-u), rtol=1e-14)
-  np.testing.assert_allclose(losses.get_loss("correlation")(u), -u, rtol=0)
+  np.testing.assert_allclose(losses_lib.get_loss("logistic")(u), np.log1p(np.exp(-u)), rtol=1e-14)
+  np.testing.assert_allclose(losses_lib.get_loss("exponential")(u), np.exp(-u), rtol=1e-14)
+  np.testing.assert_allclose(losses_lib.get_loss("correlation")(u), -u, rtol=0)
   # logistic stays finite and accurate far out
-  assert np.isfinite(losses.get_loss("logistic")(jnp.array(-800.0)))
-  np.testing.assert_allclose(losses.get_loss("logistic")(jnp.array(-800.0)), 800.0, rtol=1e-15)
+  assert np.isfinite(losses_lib.get_loss("logistic")(jnp.array(-800.0)))
+  np.testing.assert_allclose(losses_lib.get_loss("logistic")(jnp.array(-800.0)), 800.0, rtol=1e-15)
 
 
 @pytest.mark.parametrize("name", LOSSES)
 def test_losses_strictly_decreasing(name):
   u = jnp.linspace(-5.0, 5.0, 101)
-  assert np.all(np.diff(np.asarray(losses.get_loss(name)(u))) < 0)
-  assert np.all(np.asarray(jax.vmap(jax.grad(losses.get_loss(name)))(u)) < 0)
+  assert np.all(np.diff(np.asarray(losses_lib.get_loss(name)(u))) < 0)
+  assert np.all(np.asarray(jax.vmap(jax.grad(losses_lib.get_loss(name)))(u)) < 0)
 
 
 def test_unknown_loss():
   with pytest.raises(ValueError, match="unknown loss 'hinge'.*correlation.*exponential.*logistic"):
-    losses.get_loss("hinge")
+    losses_lib.get_loss("hinge")
 
 
 # ----------------------------------------------------------------------------
@@ -53,8 +53,8 @@ def _one(batch, b=0):
 def _fns(param_name, loss, ridge):
   """jitted gradient(theta, data) and central differences fd(theta, data, h) of the
   objective as a function of the flat parameter vector theta, compiled together."""
-  param = model.get_parameterization(param_name)
-  objective = model.make_loss(param, heads.LINEAR, loss, ridge=ridge)
+  param = model_lib.get_parameterization(param_name)
+  objective = model_lib.make_loss(param, heads.LINEAR, loss, ridge=ridge)
 
   def value(theta, data):
     d = data.X.shape[-1]

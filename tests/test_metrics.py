@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from svmattn.analysis import metrics
-from svmattn.svm import att_svm as svm
+from svmattn.svm import att_svm as svm_lib
 
 
 # ----------------------------------------------------------------------------
@@ -74,7 +74,7 @@ def _gamma(v):
 
 
 def test_hand_built_svm():
-  r = svm.att_svm(X, Z, np.array([0]))
+  r = svm_lib.att_svm(X, Z, np.array([0]))
   assert r.ok
   np.testing.assert_allclose(r.W, [[-1.0, 0.0], [0.0, 0.0]], atol=1e-12)
   np.testing.assert_array_equal(r.support, [[False, True, False]])
@@ -85,11 +85,11 @@ def test_convergence_type_local():
   gamma = _gamma([-1.0, 2.0])
   np.testing.assert_allclose(gamma, [[0.0, -1.0, 2.0]])
   alpha = np.array([0])
-  r = svm.att_svm(X, Z, alpha)
+  r = svm_lib.att_svm(X, Z, alpha)
   assert metrics.is_locally_optimal(gamma, alpha, r)
   assert metrics.convergence_type(gamma, alpha, r) == "local"
   # at opt it is global
-  r_opt = svm.att_svm(X, Z, np.array([2]))
+  r_opt = svm_lib.att_svm(X, Z, np.array([2]))
   assert metrics.convergence_type(gamma, np.array([2]), r_opt) == "global"
 
 
@@ -97,21 +97,21 @@ def test_convergence_type_not_local():
   gamma = _gamma([1.0, 2.0])
   np.testing.assert_allclose(gamma, [[0.0, 1.0, 6.0]])
   alpha = np.array([0])
-  r = svm.att_svm(X, Z, alpha)
+  r = svm_lib.att_svm(X, Z, alpha)
   assert not metrics.is_locally_optimal(gamma, alpha, r)
   assert metrics.convergence_type(gamma, alpha, r) == "not-local"
 
 
 def test_convergence_type_tie_with_a_support_token_is_not_local():
   gamma = np.array([[0.0, 0.0, 2.0]])  # gamma_alpha = gamma of the support token: not strictly greater
-  r = svm.att_svm(X, Z, np.array([0]))
+  r = svm_lib.att_svm(X, Z, np.array([0]))
   assert metrics.convergence_type(gamma, np.array([0]), r) == "not-local"
 
 
 def test_convergence_type_infeasible_is_not_local():
   X_line = np.array([[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]]])
   alpha = np.array([1])
-  r = svm.att_svm(X_line, Z, alpha)
+  r = svm_lib.att_svm(X_line, Z, alpha)
   assert r.status == "infeasible"
   gamma = np.array([[0.0, 1.0, 5.0]])
   assert not metrics.is_locally_optimal(gamma, alpha, r)
@@ -127,14 +127,14 @@ def test_convergence_type_with_two_sequences():
   Z2 = np.eye(2)
   good, bad = _gamma([-1.0, 2.0])[0], _gamma([1.0, 2.0])[0]
   alpha = np.array([0, 0])
-  r = svm.att_svm(X2, Z2, alpha)
+  r = svm_lib.att_svm(X2, Z2, alpha)
   np.testing.assert_array_equal(r.support, [[False, True, False]] * 2)
   assert metrics.convergence_type(np.stack([good, good]), alpha, r) == "local"
   assert metrics.convergence_type(np.stack([good, bad]), alpha, r) == "not-local"
   alpha = np.array([2, 0])  # sequence 0 at its optimal token, sequence 1 locally optimal
-  assert metrics.convergence_type(np.stack([good, good]), alpha, svm.att_svm(X2, Z2, alpha)) == "local"
+  assert metrics.convergence_type(np.stack([good, good]), alpha, svm_lib.att_svm(X2, Z2, alpha)) == "local"
   alpha = np.array([2, 2])
-  assert metrics.convergence_type(np.stack([good, good]), alpha, svm.att_svm(X2, Z2, alpha)) == "global"
+  assert metrics.convergence_type(np.stack([good, good]), alpha, svm_lib.att_svm(X2, Z2, alpha)) == "global"
 
 
 def test_type_fractions():
@@ -171,7 +171,7 @@ def test_mean_std_ignores_nan():
 def test_ties_in_the_optimal_token_are_their_own_type():
   """A sequence whose largest score is not unique has no opt: 'tie', never 'global', even
   when the selection is argmax's first index and whatever the SVM says."""
-  r = svm.att_svm(X, Z, np.array([2]))
+  r = svm_lib.att_svm(X, Z, np.array([2]))
   tied = np.array([[0.0, 2.0, 2.0]])
   assert metrics.has_tie(tied) and not metrics.has_tie(np.array([[0.0, 1.0, 2.0]]))
   assert metrics.convergence_type(tied, np.array([1]), r) == "tie"

@@ -27,7 +27,7 @@ import pytest
 from conftest import REPO_ROOT
 from svmattn.data import datasets as data_lib
 from svmattn.study import pipeline
-from svmattn.studies import multi_head as e14
+from svmattn.studies import multi_head
 from svmattn.studies import two_layer as e15
 from test_health_studies import check_summary
 from test_sweep import ENV
@@ -155,12 +155,12 @@ def test_multi_head_outputs(outputs):
 
 
 def test_head_vectors_are_unit_and_do_not_depend_on_the_batch():
-  v = e14.head_vectors(0, 3, D, np.arange(4))
+  v = multi_head.head_vectors(0, 3, D, np.arange(4))
   assert v.shape == (4, 3, D)
   np.testing.assert_allclose(np.linalg.norm(v, axis=-1), 1.0, rtol=0, atol=1e-14)
-  np.testing.assert_array_equal(e14.head_vectors(0, 3, D, np.array([2])), v[2:3])
+  np.testing.assert_array_equal(multi_head.head_vectors(0, 3, D, np.array([2])), v[2:3])
   assert np.abs(v[:, 0] - v[:, 1]).max() > 1e-3                       # heads differ
-  assert np.abs(e14.head_vectors(1, 3, D, np.arange(4)) - v).max() > 1e-3   # seeds differ
+  assert np.abs(multi_head.head_vectors(1, 3, D, np.arange(4)) - v).max() > 1e-3   # seeds differ
 
 
 def _flags(**kw):
@@ -174,14 +174,14 @@ def _flags(**kw):
 def test_multi_head_shared_head_through_the_pipeline(tmp_path):
   """--shared_head: every head reads the data set's own v (d,); the study runs in-process (2 batches)."""
   fl = _flags()
-  study = e14.build(fl)
+  study = multi_head.build(fl)
   data = _data()
   loaded = study.load(study.cells[0], np.arange(2))
   np.testing.assert_array_equal(loaded["v"], np.asarray(data.v)[:2])                      # (B, d)
-  per_head = e14.build(_flags(shared_head=False)).load(study.cells[0], np.arange(2))["v"]
-  np.testing.assert_array_equal(per_head, e14.head_vectors(0, 2, D, np.arange(2)))         # (B, H, d)
+  per_head = multi_head.build(_flags(shared_head=False)).load(study.cells[0], np.arange(2))["v"]
+  np.testing.assert_array_equal(per_head, multi_head.head_vectors(0, 2, D, np.arange(2)))         # (B, H, d)
   output = pipeline.run(study, str(tmp_path), workers=0, show_progress=False)
-  arrays, summary = e14.reduce(fl, output.cells[0])
+  arrays, summary = multi_head.reduce(fl, output.cells[0])
   np.testing.assert_array_equal(arrays["runs"], np.arange(RUNS))
   assert summary["shared_head"] is True and summary["heads"] == 2 and list(summary["params"]) == ["W"]
   for h in ("head0", "head1"):
@@ -197,7 +197,7 @@ def test_multi_head_shared_head_through_the_pipeline(tmp_path):
 
 def test_build_refuses_no_heads():
   with pytest.raises(ValueError, match="heads must be positive"):
-    e14.build(_flags(heads=0))
+    multi_head.build(_flags(heads=0))
 
 
 # ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from svmattn.data import datasets as data_lib
-from svmattn.data import next_token as nt
+from svmattn.data import next_token as next_token_data
 from test_health_studies import check_summary
 from test_sweep import ENV
 
@@ -20,35 +20,35 @@ def _run(out, *flags, timeout=600):
 
 
 def test_generator_follows_the_public_code():
-  spec = nt.TokenSpec(K=6, d=8, n=6, T=4)
-  d = nt.generate(spec, 0, np.arange(6))
+  spec = next_token_data.TokenSpec(K=6, d=8, n=6, T=4)
+  d = next_token_data.generate(spec, 0, np.arange(6))
   assert d.E.shape == (6, 6, 8) and d.tokens.shape == (6, 6, 4) and d.labels.shape == (6, 6)
   np.testing.assert_allclose(np.linalg.norm(d.E, axis=-1), 1, atol=1e-12)
   for b in range(6):
     assert all(len(set(row)) == 4 for row in d.tokens[b].tolist())            # distinct tokens
     assert np.all(np.any(d.tokens[b] == d.labels[b][:, None], axis=1))         # labels occur in the sequence
-    assert nt.has_cycle(d.tokens[b], d.labels[b])                              # redrawn until a cycle
-  again = nt.generate(spec, 0, np.array([4, 2]))                                # run r: the same in any batch
-  for field in nt.FIELDS:
+    assert next_token_data.has_cycle(d.tokens[b], d.labels[b])                              # redrawn until a cycle
+  again = next_token_data.generate(spec, 0, np.array([4, 2]))                                # run r: the same in any batch
+  for field in next_token_data.FIELDS:
     np.testing.assert_array_equal(getattr(again, field), getattr(d, field)[[4, 2]])
-  ds = nt.to_dataset(d)
+  ds = next_token_data.to_dataset(d)
   np.testing.assert_array_equal(ds.X[1, 2, 3], d.E[1, d.tokens[1, 2, 3]])
   np.testing.assert_array_equal(ds.Z, ds.X[:, :, -1])
   assert np.all(ds.Y.sum(-1) == 1)
   with pytest.raises(ValueError, match="K >= T"):
-    nt.TokenSpec(K=3, T=4).validate()
+    next_token_data.TokenSpec(K=3, T=4).validate()
 
 
 def _bad(tmp_path, **arrays):
   path = tmp_path / "bad.npz"
   np.savez(path, **arrays)
   with pytest.raises(data_lib.DataError) as e:
-    nt.load_npz(path)
+    next_token_data.load_npz(path)
   return str(e.value)
 
 
 def test_data_file_errors(tmp_path):
-  d = nt.generate(nt.TokenSpec(), 1, np.arange(2))
+  d = next_token_data.generate(next_token_data.TokenSpec(), 1, np.arange(2))
   good = {"E": d.E, "tokens": d.tokens, "labels": d.labels}
   assert "missing array" in _bad(tmp_path, E=d.E, tokens=d.tokens)
   labels = d.labels.copy()
@@ -67,8 +67,8 @@ def test_data_file_errors(tmp_path):
   tokens[0, 0, 0] = 9
   assert "[0, K=6)" in _bad(tmp_path, **{**good, "tokens": tokens})
   path = tmp_path / "good.npz"
-  nt.save_npz(path, d)
-  back = nt.load_npz(path)
+  next_token_data.save_npz(path, d)
+  back = next_token_data.load_npz(path)
   np.testing.assert_array_equal(back.tokens, d.tokens)
 
 
@@ -104,9 +104,9 @@ def test_outputs(run):
 
 @pytest.mark.slow   # a second end-to-end run (.ci/run runs the slow tests too)
 def test_local_setting_and_data_file(tmp_path):
-  d = nt.generate(nt.TokenSpec(), 5, np.arange(2))
+  d = next_token_data.generate(next_token_data.TokenSpec(), 5, np.arange(2))
   path = tmp_path / "d.npz"
-  nt.save_npz(path, d)
+  next_token_data.save_npz(path, d)
   proc = _run(tmp_path / "o", f"--data={path}", "--setting=local", "--steps=200", "--chunk_steps=100",
               "--block_size=2")
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -126,7 +126,7 @@ def test_bad_flags(tmp_path, flags, needle):
 
 
 def test_bad_data_file_is_one_line(tmp_path):
-  d = nt.generate(nt.TokenSpec(), 1, np.arange(1))
+  d = next_token_data.generate(next_token_data.TokenSpec(), 1, np.arange(1))
   labels = d.labels.copy()
   labels[0, 0] = [t for t in range(6) if t not in d.tokens[0, 0]][0]
   path = tmp_path / "bad.npz"

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from svmattn.data import datasets as data_lib
-from svmattn.models import attention as model
+from svmattn.models import attention as model_lib
 from svmattn.optim import optimizers
 from svmattn.train import loop as train_lib
 
@@ -27,10 +27,10 @@ def test_plain_pooled_token_is_x_transpose_s():
   key = jax.random.PRNGKey(0)
   X = jax.random.normal(key, (3, 4, 5))
   s = jax.nn.softmax(jax.random.normal(jax.random.PRNGKey(1), (3, 4)), -1)
-  np.testing.assert_allclose(model.pooled_token_plain(s, X), np.einsum("nt,ntd->nd", s, X), rtol=1e-13, atol=1e-15)  # summation order
-  np.testing.assert_allclose(model.pooled_token(s, X), model.pooled_token_plain(s, X), rtol=1e-12)
+  np.testing.assert_allclose(model_lib.pooled_token_plain(s, X), np.einsum("nt,ntd->nd", s, X), rtol=1e-13, atol=1e-15)  # summation order
+  np.testing.assert_allclose(model_lib.pooled_token(s, X), model_lib.pooled_token_plain(s, X), rtol=1e-12)
   with pytest.raises(ValueError, match="numerics"):
-    model.get_pooling("bogus")
+    model_lib.get_pooling("bogus")
   with pytest.raises(ValueError, match="numerics"):
     train_lib.TrainConfig(numerics="bogus").validate()
 

@@ -4,7 +4,7 @@ import numpy as np
 import optax
 import pytest
 
-from svmattn.optim import optimizers as optim
+from svmattn.optim import optimizers
 
 
 def _grads():
@@ -18,7 +18,7 @@ def _params():
 
 def test_normalized_gd_update_has_norm_lr_per_leaf():
   lr = 0.1
-  opt = optim.normalized_gd(lr)
+  opt = optimizers.normalized_gd(lr)
   grads, params = _grads(), _params()
   updates, _ = opt.update(grads, opt.init(params), params)
   for name in ("K", "Q"):
@@ -31,7 +31,7 @@ def test_normalized_gd_update_has_norm_lr_per_leaf():
 
 
 def test_normalized_update_is_invariant_to_loss_scale():
-  opt = optim.normalized_gd(0.3)
+  opt = optimizers.normalized_gd(0.3)
   grads, params = _grads(), _params()
   u1, _ = opt.update(grads, opt.init(params), params)
   u2, _ = opt.update({k: 1e-9 * g for k, g in grads.items()}, opt.init(params), params)
@@ -40,19 +40,19 @@ def test_normalized_update_is_invariant_to_loss_scale():
 
 
 def test_zero_gradient_stays_zero():
-  opt = optim.normalized_gd(0.1)
+  opt = optimizers.normalized_gd(0.1)
   params = _params()
   grads = {"K": jnp.zeros((4, 3)), "Q": _grads()["Q"]}
   updates, _ = opt.update(grads, opt.init(params), params)
   assert np.all(np.asarray(updates["K"]) == 0) and np.all(np.isfinite(np.asarray(updates["K"])))
   np.testing.assert_allclose(np.linalg.norm(np.asarray(updates["Q"])), 0.1, rtol=1e-14)
-  transform = optim.normalize_by_leaf_norm()
+  transform = optimizers.normalize_by_leaf_norm()
   out, _ = transform.update({"W": jnp.zeros((3, 3))}, transform.init(None))
   assert np.all(np.asarray(out["W"]) == 0)
 
 
 def test_gd():
-  opt = optim.gd(0.5)
+  opt = optimizers.gd(0.5)
   grads, params = _grads(), _params()
   updates, _ = opt.update(grads, opt.init(params), params)
   for k in grads:
@@ -62,10 +62,10 @@ def test_gd():
 def test_get_optimizer_by_name():
   grads, params = _grads(), _params()
   for name in ("normalized_gd", "ngd"):
-    opt = optim.get_optimizer(name, 0.2)
+    opt = optimizers.get_optimizer(name, 0.2)
     updates, _ = opt.update(grads, opt.init(params), params)
     np.testing.assert_allclose(np.linalg.norm(np.asarray(updates["K"])), 0.2, rtol=1e-14)
-  opt = optim.get_optimizer("adam", 0.01)
+  opt = optimizers.get_optimizer("adam", 0.01)
   assert isinstance(opt, optax.GradientTransformation)
   state = opt.init(params)
   updates, state = opt.update(grads, state, params)
@@ -84,4 +84,4 @@ def test_get_optimizer_by_name():
 ])
 def test_get_optimizer_errors(name, match):
   with pytest.raises(ValueError, match=match):
-    optim.get_optimizer(name, 0.1)
+    optimizers.get_optimizer(name, 0.1)

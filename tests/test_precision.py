@@ -22,8 +22,8 @@ from conftest import REPO_ROOT, host
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.analysis import metrics
-from svmattn.models import attention as model
-from svmattn.svm import att_svm as svm
+from svmattn.models import attention as model_lib
+from svmattn.svm import att_svm as svm_lib
 
 FLOAT32_UNDERFLOW = -np.log(np.finfo(np.float32).tiny)  # 87.3: exp(-c) is subnormal beyond
 
@@ -45,17 +45,17 @@ def test_auto_objective_has_the_value_and_a_scaled_gradient(batch, name, param):
   ds = data_lib.Dataset(*(a[1] for a in host(batch)))
   if name != "single_query":  # every position a query (Z = X), one label per position
     ds = data_lib.Dataset(ds.X, np.repeat(ds.Y[:, None], ds.X.shape[1], 1) * np.array([1, -1, 1, 1]), ds.X, ds.v)
-  p = model.get_parameterization(param)
+  p = model_lib.get_parameterization(param)
   params = jax.tree_util.tree_map(lambda a: 3.0 * a, p.init(jax.random.PRNGKey(2), 6, 6, jnp.float64))
-  base = model.make_loss(p, heads.LINEAR, model=name)
-  auto = model.make_loss(p, heads.LINEAR, model=name, loss_scale="auto")
+  base = model_lib.make_loss(p, heads.LINEAR, model=name)
+  auto = model_lib.make_loss(p, heads.LINEAR, model=name, loss_scale="auto")
   v0, g0 = jax.jit(jax.value_and_grad(base))(params, ds)
   v1, g1 = jax.jit(jax.value_and_grad(auto))(params, ds)
   assert float(v0) == float(v1)
   if name == "single_query":
-    logits = np.asarray(model.attention_logits(p.to_W(params), ds.X, ds.Z))
+    logits = np.asarray(model_lib.attention_logits(p.to_W(params), ds.X, ds.Z))
   else:
-    logits = np.asarray(model.seq2seq_logits(p.to_W(params), ds.X, ds.Z, causal=True))
+    logits = np.asarray(model_lib.seq2seq_logits(p.to_W(params), ds.X, ds.Z, causal=True))
   ls = logits - scipy.special.logsumexp(logits, -1, keepdims=True)
   rest = np.where(np.arange(ls.shape[-1]) == np.argmax(logits, -1)[..., None], -np.inf, ls)
   c = min(-np.max(rest), -np.log(p.ridge)) if p.ridge else -np.max(rest)
@@ -68,9 +68,9 @@ def test_saturated_gradient_underflows_in_float32_unless_auto(batch):
   gradient is exactly zero (the float64 one is not), the auto one has float64's direction."""
   ds = data_lib.Dataset(*(a[0] for a in host(batch)))
   gamma = np.asarray(heads.token_scores(heads.LINEAR, ds.v, ds.X, ds.Y))
-  Wmm = svm.att_svm(ds.X, ds.Z, gamma.argmax(-1)).W
-  base = jax.jit(jax.grad(model.make_loss(model.W_PARAM, heads.LINEAR)))
-  auto = jax.jit(jax.grad(model.make_loss(model.W_PARAM, heads.LINEAR, loss_scale="auto")))
+  Wmm = svm_lib.att_svm(ds.X, ds.Z, gamma.argmax(-1)).W
+  base = jax.jit(jax.grad(model_lib.make_loss(model_lib.W_PARAM, heads.LINEAR)))
+  auto = jax.jit(jax.grad(model_lib.make_loss(model_lib.W_PARAM, heads.LINEAR, loss_scale="auto")))
   for R in (120.0, 300.0):
     W = R * Wmm
     assert _tail_exponent(W, ds.X, ds.Z) > 110  # beyond subnormals too (exp(-103.3) = 1.4e-45)
@@ -87,14 +87,14 @@ def test_saturated_gradient_underflows_in_float32_unless_auto(batch):
 def test_bad_loss_scale():
   for bad in ("Auto", "dynamic", 0.0, -2.0, float("nan"), float("inf"), None):
     with pytest.raises(ValueError, match="loss_scale"):
-      model.make_loss(model.W_PARAM, heads.LINEAR, loss_scale=bad)
+      model_lib.make_loss(model_lib.W_PARAM, heads.LINEAR, loss_scale=bad)
 
 
 def test_auto_needs_a_model_it_knows(monkeypatch):
-  monkeypatch.setitem(model.MODELS, "mine", model.predict_single_query)
-  model.make_loss(model.W_PARAM, heads.LINEAR, model="mine")  # the default path takes any model
+  monkeypatch.setitem(model_lib.MODELS, "mine", model_lib.predict_single_query)
+  model_lib.make_loss(model_lib.W_PARAM, heads.LINEAR, model="mine")  # the default path takes any model
   with pytest.raises(ValueError, match="loss_scale='auto'"):
-    model.make_loss(model.W_PARAM, heads.LINEAR, model="mine", loss_scale="auto")
+    model_lib.make_loss(model_lib.W_PARAM, heads.LINEAR, model="mine", loss_scale="auto")
 
 
 # ----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 import io
 import re
 
-from svmattn.io import progress
+from svmattn.io import progress as progress_lib
 
 LINE = re.compile(r"^progress label=(\S+) done=(\d+) total=(\d+) unit=(\S+) rate=(\S+) elapsed_s=(\S+) eta_s=(\S+)$")
 
@@ -21,7 +21,7 @@ def _parse(text):
 
 def test_non_tty_gets_structured_lines():
   stream = io.StringIO()
-  bar = progress.Progress("train W", total=10, unit="steps", stream=stream, log_every=0.0)
+  bar = progress_lib.Progress("train W", total=10, unit="steps", stream=stream, log_every=0.0)
   for _ in range(5):
     bar.update(2)
   bar.close()
@@ -35,7 +35,7 @@ def test_non_tty_gets_structured_lines():
 
 def test_non_tty_rate_limited_but_reports_the_end():
   stream = io.StringIO()
-  with progress.Progress("svm", total=100, stream=stream, log_every=3600.0) as bar:
+  with progress_lib.Progress("svm", total=100, stream=stream, log_every=3600.0) as bar:
     for _ in range(100):
       bar.update()
   rows = _parse(stream.getvalue())
@@ -44,7 +44,7 @@ def test_non_tty_rate_limited_but_reports_the_end():
 
 def test_unfinished_work_reported_at_close():
   stream = io.StringIO()
-  with progress.Progress("svm", total=100, stream=stream, log_every=3600.0) as bar:
+  with progress_lib.Progress("svm", total=100, stream=stream, log_every=3600.0) as bar:
     bar.update(30)
   rows = _parse(stream.getvalue())
   assert len(rows) == 1 and rows[0][1] == "30" and rows[0][2] == "100"
@@ -52,14 +52,14 @@ def test_unfinished_work_reported_at_close():
 
 def test_disabled_prints_nothing():
   stream = io.StringIO()
-  with progress.Progress("x", total=3, stream=stream, log_every=0.0, enabled=False) as bar:
+  with progress_lib.Progress("x", total=3, stream=stream, log_every=0.0, enabled=False) as bar:
     bar.update(3)
   assert stream.getvalue() == ""
 
 
 def test_tty_bar_redrawn_in_place():
   stream = FakeTTY()
-  with progress.Progress("train", total=4, unit="steps", stream=stream) as bar:
+  with progress_lib.Progress("train", total=4, unit="steps", stream=stream) as bar:
     bar.update(2)
     bar.update(2)
   out = stream.getvalue()

@@ -10,8 +10,8 @@ import pytest
 
 from conftest import REPO_ROOT
 from svmattn.data import datasets as data_lib
-from svmattn.data import images
-from svmattn.studies import real_data as e13
+from svmattn.data import images as images_lib
+from svmattn.studies import real_data
 from test_health_studies import check_summary
 from test_sweep import ENV
 
@@ -48,7 +48,7 @@ def test_outputs(run):
       assert np.all((x >= 0) & (x <= 1))
     assert np.all(a[f"max_prob_W_n{n}"] >= 1 / 16)
     # labels: +1 for digit 0, -1 for digit 1, of the images drawn
-    digits = images.load_images("digits")[1]
+    digits = images_lib.load_images("digits")[1]
     np.testing.assert_array_equal(a[f"Y_n{n}"], np.where(digits[a[f"image_n{n}"]] == 0, 1.0, -1.0))
     row = summary["per_n"][str(n)]
     assert row["constraints"] == n * 15 and row["unknowns"] == 400
@@ -68,25 +68,25 @@ def test_export_runs_in_another_binary(run, tmp_path):
 
 
 def test_subsets_and_heads():
-  a = e13.subsets(0, 5, np.arange(3), 40)
-  b = e13.subsets(0, 5, np.array([2, 0]), 40)
+  a = real_data.subsets(0, 5, np.arange(3), 40)
+  b = real_data.subsets(0, 5, np.array([2, 0]), 40)
   np.testing.assert_array_equal(a[[2, 0]], b)                 # run r: the same in any batch
   assert all(len(set(row)) == 5 for row in a.tolist())       # without replacement
-  assert not np.array_equal(e13.subsets(0, 6, np.arange(1), 40)[0, :5], a[0])   # n enters the key
+  assert not np.array_equal(real_data.subsets(0, 6, np.arange(1), 40)[0, :5], a[0])   # n enters the key
   rng = np.random.default_rng(0)
   X = rng.standard_normal((10, 4, 3))
   Y = np.where(rng.standard_normal(10) > 0, 1.0, -1.0)
   for kind in ("fit", "fixed"):
-    v = e13.fit_head(X, Y, kind)
+    v = real_data.fit_head(X, Y, kind)
     assert v.shape == (3,) and np.linalg.norm(v) == pytest.approx(1)
-  one = e13.fit_head(X, np.ones(10), "fit")                   # one class: the class-mean direction
+  one = real_data.fit_head(X, np.ones(10), "fit")                   # one class: the class-mean direction
   np.testing.assert_allclose(one, X.mean(1).mean(0) / np.linalg.norm(X.mean(1).mean(0)))
 
 
 def test_missing_fashion_mnist_is_one_line(tmp_path):
   proc = _run(tmp_path / "o", "--dataset=fashion_mnist", f"--data_dir={tmp_path / 'nowhere'}", timeout=120)
   assert proc.returncode != 0 and "Traceback" not in proc.stderr
-  assert images.FASHION_INSTALL in proc.stderr
+  assert images_lib.FASHION_INSTALL in proc.stderr
 
 
 @pytest.mark.parametrize("flags, needle", [(["--classes=0,0"], "two different classes"), (["--n_values=2,5000"], "exceeds"),

@@ -13,10 +13,10 @@ from conftest import SEED, host
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.analysis import metrics
-from svmattn.models import attention as model
+from svmattn.models import attention as model_lib
 from svmattn.train import regpath
-from svmattn.svm import att_svm as svm
-from svmattn.train import loop as train
+from svmattn.svm import att_svm as svm_lib
+from svmattn.train import loop as train_lib
 
 GRID = regpath.geometric_grid(0.5, 200.0, 8)
 CFG = {"W": regpath.PathConfig(param="W", iters=200, first_iters=500),
@@ -50,8 +50,8 @@ def problem(batch):
   gamma = np.stack([np.asarray(heads.token_scores(heads.LINEAR, data.v[b], data.X[b], data.Y[b]))
                     for b in range(len(data.X))])
   opt = metrics.optimal_tokens(gamma)
-  svms = {norm: svm.stack([svm.att_svm(data.X[b], data.Z[b], opt[b], norm) for b in range(len(data.X))], 6)
-          for norm in svm.NORMS}
+  svms = {norm: svm_lib.stack([svm_lib.att_svm(data.X[b], data.Z[b], opt[b], norm) for b in range(len(data.X))], 6)
+          for norm in svm_lib.NORMS}
   assert all((s["status"] == "optimal").all() for s in svms.values())
   return data, gamma, opt, svms
 
@@ -60,7 +60,7 @@ def problem(batch):
 def paths(batch, problem):
   """{"W": PathResult, "KQ": PathResult} on the batch, candidates = the SVMs of opt."""
   _, _, _, svms = problem
-  keys = train.init_keys(SEED, np.arange(4))
+  keys = train_lib.init_keys(SEED, np.arange(4))
   return {p: regpath.regularization_path(CFG[p], batch, GRID, keys, candidates=svms[OWN[p]]["W"])
           for p in ("W", "KQ")}
 
@@ -92,7 +92,7 @@ def test_direction_approaches_svm_of_optimal_tokens(paths, problem, p):
   upper = corr[:, len(GRID) // 2:]
   assert np.all(np.diff(upper, axis=1) >= -1e-6), upper                # rising on the upper half
   # the path selects the optimal tokens at the largest R
-  s = np.stack([np.asarray(model.attention(jnp.asarray(paths[p].W[b, -1]), problem[0].X[b], problem[0].Z[b]))
+  s = np.stack([np.asarray(model_lib.attention(jnp.asarray(paths[p].W[b, -1]), problem[0].X[b], problem[0].Z[b]))
                 for b in range(4)])
   np.testing.assert_array_equal(metrics.selected_tokens(s), opt)
 
@@ -106,7 +106,7 @@ def test_kq_path_is_balanced(paths):
 def test_kkt_gradient_antiparallel_at_the_largest_radius(paths, problem, p):
   """At a minimizer on the sphere, grad L = -mu * params with mu > 0 (independent autodiff)."""
   data = problem[0]
-  grad = jax.jit(jax.grad(model.make_loss(model.get_parameterization(p), heads.LINEAR, "logistic", 0.0)))
+  grad = jax.jit(jax.grad(model_lib.make_loss(model_lib.get_parameterization(p), heads.LINEAR, "logistic", 0.0)))
   for b in range(4):
     params = {k: jnp.asarray(v[b]) for k, v in paths[p].params.items()}
     one = data_lib.take(data, b)
@@ -122,7 +122,7 @@ def test_kkt_gradient_antiparallel_at_the_largest_radius(paths, problem, p):
 def test_w_is_a_minimizer_on_the_smallest_ball(paths, problem):
   """No nearby point of the smallest ball has a lower loss (a test that the solve converged)."""
   data = problem[0]
-  loss = jax.jit(model.make_loss(model.W_PARAM, heads.LINEAR, "logistic", 0.0))
+  loss = jax.jit(model_lib.make_loss(model_lib.W_PARAM, heads.LINEAR, "logistic", 0.0))
   rng = np.random.default_rng(0)
   R0 = GRID[0]
   for b in range(4):
@@ -137,7 +137,7 @@ def test_w_is_a_minimizer_on_the_smallest_ball(paths, problem):
 
 def test_vmap_equals_loop(batch, paths, problem):
   _, _, _, svms = problem
-  keys = train.init_keys(SEED, np.arange(4))
+  keys = train_lib.init_keys(SEED, np.arange(4))
   for b in (0, 2):
     one = regpath.regularization_path(CFG["W"], data_lib.take(batch, np.arange(b, b + 1)), GRID, keys[b:b + 1],
                                       candidates=svms["fro"]["W"][b:b + 1])
@@ -153,7 +153,7 @@ def test_local_path_stays_in_the_cone_and_converges_to_the_local_svm(batch, prob
   for b in idx:
     alpha = np.array(LOCAL[b])
     assert not np.array_equal(alpha, opt[b])
-    res = svm.att_svm(data.X[b], data.Z[b], alpha)
+    res = svm_lib.att_svm(data.X[b], data.Z[b], alpha)
     assert metrics.is_locally_optimal(gamma[b], alpha, res)
     refs.append(res.W)
   refs = np.stack(refs)
@@ -172,7 +172,7 @@ def test_local_path_stays_in_the_cone_and_converges_to_the_local_svm(batch, prob
   limit = [np.mean(np.log1p(np.exp(-gamma[b][np.arange(3), LOCAL[b]]))) for b in idx]
   np.testing.assert_allclose(out.loss[:, -1], limit, rtol=1e-9)
   for k, b in enumerate(idx):
-    s = np.asarray(model.attention(jnp.asarray(out.W[k, -1]), data.X[b], data.Z[b]))
+    s = np.asarray(model_lib.attention(jnp.asarray(out.W[k, -1]), data.X[b], data.Z[b]))
     np.testing.assert_array_equal(metrics.selected_tokens(s), LOCAL[b])
 
 
@@ -185,7 +185,7 @@ def test_wide_cone_path_is_monotone_and_stays_on_the_boundary(batch, problem):
   data, gamma, _, _ = problem
   b = 2
   alpha = np.array(LOCAL[b])
-  ref = svm.att_svm(data.X[b], data.Z[b], alpha).W[None]
+  ref = svm_lib.att_svm(data.X[b], data.Z[b], alpha).W[None]
   out = regpath.regularization_path(WIDE_CFG, data_lib.take(batch, np.array([b])), GRID, ref=ref, candidates=ref)
   loss = out.loss[0]
   assert np.all(np.diff(loss) <= 4 * np.finfo(np.float64).eps * loss[:-1]), loss

@@ -15,7 +15,7 @@ import zlib
 import pytest
 
 from svmattn import registry
-from svmattn import report
+from svmattn import report as report_lib
 from svmattn.report import records as records_lib
 
 
@@ -79,7 +79,7 @@ def run(tmp_path):
     json.dump({"params": {"W": heads}, "checks": []}, f)
   meta = {"quick": True, "seed": 0, "total_s": 12.5, "command": "python -m experiments.reproduce --out=OUT --quick",
           "environment": {"python": "3.11.7", "jax": "0.10.2", "devices": ["cpu:0", "cpu:1"]}}
-  report.write(out, records, meta)
+  report_lib.write(out, records, meta)
   with open(os.path.join(out, "report.md")) as f:
     md = f.read()
   with open(os.path.join(out, "report.html")) as f:
@@ -100,23 +100,23 @@ def test_files_written_atomically(run):
 
 def test_verdicts_and_key_numbers(run):
   by = {r["id"]: r for r in run["records"]}
-  assert report.verdict(by["E1"]) == ("ok", "1 of 1 as expected")
-  assert report.verdict(by["E2"]) == ("ok", "all 2 checks as expected")
-  assert report.verdict(by["E5"]) == ("partial", "2 of 3 as expected")
-  assert report.verdict(by["E3"]) == ("fail", "failed to run")
-  assert report.verdict(by["E14"])[0] == "info"
+  assert report_lib.verdict(by["E1"]) == ("ok", "1 of 1 as expected")
+  assert report_lib.verdict(by["E2"]) == ("ok", "all 2 checks as expected")
+  assert report_lib.verdict(by["E5"]) == ("partial", "2 of 3 as expected")
+  assert report_lib.verdict(by["E3"]) == ("fail", "failed to run")
+  assert report_lib.verdict(by["E14"])[0] == "info"
   # the registry's key numbers of the experiment, read from the summary the record carries
-  assert report.key_number(by["E2"]) == "mean corr(W, Frobenius SVM) 0.9987; mean corr(KQ^T, nuclear SVM) 0.9975"
-  assert report.key_number(by["E3"]) == "ValueError: boom"
-  assert report.key_number(by["E14"]) == "-"       # no checks, no summary.json
+  assert report_lib.key_number(by["E2"]) == "mean corr(W, Frobenius SVM) 0.9987; mean corr(KQ^T, nuclear SVM) 0.9975"
+  assert report_lib.key_number(by["E3"]) == "ValueError: boom"
+  assert report_lib.key_number(by["E14"]) == "-"       # no checks, no summary.json
   # ... or from the experiment's own summary.json in OUT
   with open(os.path.join(run["out"], "multi_head", "summary.json")) as f:
     e14 = records_lib.join_key_numbers(registry.key_numbers(json.load(f), registry.get("E14")))
-  assert e14 and report.key_number(by["E14"], run["out"]) == e14
+  assert e14 and report_lib.key_number(by["E14"], run["out"]) == e14
   # key numbers reproduce recorded come first; a run without any shows its first check
-  assert report.key_number({**by["E5"], "key_numbers": [["median 1 - corr(W, W^SVMeq)", 0.011], ["none", None]]}) \
+  assert report_lib.key_number({**by["E5"], "key_numbers": [["median 1 - corr(W, W^SVMeq)", 0.011], ["none", None]]}) \
       == "median 1 - corr(W, W^SVMeq) 0.011"
-  assert report.key_number({**by["E1"], "key_numbers": []}) == \
+  assert report_lib.key_number({**by["E1"], "key_numbers": []}) == \
       "min over data sets of corr(final W, Frobenius W^mm(opt)): 0.994"
   # every experiment of the paper has its claim in the registry
   paper = [e for e in registry.experiments() if not e.beyond]
@@ -164,7 +164,7 @@ def _html_section(page, anchor):
 def test_one_section_per_experiment_with_its_figures(run):
   md, page = run["md"], run["html"]
   for r in run["records"]:
-    anchor = report.anchor(r)
+    anchor = report_lib.anchor(r)
     assert page.count(f"<section id='{anchor}'") == 1 and md.count(f'<a id="{anchor}"></a>') == 1
     sec = _html_section(page, anchor)
     md_start = md.index(f'<a id="{anchor}"></a>')
@@ -186,7 +186,7 @@ def test_one_section_per_experiment_with_its_figures(run):
   assert "Failed to run." in e3 and "ValueError: boom" in e3 and "href='svm_rank/log.txt'" in e3
   assert "<details open>" in _html_section(page, "e14")               # no checks: its output is the result
   e14 = next(r for r in run["records"] if r["id"] == "E14")
-  found = report.key_number(e14, run["out"])                         # its key numbers, from its summary.json
+  found = report_lib.key_number(e14, run["out"])                         # its key numbers, from its summary.json
   assert found != "-" and f"Found: {found}" in _html_section(page, "e14")
   # the variant sits right after its experiment, before the next one
   assert page.index("<section id='e2'") < page.index("<section id='e2-authors'") < page.index("<section id='e3'")
@@ -217,10 +217,10 @@ def test_html_stands_alone(run):
 
 
 def test_rerender_from_reproduce_json(run, tmp_path):
-  from svmattn.io import results
-  results.write_json(os.path.join(run["out"], "reproduce.json"), {"meta": run["meta"], "experiments": run["records"]})
+  from svmattn.io import results as results_io
+  results_io.write_json(os.path.join(run["out"], "reproduce.json"), {"meta": run["meta"], "experiments": run["records"]})
   os.remove(os.path.join(run["out"], "report.html"))
-  assert report.main([run["out"]]) == 0
+  assert report_lib.main([run["out"]]) == 0
   with open(os.path.join(run["out"], "report.html")) as f:
     assert f.read() == run["html"]
 
@@ -229,8 +229,8 @@ def test_rerender_as_a_command(run):
   """`python -m experiments.report OUT`, as a user runs it (every function defined before main runs)."""
   import subprocess
   import sys
-  from svmattn.io import results
-  results.write_json(os.path.join(run["out"], "reproduce.json"), {"meta": run["meta"], "experiments": run["records"]})
+  from svmattn.io import results as results_io
+  results_io.write_json(os.path.join(run["out"], "reproduce.json"), {"meta": run["meta"], "experiments": run["records"]})
   os.remove(os.path.join(run["out"], "report.html"))
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   proc = subprocess.run([sys.executable, "-m", "experiments.report", run["out"]], cwd=root, capture_output=True,
@@ -241,11 +241,11 @@ def test_rerender_as_a_command(run):
 
 
 def test_command_line():
-  assert report.command_line(["/x/reproduce.py", "--out=a b", "--quick"], "experiments") == \
+  assert report_lib.command_line(["/x/reproduce.py", "--out=a b", "--quick"], "experiments") == \
       "python -m experiments.reproduce '--out=a b' --quick"
-  assert report.command_line(["svmattn reproduce", "--out=r"], "svmattn.experiments") == "svmattn reproduce --out=r"
-  assert report.command_line(["/x/experiments/reproduce.py", "--quick"]) == "python -m experiments.reproduce --quick"
-  assert report.command_line(["/x/svmattn/report/reproduce.py"]) == "python -m svmattn.report.reproduce"
+  assert report_lib.command_line(["svmattn reproduce", "--out=r"], "svmattn.experiments") == "svmattn reproduce --out=r"
+  assert report_lib.command_line(["/x/experiments/reproduce.py", "--quick"]) == "python -m experiments.reproduce --quick"
+  assert report_lib.command_line(["/x/svmattn/report/reproduce.py"]) == "python -m svmattn.report.reproduce"
 
 
 def test_from_the_registry(run):
@@ -275,8 +275,8 @@ def test_key_numbers_of_a_function(monkeypatch):
   real = registry.get
   monkeypatch.setattr(registry, "get", lambda name: fake if name == "E99" else real(name))
   r = {"id": "E99", "dir": "fake", "returncode": 0, "checks": [], "summary": {"d": 8}}
-  assert report.key_number(r) == "largest d 8; per d 4 0.5"
-  assert report.key_number({**r, "summary": {}}) == "-"
+  assert report_lib.key_number(r) == "largest d 8; per d 4 0.5"
+  assert report_lib.key_number({**r, "summary": {}}) == "-"
 
 
 def test_reproduce_builds_its_runs_from_the_registry(tmp_path):

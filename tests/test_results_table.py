@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from svmattn import results
-from svmattn.analysis import metrics as metrics_lib
+from svmattn.analysis import metrics
 from test_sweep import ENV
 
 COMMON = ("--noprogress", "--svm_workers=0")
@@ -209,14 +209,14 @@ def test_load_every_experiment(outputs, name):
     with pytest.raises(results.ResultsError, match="no per-snapshot arrays"):
       results.load_curves(str(out))
     return
-  metrics = [col[len("final_"):] for _, col in finals]
-  curves = results.load_curves(str(out), metrics=metrics)
+  names = [col[len("final_"):] for _, col in finals]
+  curves = results.load_curves(str(out), metrics=names)
   keys = ["cell", "run"] + (["param"] if exp.stages else [])
   assert list(curves.columns) == ["cell", *label_keys, "run", *(["param"] if exp.stages else []), "step",
-                                  *(["R"] if name == "reg_path" else []), *metrics]
+                                  *(["R"] if name == "reg_path" else []), *names]
   last = curves.sort_values("step").groupby(keys, sort=False).tail(1).merge(df, on=keys + label_keys)
   assert len(last) == len(df)
-  for m in metrics:
+  for m in names:
     _equal(last[m], last["final_" + m].to_numpy())
 
 
@@ -229,7 +229,7 @@ def test_e2_against_results_npz(e2):
     rows = df[df["param"] == p]
     np.testing.assert_array_equal(rows["final_corr_fro"].to_numpy(), r[f"corr_{p}_fro"][:, -1])
     np.testing.assert_array_equal(rows["convergence_type"].to_numpy().astype(str), r[f"convergence_type_{p}"])
-    assert set(rows["convergence_type"]) <= set(metrics_lib.CONVERGENCE_TYPES)
+    assert set(rows["convergence_type"]) <= set(metrics.CONVERGENCE_TYPES)
   for column in ("final_corr_nuc", "final_max_prob", "final_loss", "svm_fro_status", "svm_nuc_status", "finite",
                  "health", "stalled_step"):
     assert column in df.columns and not df[column].isna().any(), column

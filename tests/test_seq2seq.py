@@ -8,10 +8,10 @@ import svmattn  # noqa: F401  (float64)
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.analysis import metrics
-from svmattn.models import attention as model
+from svmattn.models import attention as model_lib
 from svmattn.svm import seq2seq as s2s
 from svmattn.svm import att_svm as svm_lib
-from svmattn.train import loop as train
+from svmattn.train import loop as train_lib
 
 N, T, D = 2, 4, 8
 SPEC = s2s.Seq2SeqSpec(N, T, D)
@@ -30,8 +30,8 @@ def _W(seed=1, d=D):
 
 
 # jitted once per model name, shared by the tests
-PREDICT = {m: jax.jit(lambda W, ds, m=m: model.get_model(m)(HEAD, W, ds)) for m in s2s.MODES}
-PREDICT_SINGLE = jax.jit(lambda W, ds: model.predict_single_query(HEAD, W, ds))
+PREDICT = {m: jax.jit(lambda W, ds, m=m: model_lib.get_model(m)(HEAD, W, ds)) for m in s2s.MODES}
+PREDICT_SINGLE = jax.jit(lambda W, ds: model_lib.predict_single_query(HEAD, W, ds))
 
 
 # ----------------------------------------------------------------------------
@@ -92,7 +92,7 @@ def test_causal_mask_future_attention_gradient_and_output():
   np.testing.assert_array_equal(np.asarray(s)[:, 0, 0], 1.0)          # k = 0 sees itself only
 
   # d f_ik / d x_jt for all (i, k, j, t, :), queries moving with the tokens (Z = X)
-  jac = np.asarray(jax.jit(jax.jacobian(lambda X: model.predict_causal(HEAD, W, ds._replace(X=X, Z=X))[0]))(ds.X))
+  jac = np.asarray(jax.jit(jax.jacobian(lambda X: model_lib.predict_causal(HEAD, W, ds._replace(X=X, Z=X))[0]))(ds.X))
   jac = jac[np.arange(N), :, np.arange(N)]                             # (n, K, T, d): j = i
   for k in range(T - 1):
     assert np.all(jac[:, k, k + 1:] == 0.0)                            # no gradient from t > k
@@ -124,7 +124,7 @@ def test_seq2seq_position_equals_single_query_model():
 @pytest.mark.parametrize("mode", s2s.MODES)
 def test_gradient_matches_finite_differences(mode):
   ds, W = _one(run=1), _W(seed=2)
-  loss = jax.jit(lambda W: model.make_loss(model.W_PARAM, HEAD, "logistic", model=mode)({"W": W}, ds))
+  loss = jax.jit(lambda W: model_lib.make_loss(model_lib.W_PARAM, HEAD, "logistic", model=mode)({"W": W}, ds))
   g = np.asarray(jax.grad(loss)(W))
   rng = np.random.default_rng(0)
   h = 1e-5
@@ -242,8 +242,8 @@ def test_train_seq_model_converges_to_its_svm(mode):
   spec = s2s.Seq2SeqSpec(2, 3, 6)
   runs = np.arange(2)
   batch = s2s.generate(spec, 0, runs)
-  config = train.TrainConfig(model=mode, steps=2000, snapshot_every=1000, chunk_steps=2000)
-  tr = train.train(config, batch, train.init_keys(0, runs))
+  config = train_lib.TrainConfig(model=mode, steps=2000, snapshot_every=1000, chunk_steps=2000)
+  tr = train_lib.train(config, batch, train_lib.init_keys(0, runs))
   assert tr.attention.shape == (2, 2, 3, 3) and tr.selected.shape == (2, 2, 3)
   assert np.all(tr.finite)
   if mode == "causal":

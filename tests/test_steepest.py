@@ -12,7 +12,7 @@ import pytest
 
 from svmattn.data import datasets as data_lib
 from svmattn.optim import mirror
-from svmattn.optim import optimizers as optim
+from svmattn.optim import optimizers
 from svmattn.optim import steepest
 from svmattn.train import loop as train_lib
 
@@ -34,7 +34,7 @@ def _entry(a, p):
 
 def _step(name, g, params=None, lr=1.0, **kw):
   """The update of get_optimizer(name, lr) for the one-leaf gradient g."""
-  opt = optim.get_optimizer(name, lr)
+  opt = optimizers.get_optimizer(name, lr)
   params = {"W": jnp.asarray(W0 if params is None else params, g.dtype)}
   updates, _ = opt.update({"W": jnp.asarray(g)}, opt.init(params), params, **kw)
   return np.asarray(updates["W"])
@@ -155,7 +155,7 @@ def test_float32_jit_vmap_and_two_leaves():
            "Q": jnp.asarray(np.stack([G.T, G, G]), jnp.float32)}
   params = {k: jnp.asarray(np.stack([W0] * 3), jnp.float32) for k in grads}
   for name in NAMES:
-    opt = optim.get_optimizer(name, 0.1)
+    opt = optimizers.get_optimizer(name, 0.1)
     run = jax.jit(jax.vmap(lambda g, p: opt.update(g, opt.init(p), p)[0]))
     out = run(grads, params)
     for k in ("K", "Q"):
@@ -171,25 +171,25 @@ def test_float32_jit_vmap_and_two_leaves():
 
 def test_names():
   for name in NAMES + ["sd_l2", "md_l2", "adam", "muon", "polyak", "normalized_gd", "ngd", "gd", "sgd", "sd_l1.0"]:
-    assert isinstance(optim.get_optimizer(name, 0.1), optax.GradientTransformation), name
-  assert optim.needs_value("polyak") and not optim.needs_value("sd_linf")
+    assert isinstance(optimizers.get_optimizer(name, 0.1), optax.GradientTransformation), name
+  assert optimizers.needs_value("polyak") and not optimizers.needs_value("sd_linf")
   for bad in ["sd_l0.5", "sd_lx", "sd_l", "md_l1", "md_linf", "md_lnan", "sd_frob", "md_"]:
     with pytest.raises(ValueError, match="unknown optimizer"):
-      optim.get_optimizer(bad, 0.1)
+      optimizers.get_optimizer(bad, 0.1)
   with pytest.raises(ValueError):
     mirror.lp_mirror_descent(0.1, 1.0)
 
 
 def test_muon_and_polyak_steps():
   params = {"W": jnp.asarray(W0)}
-  opt = optim.get_optimizer("muon", 0.1)
+  opt = optimizers.get_optimizer("muon", 0.1)
   updates, _ = opt.update({"W": jnp.asarray(G)}, opt.init(params), params)
   assert np.all(np.isfinite(np.asarray(updates["W"])))
   # Polyak: -min(f / ||g||^2, lr) g, ||g|| over all leaves together
   grads = {"K": jnp.asarray(G), "Q": jnp.asarray(2 * G)}
   params = {"K": jnp.asarray(W0), "Q": jnp.asarray(W0)}
   sq = 5 * np.sum(G * G)
-  opt = optim.get_optimizer("polyak", 0.5)
+  opt = optimizers.get_optimizer("polyak", 0.5)
   updates, _ = opt.update(grads, opt.init(params), params, value=jnp.asarray(3.0))
   np.testing.assert_allclose(np.asarray(updates["Q"]), -3.0 / sq * 2 * G, rtol=1e-14)    # 3 / sq < 0.5
   updates, _ = opt.update(grads, opt.init(params), params, value=jnp.asarray(1e6))
@@ -221,6 +221,6 @@ def test_train_end_to_end(batch, keys, name, param):
 def test_steps_with_an_svd_are_marked_for_one_cpu_device():
   """sd_spectral and sd_nuc call LAPACK's SVD, which deadlocked XLA:CPU on two devices; the
   training loop runs exactly these on one CPU device (Newton-Schulz and Muon are matmuls)."""
-  assert optim.uses_decompositions("sd_spectral") and optim.uses_decompositions("sd_nuc")
+  assert optimizers.uses_decompositions("sd_spectral") and optimizers.uses_decompositions("sd_nuc")
   for name in ("sd_spectral_ns", "muon", "sd_linf", "md_l3", "normalized_gd", "adam"):
-    assert not optim.uses_decompositions(name)
+    assert not optimizers.uses_decompositions(name)

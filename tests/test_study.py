@@ -178,8 +178,8 @@ def test_no_worker_outlives_its_parents_sigkill(tmp_path):
 PARENT = """
 import os, re, sys, time
 sys.path.insert(0, {root!r})
-from svmattn.study import workers
-pool = workers.pool(1)
+from svmattn.study import workers as workers_lib
+pool = workers_lib.pool(1)
 fut = pool.submit(re.match, "(a+)+$", "a" * 60 + "b")   # backtracking in C, holding the GIL for ages
 while not pool._processes:
   time.sleep(0.01)

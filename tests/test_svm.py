@@ -10,7 +10,7 @@ from conftest import host
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.analysis import metrics
-from svmattn.svm import att_svm as svm
+from svmattn.svm import att_svm as svm_lib
 
 
 def _margins(W, X, Z, alpha):
@@ -49,7 +49,7 @@ def cases(batch):
 def solved(cases):
   """{(norm, solver): [SVMResult per case]}."""
   combos = [("fro", "nnls"), ("fro", "CLARABEL"), ("nuc", "SCS"), ("nuc", "CLARABEL")]
-  return {c: [svm.att_svm(X, Z, a, c[0], c[1]) for X, Z, a in cases] for c in combos}
+  return {c: [svm_lib.att_svm(X, Z, a, c[0], c[1]) for X, Z, a in cases] for c in combos}
 
 
 @pytest.mark.parametrize("combo", [("fro", "nnls"), ("fro", "CLARABEL"), ("nuc", "SCS"), ("nuc", "CLARABEL")])
@@ -65,11 +65,11 @@ def test_constraints_hold(cases, solved, combo):
 
 def test_default_solvers(cases, solved):
   X, Z, alpha = cases[0]
-  assert svm.att_svm(X, Z, alpha).solver == "nnls"
-  r = svm.att_svm(X, Z, alpha, "nuc")
+  assert svm_lib.att_svm(X, Z, alpha).solver == "nnls"
+  r = svm_lib.att_svm(X, Z, alpha, "nuc")
   assert r.solver == "scs_direct"
   # the default is deterministic: a repeat solve gives the same bits, and it agrees with cvxpy's SCS
-  np.testing.assert_array_equal(r.W, svm.att_svm(X, Z, alpha, "nuc").W)
+  np.testing.assert_array_equal(r.W, svm_lib.att_svm(X, Z, alpha, "nuc").W)
   ref = solved[("nuc", "SCS")][0].W
   np.testing.assert_allclose(r.W, ref, rtol=0, atol=1e-5 * np.abs(ref).max())
 
@@ -130,7 +130,7 @@ def test_support_tokens_are_the_active_constraints(cases, solved):
   for combo, results in solved.items():
     for (X, Z, alpha), r in zip(cases, results):
       slack = _margins(r.W, X, Z, alpha) - 1
-      tol = svm.SUPPORT_TOL[combo[1]]
+      tol = svm_lib.SUPPORT_TOL[combo[1]]
       np.testing.assert_array_equal(r.support, np.nan_to_num(slack, nan=np.inf) <= tol)
       assert not np.any(r.support[np.arange(X.shape[0]), alpha])
       assert np.all(np.any(r.support, axis=1) | np.all(np.isnan(slack), axis=1))
@@ -144,7 +144,7 @@ def test_solution_depends_only_on_support(cases, solved):
   dropped = 0
   for (X, Z, alpha), r in zip(cases, solved[("fro", "nnls")]):
     dropped += np.sum(~r.support) - X.shape[0]  # inactive constraints left out
-    masked = svm.att_svm(X, Z, alpha, mask=r.support)
+    masked = svm_lib.att_svm(X, Z, alpha, mask=r.support)
     assert masked.ok
     np.testing.assert_allclose(masked.W, r.W, rtol=0, atol=1e-10 * np.abs(r.W).max())
     assert not np.any(masked.support & ~r.support)
@@ -166,7 +166,7 @@ def _infeasible(cases):
 @pytest.mark.parametrize("norm, solver", [("fro", None), ("fro", "CLARABEL"), ("nuc", None), ("nuc", "CLARABEL")])
 def test_infeasible_selection_is_a_status(cases, norm, solver):
   X, Z, alpha = _infeasible(cases)
-  r = svm.att_svm(X, Z, alpha, norm, solver)
+  r = svm_lib.att_svm(X, Z, alpha, norm, solver)
   assert r.status == "infeasible" and not r.ok, r.message
   assert r.W is None and r.margins is None and r.dual is None
   assert not np.any(r.support)
@@ -177,9 +177,9 @@ def test_batch_and_stack(cases):
   X0, Z0, a0 = cases[0]
   X1, Z1, a1 = _infeasible(cases)
   done = []
-  results = svm.att_svm_batch(np.stack([X0, X1]), np.stack([Z0, Z1]), np.stack([a0, a1]), progress=done.append)
+  results = svm_lib.att_svm_batch(np.stack([X0, X1]), np.stack([Z0, Z1]), np.stack([a0, a1]), progress=done.append)
   assert [r.status for r in results] == ["optimal", "infeasible"] and sum(done) == 2
-  st = svm.stack(results, 6)
+  st = svm_lib.stack(results, 6)
   np.testing.assert_array_equal(st["W"][0], results[0].W)
   assert np.all(np.isnan(st["W"][1]))
   assert st["status"].tolist() == ["optimal", "infeasible"]
@@ -221,16 +221,16 @@ def _bad(cases, what):
 def test_bad_inputs(cases, what, match):
   X, Z, alpha = _bad(cases, what)
   with pytest.raises(ValueError, match=match):
-    svm.att_svm(X, Z, alpha)
+    svm_lib.att_svm(X, Z, alpha)
 
 
 def test_bad_norm_and_solver(cases):
   X, Z, alpha = cases[0]
   for bad in ("l0.5", "bogus", "l"):
     with pytest.raises(ValueError, match=rf"unknown SVM norm '{bad}'"):
-      svm.att_svm(X, Z, alpha, bad)
+      svm_lib.att_svm(X, Z, alpha, bad)
   with pytest.raises(ValueError, match=r"nnls solver solves the Frobenius SVM only"):
-    svm.att_svm(X, Z, alpha, "nuc", "nnls")
+    svm_lib.att_svm(X, Z, alpha, "nuc", "nnls")
 
 
 @pytest.mark.parametrize("norm", ["fro", "nuc"])
@@ -238,9 +238,9 @@ def test_threaded_batch_equals_one_thread(norm):
   D = data_lib.generate(data_lib.DataSpec(n=4, T=5, d=6), 3, np.arange(6))
   X, Z = np.asarray(D.X), np.asarray(D.Z)
   alpha = np.random.RandomState(1).randint(0, 5, (6, 4))
-  one = svm.att_svm_batch(X, Z, alpha, norm, threads=1)
+  one = svm_lib.att_svm_batch(X, Z, alpha, norm, threads=1)
   done = []
-  many = svm.att_svm_batch(X, Z, alpha, norm, threads=3, progress=done.append)
+  many = svm_lib.att_svm_batch(X, Z, alpha, norm, threads=3, progress=done.append)
   assert len(done) == 6
   for a, b in zip(one, many):
     assert a.status == b.status

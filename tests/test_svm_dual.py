@@ -3,14 +3,14 @@ import numpy as np
 import pytest
 
 import svmattn  # noqa: F401
-from svmattn.data import datasets as data
-from svmattn.svm import att_svm as svm
+from svmattn.data import datasets as data_lib
+from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import dual as svm_dual
 
 
 @pytest.fixture(scope="module")
 def batch():
-  D = data.generate(data.DataSpec(n=4, T=5, d=6), 1, np.arange(24))
+  D = data_lib.generate(data_lib.DataSpec(n=4, T=5, d=6), 1, np.arange(24))
   alpha = np.random.RandomState(0).randint(0, 5, (24, 4))
   return np.asarray(D.X), np.asarray(D.Z), alpha
 
@@ -20,10 +20,10 @@ def test_matches_nnls_and_satisfies_kkt(batch):
   W, lam, res, iters = (np.asarray(a) for a in svm_dual.solve_dual_batch(X, Z, alpha))
   assert np.all(res <= 1e-10), res
   for b in range(len(X)):
-    ref = svm.att_svm(X[b], Z[b], alpha[b], "fro")
+    ref = svm_lib.att_svm(X[b], Z[b], alpha[b], "fro")
     assert ref.ok
     np.testing.assert_allclose(W[b], ref.W, rtol=0, atol=1e-8 * np.abs(ref.W).max())
-    A, keep = svm.margin_matrix(X[b], Z[b], alpha[b])
+    A, keep = svm_lib.margin_matrix(X[b], Z[b], alpha[b])
     margins = A @ W[b].reshape(-1)
     assert margins.min() >= 1 - 1e-8
     duals = lam[b][keep]

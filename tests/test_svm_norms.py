@@ -9,8 +9,8 @@ Data: two random sets with n=3, T=4, d=6 (d >= max(T-1, n): feasible for every s
 import numpy as np
 import pytest
 
-from svmattn.svm import att_svm as svm
-from svmattn.svm import norms
+from svmattn.svm import att_svm as svm_lib
+from svmattn.svm import norms as norms_lib
 
 NEW = ("spectral", "l1", "linf", "l1.75", "l3")
 ALL = ("fro", "nuc") + NEW
@@ -33,7 +33,7 @@ def cases():
 
 @pytest.fixture(scope="module")
 def solved(cases):
-  return {nm: [svm.att_svm(X, Z, a, nm) for X, Z, a in cases] for nm in ALL}
+  return {nm: [svm_lib.att_svm(X, Z, a, nm) for X, Z, a in cases] for nm in ALL}
 
 
 def _margins(W, X, Z, alpha):
@@ -47,29 +47,29 @@ def _margins(W, X, Z, alpha):
 
 
 def test_parse_norm():
-  assert norms.parse_norm("l2").kind == "fro" and norms.parse_norm("fro").name == "fro"
-  assert norms.parse_norm("l1.0").name == "l1" and norms.parse_norm("l3.0").name == "l3"
-  assert norms.parse_norm("l1.75") == norms.Norm("l1.75", "lp", 1.75)
-  assert norms.parse_norm("linf").p == np.inf
+  assert norms_lib.parse_norm("l2").kind == "fro" and norms_lib.parse_norm("fro").name == "fro"
+  assert norms_lib.parse_norm("l1.0").name == "l1" and norms_lib.parse_norm("l3.0").name == "l3"
+  assert norms_lib.parse_norm("l1.75") == norms_lib.Norm("l1.75", "lp", 1.75)
+  assert norms_lib.parse_norm("linf").p == np.inf
   for bad in ("l0.5", "l1e3", "lp", "l-2", "l0", "inf", "frob", 2, "l"):
     with pytest.raises(ValueError, match="p must be > 1|unknown SVM norm"):
-      norms.parse_norm(bad)
+      norms_lib.parse_norm(bad)
   X, Z = np.ones((1, 2, 2)), np.ones((1, 2))
   with pytest.raises(ValueError, match="l<p>"):
-    svm.att_svm(X, Z, np.array([0]), "l0.5")
-  assert svm.NORMS == ("fro", "nuc")
+    svm_lib.att_svm(X, Z, np.array([0]), "l0.5")
+  assert svm_lib.NORMS == ("fro", "nuc")
 
 
 def test_l2_is_frobenius(cases):
   for X, Z, a in cases:
-    fro = svm.att_svm(X, Z, a, "fro")
+    fro = svm_lib.att_svm(X, Z, a, "fro")
     for solver in (None, "CLARABEL"):
-      r = svm.att_svm(X, Z, a, "l2", solver)
+      r = svm_lib.att_svm(X, Z, a, "l2", solver)
       assert r.ok and r.norm == "l2"
       np.testing.assert_allclose(r.W, fro.W, rtol=0, atol=1e-6)
       np.testing.assert_allclose(r.objective, fro.objective, rtol=1e-6)
-    assert svm.att_svm(X, Z, a, "l2").solver == "nnls"
-    np.testing.assert_array_equal(svm.att_svm(X, Z, a, "l2").W, fro.W)
+    assert svm_lib.att_svm(X, Z, a, "l2").solver == "nnls"
+    np.testing.assert_array_equal(svm_lib.att_svm(X, Z, a, "l2").W, fro.W)
 
 
 @pytest.mark.parametrize("nm", NEW)
@@ -80,24 +80,24 @@ def test_constraints_objective_and_dual_certificate(cases, solved, nm):
     assert np.nanmin(m) >= 1 - 1e-6
     np.testing.assert_allclose(np.nanmin(m), 1.0, atol=1e-12)  # rescaled: smallest margin exactly 1
     np.testing.assert_allclose(r.margins, m, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(r.objective, norms.norm_value(r.W, nm), rtol=1e-12)
+    np.testing.assert_allclose(r.objective, norms_lib.norm_value(r.W, nm), rtol=1e-12)
     # weak duality: for lam >= 0 with ||sum lam_k A_k||_dual <= 1, sum lam <= ||W|| for every feasible W
     lam = r.dual
     assert lam is not None and np.all(lam >= -1e-9)
     diff = X[np.arange(3), a][:, None, :] - X
     M = np.einsum("nt,ntd,ne->de", lam, diff, Z)
-    assert norms.dual_norm_value(M, nm) <= 1 + 1e-6
+    assert norms_lib.dual_norm_value(M, nm) <= 1 + 1e-6
     np.testing.assert_allclose(lam.sum(), r.objective, rtol=1e-6)
     # support = the active constraints; complementary slackness
     assert np.any(r.support)
-    np.testing.assert_array_equal(r.support, np.nan_to_num(m, nan=np.inf) - 1 <= svm.SUPPORT_TOL["CLARABEL"])
+    np.testing.assert_array_equal(r.support, np.nan_to_num(m, nan=np.inf) - 1 <= svm_lib.SUPPORT_TOL["CLARABEL"])
     assert np.all(lam[~r.support] <= 1e-6 * r.objective)
 
 
 @pytest.mark.parametrize("nm", NEW)
 def test_scs_agrees_with_clarabel(cases, solved, nm):
   X, Z, a = cases[0]
-  r = svm.att_svm(X, Z, a, nm, "SCS")
+  r = svm_lib.att_svm(X, Z, a, nm, "SCS")
   assert r.ok and r.solver == "SCS", r.message
   np.testing.assert_allclose(r.objective, solved[nm][0].objective, rtol=1e-5)
   assert np.nanmin(r.margins) >= 1 - 1e-6
@@ -109,11 +109,11 @@ def test_each_solution_minimizes_its_own_norm(solved):
     for own in ALL:
       best = solved[own][b].objective
       for other in ALL:
-        assert best <= norms.norm_value(solved[other][b].W, own) * (1 + 1e-6), (own, other)
+        assert best <= norms_lib.norm_value(solved[other][b].W, own) * (1 + 1e-6), (own, other)
     # and the lp norms of the lp solutions are ordered like the norms: ||w||_q <= ||w||_p for q > p
     W = {nm: solved[nm][b].W for nm in ("l1", "l1.75", "fro", "l3", "linf")}
     for nm, Wp in W.items():
-      vals = [norms.norm_value(Wp, q) for q in ("l1", "l1.75", "fro", "l3", "linf")]
+      vals = [norms_lib.norm_value(Wp, q) for q in ("l1", "l1.75", "fro", "l3", "linf")]
       assert np.all(np.diff(vals) <= 1e-12)
 
 
@@ -140,7 +140,7 @@ ZH = np.array([[1.0, 0.0]])
     ("l3", None, None, [False, True, True]),
 ])
 def test_hand_solved(nm, w, obj, support):
-  r = svm.att_svm(XH, ZH, np.array([0]), nm)
+  r = svm_lib.att_svm(XH, ZH, np.array([0]), nm)
   assert r.ok, r.message
   np.testing.assert_array_equal(r.support, [support])
   if w is not None:
@@ -157,7 +157,7 @@ def test_hand_solved(nm, w, obj, support):
 def test_infeasible(nm, solver):
   """x0, x1, x2 on the line x_2 = 0 with alpha = 1 in the middle: w1 >= 1 and -w1 >= 1."""
   X = np.array([[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]]])
-  r = svm.att_svm(X, ZH, np.array([1]), nm, solver)
+  r = svm_lib.att_svm(X, ZH, np.array([1]), nm, solver)
   assert r.status == "infeasible" and not r.ok, r.message
   assert r.W is None and not r.support.any() and np.isnan(r.objective)
 
@@ -166,9 +166,9 @@ def test_batch_defaults(cases):
   X = np.stack([c[0] for c in cases])
   Z = np.stack([c[1] for c in cases])
   a = np.stack([c[2] for c in cases])
-  out = svm.att_svm_batch(X, Z, a, "l1.75", threads=2)
+  out = svm_lib.att_svm_batch(X, Z, a, "l1.75", threads=2)
   for (Xb, Zb, ab), r in zip(cases, out):
-    ref = svm.att_svm(Xb, Zb, ab, "l1.75")
+    ref = svm_lib.att_svm(Xb, Zb, ab, "l1.75")
     assert r.solver == "CLARABEL"
     np.testing.assert_array_equal(r.W, ref.W)  # deterministic
 
@@ -182,31 +182,31 @@ def test_support_and_convergence_types_in_any_norm(norm):
   from svmattn.analysis import metrics
   X = np.array([[[0.0, 0.0], [1.0, 0.0], [2.0, 2.0]]])
   Z = np.array([[1.0, 0.0]])
-  r = svm.att_svm(X, Z, np.array([0]), norm)
+  r = svm_lib.att_svm(X, Z, np.array([0]), norm)
   assert r.ok and r.support[0, 1]
   assert metrics.convergence_type(np.array([[0.0, -1.0, 2.0]]), np.array([0]), r) == "local"
   assert metrics.convergence_type(np.array([[0.0, 1.0, 6.0]]), np.array([0]), r) == "not-local"
   assert metrics.convergence_type(np.array([[0.0, -1.0, 2.0]]), np.array([2]),
-                                  svm.att_svm(X, Z, np.array([2]), norm)) == "global"
+                                  svm_lib.att_svm(X, Z, np.array([2]), norm)) == "global"
 
 
 def test_spectral_on_the_reduced_problem_agrees_with_clarabel(cases, solved):
   """clarabel_reduced (Clarabel without cvxpy, on the spans the constraints see): the same
   optimum to 1e-6, an exact smallest margin of 1 and a dual certificate."""
   for (X, Z, a), ref in zip(cases, solved["spectral"]):
-    r = svm.att_svm(X, Z, a, "spectral", "clarabel_reduced")
+    r = svm_lib.att_svm(X, Z, a, "spectral", "clarabel_reduced")
     assert r.ok and r.solver == "clarabel_reduced", r.message
     np.testing.assert_allclose(r.objective, ref.objective, rtol=1e-6)
     np.testing.assert_allclose(np.nanmin(_margins(r.W, X, Z, a)), 1.0, atol=1e-12)
     diff = X[np.arange(3), a][:, None, :] - X
     M = np.einsum("nt,ntd,ne->de", r.dual, diff, Z)
-    assert norms.dual_norm_value(M, "spectral") <= 1 + 1e-6
+    assert norms_lib.dual_norm_value(M, "spectral") <= 1 + 1e-6
     np.testing.assert_allclose(r.dual.sum(), r.objective, rtol=1e-6)
 
 
 def test_spectral_reduced_infeasible_and_other_norms():
   X = np.array([[[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]]])
-  r = svm.att_svm(X, ZH, np.array([1]), "spectral", "clarabel_reduced")
+  r = svm_lib.att_svm(X, ZH, np.array([1]), "spectral", "clarabel_reduced")
   assert r.status == "infeasible" and r.W is None
   with pytest.raises(ValueError, match="spectral SVM only"):
-    svm.att_svm(X, ZH, np.array([1]), "l1", "clarabel_reduced")
+    svm_lib.att_svm(X, ZH, np.array([1]), "l1", "clarabel_reduced")

@@ -3,14 +3,14 @@ import numpy as np
 import pytest
 
 import svmattn  # noqa: F401
-from svmattn.data import datasets as data
-from svmattn.svm import att_svm as svm
+from svmattn.data import datasets as data_lib
+from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import nuclear as svm_nuclear
 
 
 @pytest.fixture(scope="module")
 def cases():
-  D = data.generate(data.DataSpec(n=3, T=4, d=5), 2, np.arange(6))
+  D = data_lib.generate(data_lib.DataSpec(n=3, T=4, d=5), 2, np.arange(6))
   alpha = np.random.RandomState(3).randint(0, 4, (6, 3))
   return np.asarray(D.X), np.asarray(D.Z), alpha
 
@@ -18,22 +18,22 @@ def cases():
 def test_matches_clarabel(cases):
   X, Z, alpha = cases
   for b in range(len(X)):
-    ours = svm.att_svm(X[b], Z[b], alpha[b], "nuc", "scs_direct")
-    ref = svm.att_svm(X[b], Z[b], alpha[b], "nuc", "CLARABEL")
+    ours = svm_lib.att_svm(X[b], Z[b], alpha[b], "nuc", "scs_direct")
+    ref = svm_lib.att_svm(X[b], Z[b], alpha[b], "nuc", "CLARABEL")
     assert ours.ok and ref.ok
     assert np.nanmin(ours.margins) >= 1 - 1e-9
     assert abs(ours.objective / ref.objective - 1) <= 1e-6
     # strong duality of the nuclear SVM: objective = sum of the multipliers
     assert abs(ours.dual.sum() / ours.objective - 1) <= 1e-6
     # dual feasibility: || sum_j dual_j A_j ||_2 <= 1
-    A, keep = svm.margin_matrix(X[b], Z[b], alpha[b])
+    A, keep = svm_lib.margin_matrix(X[b], Z[b], alpha[b])
     M = (ours.dual[keep] @ A).reshape(5, 5)
     assert np.linalg.norm(M, 2) <= 1 + 1e-6
 
 
 def test_reduction_keeps_the_constraints(cases):
   X, Z, alpha = cases
-  A, _ = svm.margin_matrix(X[0], Z[0], alpha[0])
+  A, _ = svm_lib.margin_matrix(X[0], Z[0], alpha[0])
   QL, QR, Ar = svm_nuclear.reduce(A, 5)
   assert QL.shape == (5, 5) and QR.shape == (5, 3)      # W z_i matters for the n=3 queries only
   np.testing.assert_allclose(QR.T @ QR, np.eye(3), atol=1e-12)
@@ -45,10 +45,10 @@ def test_infeasible_and_wrong_norm(cases):
   X, Z, _ = cases
   x = X[0].copy()
   x[0, 1] = x[0, 0]
-  res = svm.att_svm(x, Z[0], np.zeros(3, int), "nuc", "scs_direct")
+  res = svm_lib.att_svm(x, Z[0], np.zeros(3, int), "nuc", "scs_direct")
   assert res.status == "infeasible" and res.W is None
   with pytest.raises(ValueError, match="nuclear"):
-    svm.att_svm(X[0], Z[0], np.zeros(3, int), "fro", "scs_direct")
+    svm_lib.att_svm(X[0], Z[0], np.zeros(3, int), "fro", "scs_direct")
 
 
 def test_dual_interior_point_path_matches_scs(cases):
@@ -56,8 +56,8 @@ def test_dual_interior_point_path_matches_scs(cases):
   variable: the same optimum as SCS on the primal, to 1e-6, with the same margin checks."""
   X, Z, alpha = cases
   for b in range(len(X)):
-    ours = svm.att_svm(X[b], Z[b], alpha[b], "nuc", "clarabel_dual")
-    ref = svm.att_svm(X[b], Z[b], alpha[b], "nuc", "scs_direct")
+    ours = svm_lib.att_svm(X[b], Z[b], alpha[b], "nuc", "clarabel_dual")
+    ref = svm_lib.att_svm(X[b], Z[b], alpha[b], "nuc", "scs_direct")
     assert ours.ok and ref.ok and ours.solver == "clarabel_dual"
     assert np.nanmin(ours.margins) == pytest.approx(1.0, abs=1e-12)    # rescaled: smallest margin 1
     assert abs(ours.objective / ref.objective - 1) <= 1e-6
@@ -70,21 +70,21 @@ def test_dual_path_reports_infeasible():
   """Two tokens with equal keys: no W separates them, the dual is unbounded."""
   X = np.zeros((1, 2, 3))
   X[0, :, 0] = 1.0
-  res = svm.att_svm(X, np.ones((1, 3)), np.array([0]), "nuc", "clarabel_dual")
+  res = svm_lib.att_svm(X, np.ones((1, 3)), np.array([0]), "nuc", "clarabel_dual")
   assert res.status == "infeasible" and res.W is None
 
 
 def test_dual_path_is_for_the_nuclear_norm_only(cases):
   X, Z, alpha = cases
   with pytest.raises(ValueError, match="nuclear SVM only"):
-    svm.att_svm(X[0], Z[0], alpha[0], "fro", "clarabel_dual")
+    svm_lib.att_svm(X[0], Z[0], alpha[0], "fro", "clarabel_dual")
 
 
 def test_auto_path_picks_by_reduced_size(cases, monkeypatch):
   """nuc_auto solves the dual where the reduced block is small, SCS's primal otherwise: the same
   optimum either way."""
   X, Z, alpha = cases
-  ref = svm.att_svm(X[0], Z[0], alpha[0], "nuc", "scs_direct")
+  ref = svm_lib.att_svm(X[0], Z[0], alpha[0], "nuc", "scs_direct")
   calls = []
   for name in ("_solve_dual_reduced", "_solve_rect"):
     original = getattr(svm_nuclear, name)
@@ -92,6 +92,6 @@ def test_auto_path_picks_by_reduced_size(cases, monkeypatch):
   for limit, path in ((0, "_solve_rect"), (100, "_solve_dual_reduced")):   # the block here has 5 + 3 rows
     monkeypatch.setattr(svm_nuclear, "AUTO_DUAL_MAX_BLOCK", limit)
     calls.clear()
-    res = svm.att_svm(X[0], Z[0], alpha[0], "nuc", "nuc_auto")
+    res = svm_lib.att_svm(X[0], Z[0], alpha[0], "nuc", "nuc_auto")
     assert calls == [path]
     assert res.ok and abs(res.objective / ref.objective - 1) <= 1e-6

@@ -10,10 +10,10 @@ from conftest import run_binary
 
 import svmattn  # noqa: F401  (float64)
 from svmattn.data import datasets as data_lib
-from svmattn.svm import feasibility
+from svmattn.svm import feasibility as feas_lib
 from svmattn.models import heads
 from svmattn.analysis import metrics
-from svmattn.svm import att_svm as svm
+from svmattn.svm import att_svm as svm_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -47,7 +47,7 @@ def test_svm_rank_end_to_end(tmp_path):
     gamma = np.asarray(jax.vmap(lambda v, X, Y: heads.token_scores(heads.LINEAR, v, X, Y))(ds.v, ds.X, ds.Y))
     opt = metrics.optimal_tokens(gamma)
     X, Z = np.asarray(ds.X), np.asarray(ds.Z)
-    np.testing.assert_array_equal(np.flatnonzero(feasibility.is_feasible(X, Z, opt)), kept)
+    np.testing.assert_array_equal(np.flatnonzero(feas_lib.is_feasible(X, Z, opt)), kept)
     for b, r in enumerate(kept):
       assert a["status_fro"][c, b] == "optimal"
       for norm in ("fro", "nuc"):
@@ -57,7 +57,7 @@ def test_svm_rank_end_to_end(tmp_path):
           assert 1 <= a[f"rank_{norm}"][c, b] <= d
       assert a["rank_fro"][c, b] <= min(n, d)                        # W = sum_i u_i z_i^T
       if b == 0:                                                     # the stored rank is the SVM's
-        ref = svm.att_svm(X[r], Z[r], opt[r], "fro")
+        ref = svm_lib.att_svm(X[r], Z[r], opt[r], "fro")
         assert metrics.numerical_rank(ref.W, rtol) == a["rank_fro"][c, b]
   cells = summary["cells"]
   assert [x["d"] for x in cells] == [1, 2, 4]

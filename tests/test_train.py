@@ -11,7 +11,7 @@ import pytest
 from conftest import RUNS, SEED, SMALL, SMALL_STEPS, SPEC, host
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
-from svmattn.models import attention as model
+from svmattn.models import attention as model_lib
 from svmattn.train import loop as train_lib
 
 
@@ -70,7 +70,7 @@ def test_schedule_of_small():
 # Training
 # ----------------------------------------------------------------------------
 
-_OBJECTIVE = model.make_loss(model.W_PARAM, heads.LINEAR, "logistic")
+_OBJECTIVE = model_lib.make_loss(model_lib.W_PARAM, heads.LINEAR, "logistic")
 
 
 @jax.jit
@@ -93,16 +93,16 @@ def test_snapshots_at_the_right_steps(batch, keys, small_run):
   # replay run 2 step by step: the snapshot k is W after exactly steps[k] steps
   b = 2
   one = data_lib.Dataset(*(jnp.asarray(a[b]) for a in host(batch)))
-  W = model.W_PARAM.init(keys[b], SPEC.d, SPEC.d, jnp.float64)["W"]
+  W = model_lib.W_PARAM.init(keys[b], SPEC.d, SPEC.d, jnp.float64)["W"]
   for step in range(SMALL_STEPS[-1] + 1):
     if step in SMALL_STEPS:
       k = SMALL_STEPS.index(step)
       np.testing.assert_allclose(tr.W[b, k], W, rtol=1e-11, atol=1e-13, err_msg=f"step {step}")
-      s = np.asarray(model.attention(W, one.X, one.Z))
+      s = np.asarray(model_lib.attention(W, one.X, one.Z))
       np.testing.assert_allclose(tr.max_prob[b, k], s.max(-1).mean(), rtol=1e-11)
       np.testing.assert_allclose(tr.loss[b, k], _OBJECTIVE({"W": W}, one), rtol=1e-11)
     W = _manual_step(W, one)
-  np.testing.assert_allclose(tr.attention[b], model.attention(tr.W_final[b], one.X, one.Z), rtol=1e-11)
+  np.testing.assert_allclose(tr.attention[b], model_lib.attention(tr.W_final[b], one.X, one.Z), rtol=1e-11)
   # normalized GD moves W by lr per step: ||W(10) - W(0)|| <= 10 * 0.1
   assert np.linalg.norm(tr.W[b, 1] - tr.W[b, 0]) <= 1.0 + 1e-12
   assert np.all(tr.loss[:, -1] < tr.loss[:, 0])

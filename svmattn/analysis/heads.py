@@ -10,7 +10,7 @@ import numpy as np
 
 from svmattn.analysis import metrics
 from svmattn.svm import att_svm as svm_lib
-from svmattn.svm import seq2seq as seq_lib
+from svmattn.svm import seq2seq as s2s
 
 STATUS_DTYPE = "<U10"
 
@@ -40,7 +40,7 @@ def svm_and_corr(X: np.ndarray, Z: np.ndarray, selected: np.ndarray, W: np.ndarr
       status.append("diverged")
       continue
     if Z is None:
-      r = seq_lib.svm(X[b], selected[b], norm)
+      r = s2s.svm(X[b], selected[b], norm)
     else:
       r = svm_lib.att_svm(X[b], Z[b], selected[b], norm)
     status.append(r.status)

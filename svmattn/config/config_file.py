@@ -25,7 +25,7 @@ import runpy
 import sys
 
 from svmattn import registry
-from svmattn.config import fields as fields_lib
+from svmattn.config import fields as F
 
 USAGE = ("usage: svmattn run --config=FILE.py [--config.FIELD=VALUE ...] [--config.sweep.FIELD=V1,V2,...] "
          "--out=DIR [--resume]")
@@ -94,7 +94,7 @@ def full_config(config):
   unknown = sorted(set(given) - set(experiment.settings.names))
   if unknown:
     fail(f"config.{unknown[0]}: no such setting of {experiment.id} {experiment.name}"
-         + fields_lib._suggest(unknown[0], experiment.settings.names))
+         + F._suggest(unknown[0], experiment.settings.names))
   full = experiment.config()
   for k, v in given.items():
     field = experiment.settings.field(k)
@@ -108,7 +108,7 @@ def full_config(config):
   return experiment, full
 
 
-def _parse_value(field: fields_lib.Field, text: str):
+def _parse_value(field: F.Field, text: str):
   text = text.strip()
   if field.kind == "int":
     return int(text)
@@ -130,7 +130,7 @@ def sweep_of(experiment, sweep: dict, args: list[str]) -> dict:
     name, _, text = arg.partition("=")
     if name not in experiment.settings.names:
       fail(f"--config.sweep.{name}: no such setting of {experiment.id} {experiment.name}"
-           + fields_lib._suggest(name, experiment.settings.names))
+           + F._suggest(name, experiment.settings.names))
     field = experiment.settings.field(name)
     try:
       sweep[name] = [_parse_value(field, t) for t in text.split(",") if t.strip()]
@@ -139,7 +139,7 @@ def sweep_of(experiment, sweep: dict, args: list[str]) -> dict:
   for name, values in sweep.items():
     if name not in experiment.settings.names:
       fail(f"config.sweep.{name}: no such setting of {experiment.id} {experiment.name}"
-           + fields_lib._suggest(name, experiment.settings.names))
+           + F._suggest(name, experiment.settings.names))
     field = experiment.settings.field(name)
     if not field.sweepable:
       fail(f"config.sweep.{name}: {name} does not change the results (or names the run); it cannot be swept")
@@ -173,7 +173,7 @@ def main(argv: list[str]) -> None:
       name = arg[len("--config."):].split("=", 1)[0]
       if name not in experiment.settings.names:
         fail(f"--config.{name}: no such setting of {experiment.id} {experiment.name}"
-             + fields_lib._suggest(name, experiment.settings.names))
+             + F._suggest(name, experiment.settings.names))
   sweep = dict(full.sweep)
   del full["sweep"]
   sys.argv = ["svmattn run", *rest]      # (config_flags reads its overrides from sys.argv)
@@ -199,7 +199,7 @@ def main(argv: list[str]) -> None:
       swept = sweep_of(experiment, sweep, sweep_args)
       for combination in _combinations(swept):
         experiment.settings.validate({**checked, **combination})
-    except fields_lib.ConfigError as e:
+    except F.ConfigError as e:
       fail(str(e))
     execute.run(experiment, checked, swept or None)
 

@@ -16,12 +16,12 @@ from absl import app
 from absl import flags
 
 from svmattn import registry
-from svmattn.config import fields as fields_lib
+from svmattn.config import fields as F
 
 FLAGS = flags.FLAGS
 
 
-def _define_field(f: fields_lib.Field) -> None:
+def _define_field(f: F.Field) -> None:
   kw = dict(name=f.name, default=f.default, help=f.help)
   if f.kind == "int":
     flags.DEFINE_integer(**kw)
@@ -44,7 +44,7 @@ def _define_field(f: fields_lib.Field) -> None:
   flags.register_validator(f.name, ok)
 
 
-def _define_rule(rule: fields_lib.Rule, settings: fields_lib.Settings) -> None:
+def _define_rule(rule: F.Rule, settings: F.Settings) -> None:
   def ok(values, rule=rule):
     coerced = {n: settings.field(n).coerce(v) for n, v in values.items()}
     problem = rule.check(coerced)
@@ -85,7 +85,7 @@ def main(name: str) -> None:
     from svmattn.study import execute
     try:
       got = values(experiment)
-    except fields_lib.ConfigError as e:
+    except F.ConfigError as e:
       execute.fail(str(e))
     execute.run(experiment, got)
 

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from svmattn.models import heads as heads_lib
+from svmattn.models import heads
 from svmattn.rng import normal, run_key, split_run_key, uniform  # noqa: F401  (part of this module's API)
 
 
@@ -73,7 +73,7 @@ def _unit_rows(a: jax.Array) -> jax.Array:
   return a / jnp.linalg.norm(a, axis=-1, keepdims=True)
 
 
-def unit_gaussian(key: jax.Array, spec: DataSpec, head: heads_lib.Head,
+def unit_gaussian(key: jax.Array, spec: DataSpec, head: heads.Head,
                   dtype=jnp.float64) -> Dataset:
   """The paper's E2 generator for one data set: unit-normalized Gaussian tokens,
   queries and head vector; labels +-1."""
@@ -91,11 +91,11 @@ def unit_gaussian(key: jax.Array, spec: DataSpec, head: heads_lib.Head,
   return Dataset(X, Y, Z, v)
 
 
-Sampler = Callable[[jax.Array, DataSpec, heads_lib.Head], Dataset]
+Sampler = Callable[[jax.Array, DataSpec, heads.Head], Dataset]
 
 
 def generate(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
-             head: heads_lib.Head = heads_lib.LINEAR, sampler: Sampler = unit_gaussian,
+             head: heads.Head = heads.LINEAR, sampler: Sampler = unit_gaussian,
              dtype=jnp.float64) -> Dataset:
   """A batch of data sets: entry b is run ``runs[b]`` of ``seed`` (leading axis B)."""
   spec.validate()
@@ -188,9 +188,9 @@ def validate(data: Dataset, batched: bool = True, where: str = "data") -> Datase
 
 def save_npz(path: str | os.PathLike, data: Dataset) -> None:
   """Write a batch of data sets as .npz with arrays X, Y, Z, v (atomically)."""
-  from svmattn.io import results
+  from svmattn.io import results as results_io
   data = validate(data, batched=True, where=str(path))
-  results.write_npz(path, data._asdict())
+  results_io.write_npz(path, data._asdict())
 
 
 def load_npz(path: str | os.PathLike, dtype=np.float64) -> Dataset:

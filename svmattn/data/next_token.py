@@ -31,7 +31,7 @@ import numpy as np
 from svmattn import rng
 from svmattn.data.datasets import DataError
 from svmattn.data.datasets import Dataset
-from svmattn.data import token_graph as graph_lib
+from svmattn.data import token_graph
 
 MAX_ATTEMPTS = 1000
 
@@ -80,7 +80,7 @@ def _draw(spec: TokenSpec, keys: jax.Array):
 
 def has_cycle(tokens: np.ndarray, labels: np.ndarray) -> bool:
   """Whether some query token's graph has an SCC of two tokens or more."""
-  return any(len(c) > 1 for g in graph_lib.graphs(tokens, labels).values() for c in g.components)
+  return any(len(c) > 1 for g in token_graph.graphs(tokens, labels).values() for c in g.components)
 
 
 def generate(spec: TokenSpec, seed: int, runs: Sequence[int] | np.ndarray) -> TokenData:
@@ -128,7 +128,7 @@ def validate(data: TokenData, where: str = "data") -> TokenData:
     raise DataError(f"{where}: no data sets (B = 0)")
   for b in range(E.shape[0]):
     try:
-      graph_lib.check_data(E[b], tokens[b], labels[b], where=f"data set {b}")
+      token_graph.check_data(E[b], tokens[b], labels[b], where=f"data set {b}")
     except ValueError as e:
       raise DataError(f"{where}: {e}") from None
   norms = np.linalg.norm(E, axis=-1)
@@ -161,8 +161,8 @@ def load_npz(path: str | os.PathLike) -> TokenData:
 
 
 def save_npz(path: str | os.PathLike, data: TokenData) -> None:
-  from svmattn.io import results
-  results.write_npz(os.fspath(path), {k: np.asarray(v) for k, v in data._asdict().items()})
+  from svmattn.io import results as results_io
+  results_io.write_npz(os.fspath(path), {k: np.asarray(v) for k, v in data._asdict().items()})
 
 
 def take(data: TokenData, index) -> TokenData:

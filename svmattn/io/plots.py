@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from svmattn.io import results  # noqa: E402
+from svmattn.io import results as results_io  # noqa: E402
 
 COLORS = {"W": "tab:blue", "KQ": "tab:red"}
 FORMATS = ("png", "pdf", "svg")      # the formats ``set_formats`` accepts
@@ -83,6 +83,6 @@ def save(fig, path):
   root = os.path.splitext(os.fspath(path))[0]
   for fmt in _formats:
     metadata = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(fmt)
-    with results.atomic_path(f"{root}.{fmt}", "." + fmt) as tmp:
+    with results_io.atomic_path(f"{root}.{fmt}", "." + fmt) as tmp:
       fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format=fmt, metadata=metadata)
   plt.close(fig)

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from svmattn import rng
-from svmattn.models import heads as heads_lib
+from svmattn.models import heads
 from svmattn.models import losses as losses_lib
 
 Params = dict[str, jax.Array]
@@ -141,7 +141,7 @@ def get_pooling(numerics: str) -> Callable:
   return POOLING[numerics]
 
 
-def predict(head: heads_lib.Head, W, X, Z, v, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
+def predict(head: heads.Head, W, X, Z, v, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   """(f (n,), s (n,T)): predictions and attention of one data set."""
   s = attention(W, X, Z)
   r = pool(s, X)
@@ -149,7 +149,7 @@ def predict(head: heads_lib.Head, W, X, Z, v, pool=pooled_token) -> tuple[jax.Ar
   return f, s
 
 
-def predict_single_query(head: heads_lib.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
+def predict_single_query(head: heads.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   """One query per sequence (cross- or self-attention): f (n,), s (n,T); labels Y (n,)."""
   return predict(head, W, data.X, data.Z, data.v, pool)
 
@@ -159,7 +159,7 @@ def predict_single_query(head: heads_lib.Head, W, data, pool=pooled_token) -> tu
 MODELS: dict[str, Callable] = {"single_query": predict_single_query}
 
 
-def predict_prompt(head: heads_lib.Head, p, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
+def predict_prompt(head: heads.Head, p, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   """Prompt attention: s_i = softmax(X_i p) with the prompt p (d,) (data.Z is not used): f (n,), s (n,T)."""
   s = jax.nn.softmax(jnp.einsum("ntd,d->nt", data.X, p), axis=-1)
   f = jax.vmap(head.apply, (None, 0))(data.v, pool(s, data.X))
@@ -182,13 +182,13 @@ def next_token_log_mass(W, data) -> tuple[jax.Array, jax.Array]:
   return top - jax.nn.logsumexp(logits, axis=-1), jax.nn.softmax(logits, axis=-1)
 
 
-def predict_next_token(head: heads_lib.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
+def predict_next_token(head: heads.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   """f (n,) = log of the label's attention mass (the head is not used), s (n,T). Objective -mean f."""
   del head, pool
   return next_token_log_mass(W, data)
 
 
-def predict_next_token_lsq(head: heads_lib.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
+def predict_next_token_lsq(head: heads.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   """The public code's local next-token setting: the pooled token r_i = X_i^T s_i is read out by
   the vocabulary, p_i = softmax(E r_i) over the K tokens (data.v = E (K,d)), and f (n,) is the
   label's probability p_iy (y's embedding: the token at the label's position). Objective
@@ -262,7 +262,7 @@ def check_loss_scale(loss_scale) -> None:
     raise ValueError(f"loss_scale must be a positive finite number or 'auto', got {loss_scale!r}")
 
 
-def make_loss(param: Parameterization, head: heads_lib.Head, loss: str | Callable = "logistic",
+def make_loss(param: Parameterization, head: heads.Head, loss: str | Callable = "logistic",
               ridge: float | None = None, model: str = "single_query",
               loss_scale: float | str = 1.0, numerics: str = "exact") -> Callable[[Params, Any], jax.Array]:
   """The training objective of one data set: loss(params, data) -> scalar.
@@ -374,21 +374,21 @@ def seq2seq_attention(W: jax.Array, X: jax.Array, Z: jax.Array, causal: bool = F
   return jax.nn.softmax(seq2seq_logits(W, X, Z, causal), axis=-1)
 
 
-def _predict_seq(head: heads_lib.Head, W, data, causal: bool, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
+def _predict_seq(head: heads.Head, W, data, causal: bool, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   s = seq2seq_attention(W, data.X, data.Z, causal)                        # (n,K,T)
   r = jax.vmap(pool, in_axes=(1, None), out_axes=1)(s, data.X)            # (n,K,d) r_ik = X_i^T s_ik
   f = jax.vmap(jax.vmap(head.apply, (None, 0)), (None, 0))(data.v, r)     # (n,K) f_ik = h(r_ik)
   return f, s
 
 
-def predict_seq2seq(head: heads_lib.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
+def predict_seq2seq(head: heads.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   """Sequence-to-sequence attention: every position is a query (data.Z (n,T,d) = X).
 
   f_ik = h(X_i^T softmax(X_i W z_ik)): f (n,T) (labels Y (n,T)), s (n,T,T)."""
   return _predict_seq(head, W, data, False, pool)
 
 
-def predict_causal(head: heads_lib.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
+def predict_causal(head: heads.Head, W, data, pool=pooled_token) -> tuple[jax.Array, jax.Array]:
   """Causal attention: as ``predict_seq2seq`` with position k attending to t <= k only.
 
   f (n,T), s (n,T,T) with s_ikt = 0 exactly for t > k."""
@@ -442,7 +442,7 @@ def _linear_head_grad(param: Parameterization, loss: str, lam: float):
   return grad
 
 
-def make_grad(param: Parameterization, head: heads_lib.Head, loss: str | Callable = "logistic",
+def make_grad(param: Parameterization, head: heads.Head, loss: str | Callable = "logistic",
               ridge: float | None = None, model: str = "single_query",
               loss_scale: float | str = 1.0, numerics: str = "exact",
               train_head: bool = False) -> Callable[[Params, Any], Params]:

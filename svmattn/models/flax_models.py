@@ -35,7 +35,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from svmattn.models import attention as attention_lib
+from svmattn.models import attention as model_lib
 
 # loss_scale="auto" of a module's training (train.loop): None (plain softmax), a list (collect each
 # softmax's shift) or the shift c (scale every softmax's derivative by exp(c)). Set while tracing.
@@ -48,9 +48,9 @@ def softmax(logits: jax.Array) -> jax.Array:
   gradient survives float32 once the softmax saturates (see ``auto_scaled``)."""
   mode = _AUTO_SCALE.get()
   if isinstance(mode, list):
-    mode.append(attention_lib.auto_shift(logits))
+    mode.append(model_lib.auto_shift(logits))
   elif mode is not None:
-    return attention_lib.auto_softmax(logits, mode)
+    return model_lib.auto_softmax(logits, mode)
   return jax.nn.softmax(logits, axis=-1)
 
 
@@ -64,8 +64,8 @@ def attend(logits: jax.Array, X: jax.Array) -> tuple[jax.Array, jax.Array]:
   """
   s = softmax(logits)
   if s.ndim == 2:
-    return attention_lib.pooled_token(s, X), s
-  return jax.vmap(attention_lib.pooled_token, in_axes=(1, None), out_axes=1)(s, X), s
+    return model_lib.pooled_token(s, X), s
+  return jax.vmap(model_lib.pooled_token, in_axes=(1, None), out_axes=1)(s, X), s
 
 
 def auto_scaled(loss_fn):
@@ -123,7 +123,7 @@ class CrossAttention(nn.Module):
   @nn.compact
   def __call__(self, X, Z):
     W = KeyQuery(self.param_kind, name="kq_matrix")(X.shape[-1], X.dtype)
-    r, s = attend(attention_lib.attention_logits(W, X, Z), X)
+    r, s = attend(model_lib.attention_logits(W, X, Z), X)
     self.sow("intermediates", "kq", W)
     self.sow("intermediates", "attention", s)
     return r, s
@@ -161,7 +161,7 @@ class SelfAttentionResidual(nn.Module):
   @nn.compact
   def __call__(self, X):
     W = KeyQuery(self.param_kind, name="kq_matrix")(X.shape[-1], X.dtype)
-    r, s = attend(attention_lib.seq2seq_logits(W, X, X), X)      # s (n, T, T): query k over tokens t
+    r, s = attend(model_lib.seq2seq_logits(W, X, X), X)      # s (n, T, T): query k over tokens t
     self.sow("intermediates", "kq", W)
     self.sow("intermediates", "attention", s)
     return X + r

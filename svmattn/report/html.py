@@ -6,9 +6,9 @@ import base64
 import html
 import os
 
-from svmattn.io import results
+from svmattn.io import results as results_io
 from svmattn.report import numerics
-from svmattn.report import records as R
+from svmattn.report import records as records_lib
 from svmattn.report import stages
 from svmattn.report import text
 
@@ -86,7 +86,7 @@ def _checks(record) -> str:
   rows = []
   for c in record.get("checks") or []:
     ok = bool(c.get("ok"))
-    value = R.fmt(c["value"])
+    value = records_lib.fmt(c["value"])
     rows.append(f"<tr{'' if ok else ' class=miss'}><td>{html.escape(c['name'])}</td>"
                 f"<td class='num{' nowrap' if len(value) <= 36 else ''}'>{html.escape(value)}</td>"
                 f"<td>{html.escape(str(c['expected']))}</td><td class='{'yes' if ok else 'no'}'>"
@@ -97,20 +97,20 @@ def _checks(record) -> str:
 
 def _record(record, out, lead, numerics_ids=()) -> str:
   esc = html.escape
-  css, words = R.verdict(record)
-  if R.beyond(record) and css == "info":
+  css, words = records_lib.verdict(record)
+  if records_lib.beyond(record) and css == "info":
     words = "reported"
   tag = "h2" if lead else "h3"
-  title = f"{record['id']}: {R.title(record)}"
-  parts = [f"<section id='{R.anchor(record)}'{'' if lead else ' class=variant'}>",
+  title = f"{record['id']}: {records_lib.title(record)}"
+  parts = [f"<section id='{records_lib.anchor(record)}'{'' if lead else ' class=variant'}>",
            f"<{tag}>{esc(title)} {_badge(css, words)}</{tag}>", _figures(record, out)]
   if lead:
-    claim, beyond = R.claim_text(record)
+    claim, beyond = records_lib.claim_text(record)
     if claim and beyond:
       parts.append(f"<p class='claim question'><b>The question.</b> {esc(claim)}</p>")
     elif claim:
       parts.append(f"<p class='claim'><b>The paper claims.</b> {esc(claim)}</p>")
-  if R.failed(record):
+  if records_lib.failed(record):
     log = f"{record['dir']}/log.txt" if record.get("dir") else ""
     where = f" Its full output: <a href='{esc(log)}'>{esc(log)}</a>." if log else ""
     parts.append(f"<p class='no'><b>Failed to run.</b>{where}</p>"
@@ -119,14 +119,14 @@ def _record(record, out, lead, numerics_ids=()) -> str:
     parts.append(f"<p><b>Against the numbers:</b> {esc(words)}.</p>" + _checks(record))
   else:
     parts.append(f"<p><b>Reported</b> (no checks: no theorem predicts the outcome). Found: "
-                 f"{esc(R.key_number(record, out))}; every number is in the program output below.</p>")
+                 f"{esc(records_lib.key_number(record, out))}; every number is in the program output below.</p>")
   parts.append(f"<p class='run'>Wall time {record.get('wall_s', 0.0):.1f} s{esc(stages.stage_words(record))}. "
                f"Command:</p><pre class='cmd'>{esc(text.command(record))}</pre>")
   if record.get("stdout"):
     # without checks the program output is the result: shown open
     show = " open" if not record.get("checks") else ""
     parts.append(f"<details{show}><summary>Program output</summary><pre>{esc(record['stdout'])}</pre></details>")
-  if lead and R.base_id(record) in numerics_ids:
+  if lead and records_lib.base_id(record) in numerics_ids:
     parts.append("<p class='run'>Exact against the authors' numerics, side by side: "
                  "<a href='#numerics'>Numerics</a>.</p>")
   parts.append("</section>")
@@ -139,7 +139,7 @@ def _summary_table(lines_, paper) -> str:
   for s in lines_:
     var = "".join(f"<span class='variants'>{esc(label)} ({esc(vid)}): {esc(short)}</span>"
                   for label, vid, short, _ in s["variants"])
-    missed = f"<span class='missed'>{esc(R.missed(s['missed']))}</span>" if s["missed"] else ""
+    missed = f"<span class='missed'>{esc(records_lib.missed(s['missed']))}</span>" if s["missed"] else ""
     rows.append(f"<tr><td class='idc'><a href='#{s['anchor']}'>{esc(s['id'])}</a></td><td>{esc(s['claim'])}</td>"
                 f"<td>{_badge(s['css'], s['verdict'])}{missed}{var}</td><td>{esc(s['key'])}</td></tr>")
   head = "claim" if paper else "question"
@@ -151,8 +151,8 @@ def _toc(groups) -> str:
   esc = html.escape
   items = []
   for g in groups:
-    sub = "".join(f"<li><a href='#{R.anchor(r)}'>{esc(r['id'])}: {esc(R.title(r))}</a></li>" for r in g[1:])
-    items.append(f"<li><a href='#{R.anchor(g[0])}'>{esc(g[0]['id'])}: {esc(R.title(g[0]))}</a>"
+    sub = "".join(f"<li><a href='#{records_lib.anchor(r)}'>{esc(r['id'])}: {esc(records_lib.title(r))}</a></li>" for r in g[1:])
+    items.append(f"<li><a href='#{records_lib.anchor(g[0])}'>{esc(g[0]['id'])}: {esc(records_lib.title(g[0]))}</a>"
                  + (f"<ul>{sub}</ul>" if sub else "") + "</li>")
   return "".join(items)
 
@@ -160,10 +160,10 @@ def _toc(groups) -> str:
 def html_report(records, meta, out) -> str:
   """The report as one self-contained HTML page (figures read from OUT and embedded)."""
   esc = html.escape
-  groups = R.group(records)
-  paper = [g for g in groups if not R.beyond(g[0])]
-  beyond = [g for g in groups if R.beyond(g[0])]
-  summ = R.summary_lines(records, out)
+  groups = records_lib.group(records)
+  paper = [g for g in groups if not records_lib.beyond(g[0])]
+  beyond = [g for g in groups if records_lib.beyond(g[0])]
+  summ = records_lib.summary_lines(records, out)
   rows = numerics.rows(records)
   numerics_ids = numerics.ids(records) if rows else []
   p = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
@@ -171,12 +171,12 @@ def html_report(records, meta, out) -> str:
        f"<title>svmattn report</title><style>{CSS}</style></head><body>",
        f"<header><h1>{esc(text.TITLE)}</h1><p class='meta'>{esc(text.PAPER)}. {esc(text.mode(meta))}</p></header>",
        "<section id='summary'><h2>Summary</h2><ul class='overall'>"
-       + "".join(f"<li>{esc(line)}</li>" for line in R.overall(records)) + "</ul>"]
+       + "".join(f"<li>{esc(line)}</li>" for line in records_lib.overall(records)) + "</ul>"]
   if paper:
     p.append("<h3>Claims of the paper</h3>" + _summary_table([s for s in summ if not s["beyond"]], True))
   if beyond:
     p.append("<h3>Beyond the paper</h3>" + _summary_table([s for s in summ if s["beyond"]], False))
-  missing = R.not_run(records)
+  missing = records_lib.not_run(records)
   if missing:
     p.append(f"<p class='meta'>Not run this time: {esc(', '.join(missing))}.</p>")
   p.append("</section><nav class='toc' id='contents'><h2>Contents</h2><ul>")
@@ -211,6 +211,6 @@ def html_report(records, meta, out) -> str:
 
 def write_html(path, records, meta, out):
   content = html_report(records, meta, out)
-  with results.atomic_path(path) as tmp:
+  with results_io.atomic_path(path) as tmp:
     with open(tmp, "w") as f:
       f.write(content)

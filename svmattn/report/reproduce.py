@@ -26,9 +26,9 @@ from absl import app
 from absl import flags
 
 from svmattn import registry
-from svmattn import report
+from svmattn import report as report_lib
 from svmattn.config import allowed
-from svmattn.io import results
+from svmattn.io import results as results_io
 from svmattn.study import execute
 
 FLAGS = flags.FLAGS
@@ -141,7 +141,7 @@ def run_one(run: Run, out: str) -> dict:
             "wall_s": wall, "returncode": proc.returncode, "dir": run.dir,
             "variant": run.variant.name if run.variant else "", "beyond": run.experiment.beyond}
   os.makedirs(target, exist_ok=True)
-  with results.atomic_path(os.path.join(target, "log.txt")) as tmp:
+  with results_io.atomic_path(os.path.join(target, "log.txt")) as tmp:
     with open(tmp, "w") as f:
       f.write(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
   if proc.returncode != 0:
@@ -162,7 +162,7 @@ def run_one(run: Run, out: str) -> dict:
     print(f"[{run.key}] key numbers not read: {e!r}", flush=True)
   record["numerics_version"] = summary.get("numerics_version")
   record["timings_s"] = summary.get("timings_s", {})
-  record["stages_s"] = report.stages(record["timings_s"], wall)
+  record["stages_s"] = report_lib.stages(record["timings_s"], wall)
   record["work"] = summary.get("work", {})
   record["figures"] = sorted(os.path.relpath(p, out) for p in glob.glob(os.path.join(target, "*.png")))
   record["stdout"] = proc.stdout.strip()[-3000:]
@@ -183,12 +183,12 @@ def main(argv):
   meta = {"quick": FLAGS.quick, "seed": FLAGS.seed, "total_s": time.perf_counter() - t0,
           "paper_s": sum(r["wall_s"] for r in records if not r.get("beyond")),
           "beyond_s": sum(r["wall_s"] for r in records if r.get("beyond")),
-          "environment": execute.environment(), "command": report.command_line()}
-  results.write_json(os.path.join(out, "reproduce.json"), {"meta": meta, "experiments": records})
-  report.write(out, records, meta)
+          "environment": execute.environment(), "command": report_lib.command_line()}
+  results_io.write_json(os.path.join(out, "reproduce.json"), {"meta": meta, "experiments": records})
+  report_lib.write(out, records, meta)
   failed = [r["id"] for r in records if r["returncode"] != 0]
   unexpected = [f"{r['id']}:{c['name']}" for r in records for c in r.get("checks", []) if not c.get("ok")]
-  print("\nseconds per stage (reproduce.json: stages_s of each experiment)\n" + report.stage_table(records))
+  print("\nseconds per stage (reproduce.json: stages_s of each experiment)\n" + report_lib.stage_table(records))
   print(f"\nreport: {out}/report.md and {out}/report.html ({meta['total_s']:.0f} s)")
   if failed:
     print(f"failed experiments: {', '.join(failed)}")

@@ -28,7 +28,7 @@ def get(name: str):
 def rebuild(out: str) -> tuple[pipeline.Study, str]:
   """(the study of the run in ``out``, the file it was read from): finished or partial run."""
   from svmattn import registry
-  from svmattn.config import fields as fields_lib
+  from svmattn.config import fields as F
   from svmattn.study import execute
   for path in (runner.record_path(out), os.path.join(out, "work", "run.json")):
     if os.path.exists(path):
@@ -43,6 +43,6 @@ def rebuild(out: str) -> tuple[pipeline.Study, str]:
         sweep = ident.pop("sweep", None)
         values = {**experiment.settings.defaults(), **ident}
         return execute.build_any(experiment, values, sweep, saved["identity"]), path
-      except (ValueError, OSError, fields_lib.ConfigError) as e:
+      except (ValueError, OSError, F.ConfigError) as e:
         raise replay.ReplayError(f"{path}: cannot rebuild study {name!r} ({e})") from None
   raise replay.ReplayError(f"{out} holds no study run (neither runs/study.json nor work/run.json)")

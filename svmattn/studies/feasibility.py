@@ -23,7 +23,7 @@ from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.figures import feasibility as figures
 from svmattn.study import pipeline
-from svmattn.study import sweep
+from svmattn.study import sweep as sweep_lib
 from svmattn.studies import svm_rank
 from svmattn.svm import feasibility as feas_lib
 
@@ -78,7 +78,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
             **{f"alpha_{a}": choice[a] for a in dict.fromkeys(alphas)}}
 
   cells = tuple(pipeline.Cell({"n": c["shape"][0], "T": c["shape"][1], "d": c["d"]}, int(fl["runs"]))
-                for c in sweep.grid({"shape": shapes, "d": [int(d) for d in ds]}))
+                for c in sweep_lib.grid({"shape": shapes, "d": [int(d) for d in ds]}))
   return pipeline.Study(NAME, cells, load, lambda cell: (), analyze, fl.get("batch_size", 1000), fl["seed"],
                         identity if identity is not None else fl)
 

@@ -118,9 +118,9 @@ def check_init(fl: dict, params: dict, runs: int, d: int, m, dtype) -> None:
   ({stage: "W" or "KQ"}), else ValueError naming the problem (before anything runs)."""
   init = fl.get("init") or "uniform"
   if init.endswith(".npz"):
-    from svmattn.train import init_file
+    from svmattn.train import init_file as init_lib
     try:
-      init_file.check(init, params, int(runs), int(d), m, dtype)
+      init_lib.check(init, params, int(runs), int(d), m, dtype)
     except data_lib.DataError as e:
       raise ValueError(f"--init: {e}") from None
 

@@ -22,7 +22,7 @@ import numpy as np
 from svmattn import registry
 from svmattn import rng
 from svmattn.analysis import health
-from svmattn.analysis import heads as heads_lib
+from svmattn.analysis import heads as heads_analysis
 from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
@@ -94,16 +94,16 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
     heads = sorted(k[len("sown_"):-len("_kq")] for k in t if k.startswith("sown_") and k.endswith("_kq"))
     sels = []
     for h in heads:
-      st = heads_lib.attention_stats(t[f"sown_{h}_attention"])
+      st = heads_analysis.attention_stats(t[f"sown_{h}_attention"])
       W = np.asarray(t[f"sown_{h}_kq"], np.float64)                  # (B,S,d,d)
-      res = heads_lib.svm_and_corr(X, Z, st["selected"], W, norm, finite)
+      res = heads_analysis.svm_and_corr(X, Z, st["selected"], W, norm, finite)
       sels.append(st["selected"])
-      heads_lib.store(out, f"{name}_{h}", st, res, W[:, -1])
-    agree = heads_lib.agreement(sels)
+      heads_analysis.store(out, f"{name}_{h}", st, res, W[:, -1])
+    agree = heads_analysis.agreement(sels)
     out[f"{name}_all_same"], out[f"{name}_all_different"] = agree["all_same"], agree["all_different"]
     Wsum = np.asarray(t["W"], np.float64)                             # (B,S,d,d) sum of the heads
-    sel_sum = heads_lib.summed_selection(X, Z, Wsum[:, -1])
-    res = heads_lib.svm_and_corr(X, Z, sel_sum, Wsum, norm, finite)
+    sel_sum = heads_analysis.summed_selection(X, Z, Wsum[:, -1])
+    res = heads_analysis.svm_and_corr(X, Z, sel_sum, Wsum, norm, finite)
     out[f"{name}_sum_selected"] = sel_sum
     out[f"{name}_sum_svm_status"] = res["status"]
     out[f"{name}_sum_corr"] = res["corr"]
@@ -123,7 +123,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   for name, _ in cfgs:
     heads = sorted(k[len(name) + 1:-len("_selected")] for k in arrays
                    if k.startswith(f"{name}_head") and k.endswith("_selected"))
-    per_head = {h: heads_lib.summary_row(arrays, f"{name}_{h}") for h in heads}
+    per_head = {h: heads_analysis.summary_row(arrays, f"{name}_{h}") for h in heads}
     rows[name] = {"heads": per_head,
                   "all_heads_same_token": _stats(arrays[f"{name}_all_same"]),
                   "all_heads_different_tokens": _stats(arrays[f"{name}_all_different"]),

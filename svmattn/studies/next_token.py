@@ -31,7 +31,7 @@ from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
-from svmattn.data import next_token as data_lib
+from svmattn.data import next_token as next_token_data
 from svmattn.figures import next_token as figures
 from svmattn.study import pipeline
 from svmattn.study import stages
@@ -77,13 +77,13 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   ident = identity if identity is not None else fl
   fl = resolve(fl)
   cfgs = configs(fl)
-  spec = data_lib.TokenSpec(fl["K"], fl["d"], fl["n"], fl["T"], fl.get("require_cycle", True)).validate()
-  file_data = data_lib.load_npz(fl["data"]) if fl.get("data") else None
+  spec = next_token_data.TokenSpec(fl["K"], fl["d"], fl["n"], fl["T"], fl.get("require_cycle", True)).validate()
+  file_data = next_token_data.load_npz(fl["data"]) if fl.get("data") else None
   runs = file_data.E.shape[0] if file_data is not None else fl["runs"]
 
   def load(cell, runs):
-    tokens = data_lib.take(file_data, runs) if file_data is not None else data_lib.generate(spec, fl["seed"], runs)
-    ds = data_lib.to_dataset(tokens)
+    tokens = next_token_data.take(file_data, runs) if file_data is not None else next_token_data.generate(spec, fl["seed"], runs)
+    ds = next_token_data.to_dataset(tokens)
     return {**{f: np.asarray(a) for f, a in ds._asdict().items()},
             **{f: np.asarray(a) for f, a in tokens._asdict().items()}, "setting": np.array(fl["setting"])}
 

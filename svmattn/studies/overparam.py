@@ -26,7 +26,7 @@ from svmattn.data import datasets as data_lib
 from svmattn.figures import overparam as figures
 from svmattn.study import pipeline
 from svmattn.study import stages
-from svmattn.study import sweep
+from svmattn.study import sweep as sweep_lib
 from svmattn.studies import local_convergence
 from svmattn.studies import svm_rank
 from svmattn.svm import att_svm as svm_lib
@@ -47,7 +47,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   config = train_lib.TrainConfig(param="W", lr=fl["lr"], steps=fl["steps"], snapshot_every=every,
                                  chunk_steps=every, numerics=fl.get("numerics", "exact")).validate()
   dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
-  cells = tuple(pipeline.Cell(c, fl["runs"]) for c in sweep.grid({"n": n_values, "d": [int(d) for d in ds]}))
+  cells = tuple(pipeline.Cell(c, fl["runs"]) for c in sweep_lib.grid({"n": n_values, "d": [int(d) for d in ds]}))
 
   def load(cell, runs):
     spec = data_lib.DataSpec(cell.label["n"], fl["T"], cell.label["d"]).validate()

@@ -42,7 +42,7 @@ from svmattn.data import images as images_lib
 from svmattn.figures import real_data as figures
 from svmattn.study import pipeline
 from svmattn.study import stages
-from svmattn.study import sweep
+from svmattn.study import sweep as sweep_lib
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import gensvm
 from svmattn.train import loop as train_lib
@@ -164,7 +164,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     alpha = random_selections(fl["seed"], cell.label["n"], runs, X.shape[2])
     return {"X": X, "Y": Y, "Z": Z, "v": v, "image": index[pos], "random_alpha": alpha, **held}
 
-  cells = tuple(pipeline.Cell(label, int(fl["runs"])) for label in sweep.grid({"n": fl["n_values"]}))
+  cells = tuple(pipeline.Cell(label, int(fl["runs"])) for label in sweep_lib.grid({"n": fl["n_values"]}))
   return pipeline.Study(NAME, cells, load, lambda cell: tuple(stages.Train(p, c) for p, c in cfgs), analyze,
                         fl.get("batch_size", 1000), fl["seed"], ident)
 

@@ -15,15 +15,15 @@ import numpy as np
 from svmattn import registry
 from svmattn.analysis import metrics
 from svmattn.config import fields as F
-from svmattn.studies import local_convergence as e2
+from svmattn.studies import local_convergence
 from svmattn.study import pipeline
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
-  spec, configs = e2.setup({**fl, "norms": None})
-  load = e2.batches(spec, fl["seed"])
+  spec, configs = local_convergence.setup({**fl, "norms": None})
+  load = local_convergence.batches(spec, fl["seed"])
   return pipeline.Study("selection_at_init", (pipeline.Cell({}, int(fl["runs"])),), lambda cell, runs: load(runs),
-                        lambda cell: tuple(e2.train_stage(p, c, fl) for p, c in configs),
+                        lambda cell: tuple(local_convergence.train_stage(p, c, fl) for p, c in configs),
                         functools.partial(analyze, params=tuple(fl["params"])), fl["batch_size"], fl["seed"],
                         identity if identity is not None else fl)
 
@@ -61,7 +61,7 @@ def report(summary: dict, fl: dict) -> list[str]:
   return lines
 
 
-SETTINGS = e2.SETTINGS + F.Settings((F.Int("runs", 100, "Number of random data sets.", lower=1),))
+SETTINGS = local_convergence.SETTINGS + F.Settings((F.Int("runs", 100, "Number of random data sets.", lower=1),))
 
 EXPERIMENT = registry.Experiment(
     id="Q1", name="selection_at_init", title="Is the selected token decided at initialization?",

@@ -36,7 +36,7 @@ from svmattn.data import datasets as data_lib
 from svmattn.figures import svm_rank as figures
 from svmattn.models import heads
 from svmattn.study import pipeline
-from svmattn.study import sweep
+from svmattn.study import sweep as sweep_lib
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import feasibility as feas_lib
 
@@ -74,7 +74,7 @@ def grid(fl: dict) -> tuple[list[tuple[int, int]], list[int], list[tuple[int, in
   """(shapes, ds (sorted, distinct), cells (n, T, d) in the order shape-major, then d)."""
   shapes = parse_shapes(fl["shapes"])
   ds = sorted({int(x) for x in fl["ds"]})
-  return shapes, ds, [(*c["shape"], c["d"]) for c in sweep.grid({"shape": shapes, "d": ds})]
+  return shapes, ds, [(*c["shape"], c["d"]) for c in sweep_lib.grid({"shape": shapes, "d": ds})]
 
 
 @functools.lru_cache(maxsize=None)

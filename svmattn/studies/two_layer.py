@@ -19,7 +19,7 @@ import numpy as np
 
 from svmattn import registry
 from svmattn.analysis import health
-from svmattn.analysis import heads as heads_lib
+from svmattn.analysis import heads as heads_analysis
 from svmattn.analysis import metrics
 from svmattn.config import common
 from svmattn.data import datasets as data_lib
@@ -66,12 +66,12 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
     norm = "nuc" if name == "KQ" else "fro"
     finite = np.asarray(t["finite"], bool)
     X1 = np.asarray(t["sown_outputs"], np.float64)                       # (B,n,T,d) layer 1's final outputs
-    s1 = heads_lib.attention_stats(t["sown_layer1_attention"])            # selected (B,n,T)
-    s2 = heads_lib.attention_stats(t["sown_layer2_attention"])            # selected (B,n)
-    r1 = heads_lib.svm_and_corr(X, None, s1["selected"], t["sown_layer1_kq"], norm, finite)
-    r2 = heads_lib.svm_and_corr(X1, Z, s2["selected"], t["sown_layer2_kq"], norm, finite)
+    s1 = heads_analysis.attention_stats(t["sown_layer1_attention"])            # selected (B,n,T)
+    s2 = heads_analysis.attention_stats(t["sown_layer2_attention"])            # selected (B,n)
+    r1 = heads_analysis.svm_and_corr(X, None, s1["selected"], t["sown_layer1_kq"], norm, finite)
+    r2 = heads_analysis.svm_and_corr(X1, Z, s2["selected"], t["sown_layer2_kq"], norm, finite)
     for layer, st, r in (("layer1", s1, r1), ("layer2", s2, r2)):
-      heads_lib.store(out, f"{name}_{layer}", st, r, np.asarray(t[f"sown_{layer}_kq"])[:, -1])
+      heads_analysis.store(out, f"{name}_{layer}", st, r, np.asarray(t[f"sown_{layer}_kq"])[:, -1])
     # layer 1's diagonal: does each token attend to itself?
     sel1 = s1["selected"]
     out[f"{name}_layer1_self"] = np.mean(sel1 == np.arange(sel1.shape[-1]), axis=(1, 2))
@@ -88,7 +88,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   arrays = {**arrays, "steps": train_lib.config_snapshot_steps(cfgs[0][1])}   # the same for every config
   rows = {}
   for name, _ in cfgs:
-    rows[name] = {layer: heads_lib.summary_row(arrays, f"{name}_{layer}") for layer in ("layer1", "layer2")}
+    rows[name] = {layer: heads_analysis.summary_row(arrays, f"{name}_{layer}") for layer in ("layer1", "layer2")}
     rows[name]["layer1"]["attends_to_itself"] = _stats(arrays[f"{name}_layer1_self"])
     rows[name]["diverged"] = int(np.sum(~arrays[f"{name}_finite"]))
   summary = {"experiment": "E15 two-layer attention", "data_sets": len(arrays["runs"]),

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from svmattn.config import fields as fields_lib
+from svmattn.config import fields as F
 
 NUMERICS_VERSION = "1"    # bumped when a change moves results at the rounding level (see docs/science.md)
 
@@ -134,9 +134,9 @@ def build(experiment, values: dict, ident: dict | None = None):
         data_lib.check_vector_head(values["data"])
     study = module.build(values, ident)
   except data_lib.DataError as e:
-    raise fields_lib.ConfigError(f"--data: {e}" if values.get("data") else str(e)) from None
+    raise F.ConfigError(f"--data: {e}" if values.get("data") else str(e)) from None
   except ValueError as e:
-    raise fields_lib.ConfigError(str(e)) from None
+    raise F.ConfigError(str(e)) from None
   if experiment.prepare is not None:
     experiment.prepare(values, study)
   return study
@@ -156,7 +156,7 @@ def build_any(experiment, values: dict, sweep: dict | None = None, ident: dict |
   try:
     return sweep_lib.combine(experiment.name, parts, ident)
   except sweep_lib.SweepError as e:
-    raise fields_lib.ConfigError(str(e)) from None
+    raise F.ConfigError(str(e)) from None
 
 
 def prepare_process(values: dict) -> None:
@@ -178,7 +178,7 @@ def run(experiment, values: dict, sweep: dict | None = None):
   start_hosts(values)
   try:
     study = build_any(experiment, values, sweep)
-  except fields_lib.ConfigError as e:
+  except F.ConfigError as e:
     fail(str(e))
   combos = sweep_lib.grid(sweep) if sweep else []
   per = [{**values, **c} for c in combos]
@@ -331,7 +331,7 @@ def print_report(lines: list[str], summary: dict, each_check: bool = True) -> No
 def run_study(study, values: dict, write):
   """Run ``study`` with the pipeline settings of ``values``; ``write(output)`` writes the results
   on process 0. A results directory that cannot be used as asked ends with one clear line."""
-  from svmattn.io import checkpoint
+  from svmattn.io import checkpoint as ckpt_lib
   from svmattn.study import pipeline
   from svmattn.study import runner
   index, count = hosts(values)
@@ -343,7 +343,7 @@ def run_study(study, values: dict, write):
   try:
     with stop_on_signals():
       return runner.execute(study, values["out"], write, options)
-  except (pipeline.StudyError, checkpoint.CheckpointError) as e:
+  except (pipeline.StudyError, ckpt_lib.CheckpointError) as e:
     fail(str(e))
 
 

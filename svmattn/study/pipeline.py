@@ -50,7 +50,7 @@ import numpy as np
 
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import progress as progress_lib
-from svmattn.io import results
+from svmattn.io import results as results_io
 from svmattn.study import workers as workers_lib
 
 log = logging.getLogger(__name__)
@@ -200,7 +200,7 @@ def _prepare(out: str, study: Study, resume: bool, process_index: int, process_c
   tmp = f"{work}.tmp-{os.getpid()}"
   shutil.rmtree(tmp, ignore_errors=True)
   os.makedirs(tmp)
-  results.write_json(os.path.join(tmp, "run.json"), ident)
+  results_io.write_json(os.path.join(tmp, "run.json"), ident)
   lock = _lock(tmp)        # the lock file moves with the directory
   os.replace(tmp, work)
   return work, lock
@@ -233,7 +233,7 @@ def readable(path: str) -> bool:
 def _analyze_and_save(analyze, label, data_path, stage_paths, target):
   t0 = time.perf_counter()
   arrays = analyze(label, load_npz(data_path), {name: load_npz(p) for name, p in stage_paths.items()})
-  results.write_npz(target, arrays)
+  results_io.write_npz(target, arrays)
   return time.perf_counter() - t0
 
 
@@ -391,7 +391,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
 
   def write_data(u, data):
     if not readable(path(u, "data")):
-      results.write_npz(path(u, "data"), {**data, "runs": u.runs})
+      results_io.write_npz(path(u, "data"), {**data, "runs": u.runs})
 
   try:
     for i, u in enumerate(todo):
@@ -427,7 +427,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
           counts["dataset_steps"] += stage.steps * len(u.runs)
         timings["train_s"] += time.perf_counter() - t0
         timings["compile_s"] += compile_s
-        results.write_npz(target, arrays)
+        results_io.write_npz(target, arrays)
         checkpoints.remove()
       if not readable(path(u, "data")):  # no stage, or trained earlier and the data file lost
         write_data(u, load(cell, u.runs, u))

@@ -20,7 +20,7 @@ import numpy as np
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.study import pipeline
 from svmattn.study import runner
-from svmattn.study import stages as stages_lib
+from svmattn.study import stages
 from svmattn.train import loop as train_lib
 
 
@@ -106,7 +106,7 @@ def compare(result: dict, ref: dict) -> dict:
   return same
 
 
-def every_step(study: pipeline.Study, c: int, data: dict, stage: stages_lib.Train, start=None):
+def every_step(study: pipeline.Study, c: int, data: dict, stage: stages.Train, start=None):
   """The trajectory of a training stage at every step (a ``train.loop.Trajectory``), from
   step 0 or from ``start`` = (step, State)."""
   config = train_lib.TrainConfig(**{**stage.config.__dict__, "snapshot_every": 1})
@@ -118,7 +118,7 @@ def every_step(study: pipeline.Study, c: int, data: dict, stage: stages_lib.Trai
 
 
 def start_from_checkpoint(out: str, study: pipeline.Study, c: int, run: int, data: dict,
-                          stage: stages_lib.Train, step: int):
+                          stage: stages.Train, step: int):
   """(step, State of this run alone) from the newest checkpoint of its batch at or before
   ``step``, or None (a partial one-process run's checkpoints, OUT/work/ckpt_<unit>_<stage>)."""
   import jax

@@ -20,17 +20,16 @@ import sys
 
 from absl import app
 from absl import flags
-import numpy as np
 
 from svmattn import studies
 from svmattn.config import common
 from svmattn.data import datasets as data_lib
 from svmattn.io import checkpoint as ckpt_lib
-from svmattn.io import results
+from svmattn.io import results as results_io
 from svmattn.study import execute
 from svmattn.study import pipeline
 from svmattn.study import replay
-from svmattn.study import stages as stages_lib
+from svmattn.study import stages
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Results directory of a run of any experiment (finished or partial).")
@@ -64,7 +63,7 @@ def main(argv):
             "stages": {}}
   arrays = {}
   for stage in study.stages(study.cells[c]):
-    if not isinstance(stage, stages_lib.Train):
+    if not isinstance(stage, stages.Train):
       continue
     start = None
     if FLAGS.step is not None:
@@ -99,8 +98,8 @@ def main(argv):
     report["differ"] = differ
     print(f"run {run} of {where}: {len(same) - len(differ)}/{len(same)} per-run arrays identical to the batch"
           + (f"; DIFFER: {differ}" if differ else ""))
-  results.write_npz(os.path.join(out, f"replay_{run}.npz"), arrays)
-  results.write_json(os.path.join(out, f"replay_{run}.json"), report)
+  results_io.write_npz(os.path.join(out, f"replay_{run}.npz"), arrays)
+  results_io.write_json(os.path.join(out, f"replay_{run}.json"), report)
   sys.stdout.flush()
   return 1 if report.get("differ") else 0
 

@@ -13,8 +13,8 @@ import dataclasses
 import os
 from typing import Callable
 
-from svmattn.io import results
-from svmattn.study import hosts
+from svmattn.io import results as results_io
+from svmattn.study import hosts as hosts_lib
 from svmattn.study import pipeline
 
 
@@ -41,8 +41,8 @@ def write_record(out: str, study: pipeline.Study, output: pipeline.Output, keep_
   and reruns any data set, with nothing to compare it with."""
   for c, arrays in enumerate(output.cells):
     if keep_runs:
-      results.write_npz(record_path(out, c), arrays)
-  results.write_json(record_path(out, None), {"study": study.name, "identity": study.identity,
+      results_io.write_npz(record_path(out, c), arrays)
+  results_io.write_json(record_path(out, None), {"study": study.name, "identity": study.identity,
                                               "cells": [{"label": c.label, "runs": c.runs} for c in study.cells],
                                               "batch_size": study.batch_size, "seed": study.seed,
                                               "runs_kept": bool(keep_runs)})
@@ -53,15 +53,15 @@ def execute(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], 
   o = options
   output = pipeline.run(study, out, o.resume, o.workers, o.progress, o.keep_checkpoints, o.process_index,
                         o.process_count)
-  output = hosts.gather(output, study, o.process_index, o.process_count)
+  output = hosts_lib.gather(output, study, o.process_index, o.process_count)
   if o.process_index == 0:
     write_record(out, study, output, o.keep_runs)
     write(output)
   if o.process_count > 1:
-    hosts.sync("results written")
+    hosts_lib.sync("results written")
   pipeline.finish(out, o.process_index, o.process_count)
   if o.process_count > 1:
-    hosts.sync("work removed")
+    hosts_lib.sync("work removed")
     if o.process_index == 0:
       pipeline.finish_shared(out)
   return output

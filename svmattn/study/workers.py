@@ -42,9 +42,9 @@ def _die_with_parent() -> bool:
 
 def _start_worker(parent: int) -> None:
   import signal
-  from svmattn.svm import att_svm
+  from svmattn.svm import att_svm as svm_lib
   signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole group: the parent decides (terminate)
-  att_svm.THREADS = 1   # the workers already run in parallel
+  svm_lib.THREADS = 1   # the workers already run in parallel
   _die_with_parent()
   threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="watch-parent").start()
   if os.getppid() != parent:   # died before the watch began

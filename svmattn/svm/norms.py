@@ -183,8 +183,8 @@ def solve(A: np.ndarray, d: int, norm, solver: str | None = None):
   if solver == "clarabel_reduced":
     if nm.kind != "spectral":
       raise ValueError(f"the clarabel_reduced solver solves the spectral SVM only, not {nm.name!r}")
-    from svmattn.svm import nuclear
-    return nuclear.unit_margin(nuclear.solve_spectral(A, d), A, solver)
+    from svmattn.svm import nuclear as svm_nuclear
+    return svm_nuclear.unit_margin(svm_nuclear.solve_spectral(A, d), A, solver)
   solver = (solver or DEFAULT_SOLVER).upper()
   prob, A_par, W, margin = cvxpy_problem(N, d, nm.name)
   kwargs = SCS_SETTINGS if solver == "SCS" else CLARABEL_SETTINGS if solver == "CLARABEL" else {}

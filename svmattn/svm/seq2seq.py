@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from svmattn.data import datasets as data_lib
-from svmattn.models import heads as heads_lib
+from svmattn.models import heads
 from svmattn.svm import att_svm as svm_lib
 
 MODES = ("seq2seq", "causal")
@@ -69,7 +69,7 @@ class Seq2SeqSpec:
     return self
 
 
-def unit_gaussian(key: jax.Array, spec: Seq2SeqSpec, head: heads_lib.Head,
+def unit_gaussian(key: jax.Array, spec: Seq2SeqSpec, head: heads.Head,
                   dtype=jnp.float64) -> data_lib.Dataset:
   """One seq2seq data set: unit-normalized Gaussian tokens X (n,T,d), queries Z = X,
   labels Y (n,T) (+-1 uniform, or all +1), head parameters from ``head.init``."""
@@ -84,7 +84,7 @@ def unit_gaussian(key: jax.Array, spec: Seq2SeqSpec, head: heads_lib.Head,
 
 
 def generate(spec: Seq2SeqSpec, seed: int, runs: Sequence[int] | np.ndarray,
-             head: heads_lib.Head = heads_lib.LINEAR, dtype=jnp.float64) -> data_lib.Dataset:
+             head: heads.Head = heads.LINEAR, dtype=jnp.float64) -> data_lib.Dataset:
   """A batch of seq2seq data sets: entry b is run ``runs[b]`` of ``seed`` (leading axis B);
   drawn like ``data.generate`` (same run keys, bit-exact whatever the batch)."""
   return data_lib.generate(spec, seed, runs, head, sampler=unit_gaussian, dtype=dtype)
@@ -141,9 +141,9 @@ def validate(data: data_lib.Dataset, batched: bool = True, where: str = "data") 
 
 def save_npz(path: str | os.PathLike, data: data_lib.Dataset) -> None:
   """Write a batch of seq2seq data sets as .npz with arrays X, Y, Z, v (atomically)."""
-  from svmattn.io import results
+  from svmattn.io import results as results_io
   data = validate(data, batched=True, where=str(path))
-  results.write_npz(path, data._asdict())
+  results_io.write_npz(path, data._asdict())
 
 
 def load_npz(path: str | os.PathLike, dtype=np.float64) -> data_lib.Dataset:
@@ -174,7 +174,7 @@ def load_npz(path: str | os.PathLike, dtype=np.float64) -> data_lib.Dataset:
 # Token scores and optimality
 # ----------------------------------------------------------------------------
 
-def token_scores(head: heads_lib.Head, v: jax.Array, X: jax.Array, Y: jax.Array) -> jax.Array:
+def token_scores(head: heads.Head, v: jax.Array, X: jax.Array, Y: jax.Array) -> jax.Array:
   """gamma_ikt = Y_ik h(x_it) for one data set (device side): X (n,T,d), Y (n,K) -> (n,K,T)."""
   h = jax.vmap(jax.vmap(head.apply, (None, 0)), (None, 0))(v, X)        # (n,T)
   return Y[:, :, None] * h[:, None, :]

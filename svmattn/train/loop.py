@@ -33,9 +33,9 @@ import numpy as np
 import optax
 
 from svmattn.data import datasets as data_lib
-from svmattn.models import heads as heads_lib
+from svmattn.models import heads
 from svmattn.models import attention as model_lib
-from svmattn.optim import optimizers as optim_lib
+from svmattn.optim import optimizers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,11 +69,11 @@ class TrainConfig:
                          "(it holds its own architecture)")
       model_lib.check_loss_scale(self.loss_scale)
     model_lib.get_parameterization(self.param)
-    heads_lib.get_head(self.head)
+    heads.get_head(self.head)
     model_lib.get_model(self.model)
-    from svmattn.models import losses
-    losses.get_loss(self.loss)
-    optim_lib.get_optimizer(self.optimizer, self.lr, self.numerics)
+    from svmattn.models import losses as losses_lib
+    losses_lib.get_loss(self.loss)
+    optimizers.get_optimizer(self.optimizer, self.lr, self.numerics)
     if self.init not in model_lib.INIT_SCHEMES:
       raise ValueError(f"TrainConfig.init must be one of {model_lib.INIT_SCHEMES}, got {self.init!r}")
     for name in ("steps", "snapshot_every", "chunk_steps", "block_size"):
@@ -135,7 +135,7 @@ class Trajectory(NamedTuple):
 class Trainer(NamedTuple):
   config: TrainConfig
   param: model_lib.Parameterization
-  head: heads_lib.Head
+  head: heads.Head
   objective: Callable
   optimizer: optax.GradientTransformation
   grad: Callable                    # grad(params, data), see model.make_grad
@@ -161,7 +161,7 @@ class Trainer(NamedTuple):
   def step_one(self, state: State, data) -> State:
     grads = self.grad(state.params, data)
     extra = ({"value": self.objective(state.params, data)}   # Polyak's step size needs the loss
-             if optim_lib.needs_value(self.config.optimizer) else {})
+             if optimizers.needs_value(self.config.optimizer) else {})
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params, **extra)
     return State(optax.apply_updates(state.params, updates), opt_state)
 
@@ -226,8 +226,9 @@ def _flax_trainer(config: TrainConfig) -> FlaxTrainer:
   """The objective mean_i l(Y_i f_i) of the module's predictions; loss_scale as ``model.make_loss``:
   a number S multiplies it, "auto" scales the derivative of every softmax the module takes through
   ``flax_models.softmax`` / ``attend`` (``flax_models.auto_scaled``)."""
-  from svmattn.models import flax_models, losses
-  ell = losses.get_loss(config.loss)
+  from svmattn.models import flax_models
+  from svmattn.models import losses as losses_lib
+  ell = losses_lib.get_loss(config.loss)
   module = config.module
   scale = config.loss_scale
 
@@ -242,7 +243,7 @@ def _flax_trainer(config: TrainConfig) -> FlaxTrainer:
   else:
     objective = loss
 
-  return FlaxTrainer(config, objective, optim_lib.get_optimizer(config.optimizer, config.lr, config.numerics),
+  return FlaxTrainer(config, objective, optimizers.get_optimizer(config.optimizer, config.lr, config.numerics),
                      jax.grad(objective))
 
 
@@ -251,10 +252,10 @@ def make_trainer(config: TrainConfig) -> Trainer:
   if config.module is not None:
     return _flax_trainer(config)
   param = model_lib.get_parameterization(config.param)
-  head = heads_lib.get_head(config.head)
+  head = heads.get_head(config.head)
   args = (param, head, config.loss, config.ridge, config.model, config.loss_scale, config.numerics)
   return Trainer(config, param, head, model_lib.make_loss(*args),
-                 optim_lib.get_optimizer(config.optimizer, config.lr, config.numerics),
+                 optimizers.get_optimizer(config.optimizer, config.lr, config.numerics),
                  model_lib.make_grad(*args, train_head=config.train_head))
 
 
@@ -451,7 +452,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     raise ValueError(f"train: {keys.shape[0]} keys for {B} data sets")
   if B == 0:
     raise ValueError("train: no data sets (B = 0)")
-  if mesh is None and optim_lib.uses_decompositions(config.optimizer) and jax.default_backend() == "cpu":
+  if mesh is None and optimizers.uses_decompositions(config.optimizer) and jax.default_backend() == "cpu":
     mesh = data_mesh(jax.local_devices()[:1])   # see optim.optimizers.DECOMPOSING: XLA:CPU may deadlock
   mesh = batch_mesh(B, config.block_size, mesh)
   unit = config.block_size * mesh.size

@@ -59,7 +59,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from svmattn.data import datasets as data_lib
-from svmattn.models import heads as heads_lib
+from svmattn.models import heads
 from svmattn.models import losses as losses_lib
 from svmattn.models import attention as model_lib
 
@@ -91,7 +91,7 @@ class PathConfig:
 
   def validate(self) -> "PathConfig":
     model_lib.get_parameterization(self.param)
-    heads_lib.get_head(self.head)
+    heads.get_head(self.head)
     losses_lib.get_loss(self.loss)
     model_lib.get_model(self.model)
     for name in ("iters", "first_iters", "refresh", "power_iters"):
@@ -251,7 +251,7 @@ class _Problem(NamedTuple):
 def _problem(config: PathConfig) -> _Problem:
   config.validate()
   param = model_lib.get_parameterization(config.param)
-  head = heads_lib.get_head(config.head)
+  head = heads.get_head(config.head)
   return _Problem(config, param, model_lib.make_loss(param, head, config.loss, 0.0, config.model,
                                                          numerics=config.numerics))
 
