@@ -64,7 +64,7 @@ def test_a_sweep_is_one_study_with_a_cell_per_combination(sweep_out):
   assert not os.path.exists(os.path.join(sweep_out, "work"))
 
 
-@pytest.mark.parametrize("lr,d", [(0.1, 4), (1.0, 5)])
+@pytest.mark.parametrize("lr,d", [(0.1, 4), pytest.param(1.0, 5, marks=pytest.mark.slow)])
 def test_every_cell_equals_the_binary_run_of_its_settings(sweep_out, tmp_path, lr, d):
   out = tmp_path / "binary"
   proc = subprocess.run([sys.executable, "-m", "experiments.local_convergence", f"--out={out}", *BINARY_SMALL,
@@ -142,6 +142,7 @@ def test_bad_configs_end_with_one_line(args, expect, tmp_path):
      "unknown experiment 'E99'"),
     ("def get_config():\n  raise RuntimeError('boom')\n", "get_config() raised RuntimeError: boom"),
 ])
+@pytest.mark.slow
 def test_bad_config_files_end_with_one_line(body, expect, tmp_path):
   path = tmp_path / "c.py"
   path.write_text(body)

@@ -11,6 +11,11 @@ from svmattn.data import datasets as data_lib
 from svmattn.svm import feasibility as feas_lib
 from svmattn.models import heads
 from svmattn.analysis import metrics
+import pytest
+
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -144,6 +144,7 @@ def _flax_start(config, params):
   return 0, jax.tree_util.tree_map(np.asarray, train_lib.State(params, jax.vmap(trainer.optimizer.init)(params)))
 
 
+@pytest.mark.slow
 def test_single_head_training_equals_the_builtin_training(data):
   """200 normalized GD steps from the same W: the same W snapshots, losses and final softmax."""
   keys = train_lib.init_keys(SEED, np.arange(B))
@@ -362,6 +363,7 @@ README_SPEC = data_lib.DataSpec(n=6, T=8, d=10)   # the README example's data se
 README_RUNS = np.array([0, 1, 4])                   # three of them (runtime); see the test
 
 
+@pytest.mark.slow
 def test_the_readmes_module_tracks_the_builtin_model():
   """The README's module (attention at temperature 2, pooled by flax_models.attend) against the
   built-in W model on the README's data sets, 2000 steps each from their own inits: the direction

@@ -13,6 +13,10 @@ from svmattn.data import datasets as data_lib
 from test_health_studies import check_summary
 from test_sweep import ENV
 
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
+
 
 def _run(out, *flags, timeout=600):
   return subprocess.run([sys.executable, "-m", "experiments.joint_training", f"--out={out}", "--noprogress", *flags],

@@ -15,6 +15,10 @@ from svmattn.studies import lambda_head as e6
 from svmattn.svm import gensvm
 from test_health_studies import check_summary
 
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
+
 LAMS = [0.0, 0.4]
 FLAGS = ["--runs=3", "--lams=0,0.4", "--n=2", "--T=3", "--d=5", "--steps=300", "--snapshot_every=100",
          "--lr=0.5", "--batch_size=2", "--noprogress"]   # 2 batches per lambda

@@ -32,6 +32,10 @@ from svmattn.studies import two_layer as e15
 from test_health_studies import check_summary
 from test_sweep import ENV
 
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
+
 RUNS, N, T, D, STEPS, EVERY = 3, 3, 4, 5, 150, 10
 S = STEPS // EVERY + 1
 SIZES = [f"--runs={RUNS}", f"--n={N}", f"--T={T}", f"--d={D}", f"--steps={STEPS}", "--chunk_steps=50",

@@ -25,6 +25,10 @@ from test_sweep import assert_same_results
 from test_sweep import has_checkpoint
 from test_sweep import kill_when
 
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
+
 FLAGS = ["--ds=4", "--runs=3", "--steps=300", "--snapshot_every=50", "--chunk_steps=100", "--lr=0.5",
          "--noprogress"]
 

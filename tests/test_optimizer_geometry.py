@@ -12,6 +12,10 @@ from test_health_studies import check_summary
 from svmattn.studies import optimizer_geometry as e10
 from test_sweep import ENV
 
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
+
 FLAGS = ["--runs=4", "--n=3", "--T=4", "--d=5", "--steps=150", "--chunk_steps=50", "--snapshot_every=10",
          "--block_size=4", "--optimizers=normalized_gd,sd_linf,md_l3", "--norms=fro,linf,l3,spectral",
          "--params=W", "--noprogress"]

@@ -7,6 +7,11 @@ from conftest import run_binary
 
 import svmattn  # noqa: F401  (float64)
 from svmattn.analysis import metrics
+import pytest
+
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -12,6 +12,10 @@ from conftest import REPO_ROOT
 from svmattn.analysis import metrics
 from test_health_studies import check_summary
 
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
+
 RUNS, STEPS = 24, 300
 ENV = dict(os.environ, PYTHONPATH=REPO_ROOT)
 

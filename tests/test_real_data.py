@@ -15,6 +15,10 @@ from svmattn.studies import real_data
 from test_health_studies import check_summary
 from test_sweep import ENV
 
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
+
 FLAGS = ["--runs=2", "--n_values=2,6", "--steps=120", "--chunk_steps=60", "--snapshot_every=20", "--block_size=2",
          "--noprogress"]
 

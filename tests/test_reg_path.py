@@ -20,6 +20,10 @@ from conftest import REPO_ROOT
 from svmattn.analysis import metrics
 from test_sweep import ENV, assert_same_results, kill_when, listing
 
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
+
 # 3 data sets in pipeline batches of 2: the second batch holds one data set (solved as two copies)
 RUNS = 3
 FLAGS = [f"--runs={RUNS}", "--n=2", "--T=3", "--d=3", "--num_r=4", "--r_min=0.5", "--r_max=40", "--iters=60",

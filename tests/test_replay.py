@@ -17,6 +17,10 @@ import pytest
 from svmattn.analysis import metrics
 from test_sweep import BATCH, RUNS, e2, finished_run, load, unfinished_run
 
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
+
 STEPS, CHUNK = 150, 50
 PARAMS = ("W", "KQ")
 

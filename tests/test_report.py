@@ -279,6 +279,7 @@ def test_key_numbers_of_a_function(monkeypatch):
   assert report_lib.key_number({**r, "summary": {}}) == "-"
 
 
+@pytest.mark.slow
 def test_reproduce_builds_its_runs_from_the_registry(tmp_path):
   """Every registered experiment and variant; --quick passes the entry's quick settings as flags."""
   import subprocess

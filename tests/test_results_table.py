@@ -167,6 +167,7 @@ def _equal(got, want):
     np.testing.assert_array_equal(got.astype(want.dtype), want)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [_param(n) for n in EXPS])
 def test_load_every_experiment(outputs, name):
   exp = EXPS[name]

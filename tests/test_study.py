@@ -141,6 +141,7 @@ def _alive(pid):
     return False
 
 
+@pytest.mark.slow
 def test_no_worker_outlives_its_parents_sigkill(tmp_path):
   args = ["--n=3", "--T=4", "--d=5", "--runs=40", "--batch_size=4", "--block_size=4", "--steps=400",
           "--chunk_steps=100", "--svm_workers=2", "--noprogress"]

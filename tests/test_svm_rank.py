@@ -15,6 +15,10 @@ from svmattn.models import heads
 from svmattn.analysis import metrics
 from svmattn.svm import att_svm as svm_lib
 
+# End to end through the binary (a few seconds to a minute each): with the slow tests, which CI runs;
+# the README's test command keeps the library's own tests.
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

@@ -302,6 +302,7 @@ def test_resume_with_other_flags_is_refused(unfinished):
   assert listing(unfinished) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 def test_svm_workers_do_not_change_results(reference, tmp_path, workers):
   proc = e2(tmp_path, f"--svm_workers={workers}")

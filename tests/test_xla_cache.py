@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 SCRIPT = r"""
@@ -31,6 +33,7 @@ def _run(tmp_path, mode):
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_devices_share_compiled_programs_and_results_do_not_change(tmp_path):
   shared, plain = _run(tmp_path, "shared"), _run(tmp_path, "plain")
   assert shared["devices"] == plain["devices"] == 2
