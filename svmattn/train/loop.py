@@ -532,7 +532,9 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     chunks applied to the same restored state).
   start: (step, State with leaves (B, ...)) to continue from a saved state at ``step``
     instead of initializing; snapshots then start at that step. A step's arithmetic does
-    not depend on the chunking or the snapshot interval, so this is bit-exact too.
+    not depend on the chunking or the snapshot interval, so this is bit-exact too. With
+    ``config.minibatch`` > 0, the step number is the global one (step t trains on
+    ``minibatch_indices(key, t, ...)`` whatever the start).
   mesh: a 1-D mesh with axis "data" (``data_mesh()``); default: every local device. The
     data sets are split over its devices (see ``place``); each device runs the same
     blocked program, so the results equal a one-device run bit for bit.
