@@ -168,6 +168,14 @@ def test_same_alone_as_in_a_batch(data, keys, sampling):
   assert not np.array_equal(batch.W[1], batch.W[2])
 
 
+@pytest.mark.skipif(len(jax.local_devices()) < 2, reason="one device")
+def test_two_devices_equal_one(data, keys, mini_run):
+  one = train_lib.train(MINI, data, keys, mesh=train_lib.data_mesh(jax.local_devices()[:1]))
+  two = train_lib.train(MINI, data, keys, mesh=train_lib.data_mesh(jax.local_devices()[:2]))
+  _same(one, two)
+  _same(two, mini_run)
+
+
 class Interrupt(Exception):
   pass
 
