@@ -107,9 +107,10 @@ def block_fits_batch(block: str = "block_size", batch: str = "batch_size", defau
 
 
 def training(params=("W", "KQ"), steps: int = 2000, n: int = 6, T: int = 8, d: int = 10, chunk_steps: int = 1000,
-             init: bool = True) -> F.Settings:
+             init: bool = True, minibatch: bool = False) -> F.Settings:
   """E2's sizes and normalized-GD fields: --n --T --d --params --steps --lr --optimizer --snapshot_every
-  --chunk_steps --block_size (--init)."""
+  --chunk_steps --block_size (--init) (``minibatch``: --minibatch --sampling, for an experiment that
+  passes them into its ``TrainConfig``; see ``minibatch_fields``)."""
   fs = (F.Int("n", n, "Sequences per data set.", lower=1),
         F.Int("T", T, "Tokens per sequence.", lower=2),
         F.Int("d", d, "Embedding dimension.", lower=1),
@@ -121,7 +122,26 @@ def training(params=("W", "KQ"), steps: int = 2000, n: int = 6, T: int = 8, d: i
         F.Int("chunk_steps", chunk_steps, "Steps per jitted chunk; a checkpoint is saved after each.", lower=1),
         F.Int("block_size", 64, "Data sets per vectorized block (results are bit-identical for a fixed block size, "
               "whatever the batch size or device count).", lower=1)) + ((init_field(),) if init else ())
-  return F.Settings(fs, (block_fits_batch(),))
+  out = F.Settings(fs, (block_fits_batch(),))
+  return out + minibatch_fields() if minibatch else out
+
+
+def minibatch_fields() -> F.Settings:
+  """--minibatch --sampling (``train.loop.TrainConfig``), with the rule --minibatch <= --n."""
+  fs = (F.Int("minibatch", 0, "Sequences per optimizer step (stochastic training); 0: all n of a data set "
+              "(full-batch GD). The loss and snapshots recorded stay full-data values.", lower=0),
+        F.Enum("sampling", "without", ["with", "without", "cyclic"],
+               "With --minibatch > 0, how a step's sequences are drawn from the run's own key: with "
+               "(uniform, with replacement), without (a fresh random permutation every epoch, consumed "
+               "--minibatch at a time, wrapping into the next epoch when --minibatch does not divide n) or "
+               "cyclic (the fixed order 0..n-1, wrapping)."))
+  return F.Settings(fs, (F.Rule(("minibatch", "n"), _minibatch_rule),))
+
+
+def _minibatch_rule(v):
+  if v.get("data") or v["minibatch"] <= v["n"]:     # (a --data file's own n is checked when it is loaded)
+    return None
+  return f"--minibatch={v['minibatch']} exceeds --n={v['n']}: a step draws at most the n sequences of a data set"
 
 
 def init_field(default: str = "uniform") -> F.Field:

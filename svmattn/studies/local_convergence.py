@@ -53,7 +53,8 @@ def setup(fl: dict):
       param=p, m=fl["m"], loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"], steps=fl["steps"],
       snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl["block_size"],
       loss_scale=loss_scale(fl.get("loss_scale", "default"), fl.get("precision", "float64")),
-      numerics=fl.get("numerics", "exact"), init=init_scheme(fl)).validate())
+      numerics=fl.get("numerics", "exact"), init=init_scheme(fl), minibatch=fl.get("minibatch", 0),
+      sampling=fl.get("sampling", "without")).validate())
       for p in fl["params"])
   return spec, configs
 
@@ -91,6 +92,9 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   load = batches(spec, fl["seed"], dtype, file_data)
   d = file_data.X.shape[-1] if file_data is not None else spec.d
   check_init(fl, {p: c.param for p, c in configs}, runs, d, fl.get("m"), dtype)
+  if file_data is not None and fl.get("minibatch", 0) > file_data.X.shape[1]:
+    raise ValueError(f"--minibatch={fl['minibatch']} exceeds the n={file_data.X.shape[1]} sequences of each "
+                     f"data set of --data")
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
                         lambda cell: tuple(train_stage(p, c, fl) for p, c in configs),
@@ -218,7 +222,7 @@ def _loss_scale(value):
 
 
 SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics()
-            + common.training(params=("W", "KQ"), steps=2000) + F.Settings((
+            + common.training(params=("W", "KQ"), steps=2000, minibatch=True) + F.Settings((
                 F.Int("m", None, "(K,Q) width m (default d).", lower=1),
                 F.List("norms", ("fro", "nuc"), "Att-SVMs solved at each run's selection: fro (Frobenius), nuc "
                        "(nuclear; the slower one). E.g. --params=W --norms=fro solves only W's own SVM.",

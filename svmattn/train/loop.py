@@ -40,7 +40,29 @@ from svmattn.optim import optimizers
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-  """Everything that defines a training run besides the data and the keys."""
+  """Everything that defines a training run besides the data and the keys.
+
+  Mini-batch training (``minibatch`` > 0; docs/science.md section 15): step t trains on the
+  ``minibatch`` sequences ``minibatch_indices(key, t, n, minibatch, sampling)`` of each data set,
+  ``key`` its run's initialization key (``init_keys``), t the global step (0 at the start of
+  training, whatever the chunk or the ``start``). The objective of a step is the model's own
+  objective on the selected sequences (the same mean, over ``minibatch`` sequences instead of n;
+  the ridge term unchanged); the snapshots (W, loss, max_prob, attention) stay full-data values.
+  The indices are a pure function of (run key, step), so a data set's trajectory does not depend
+  on the batch, the block or the device it runs in, and a resumed run needs no sampler state.
+    "with": ``minibatch`` indices uniform on 0..n-1 with replacement, drawn from
+      fold_in(fold_in(key, SAMPLING_SALT), t).
+    "without": the stream perm_0, perm_1, ... of random permutations of 0..n-1, perm_e from
+      fold_in(fold_in(key, SAMPLING_SALT), e), consumed ``minibatch`` at a time: step t takes
+      stream positions t*minibatch .. (t+1)*minibatch - 1. Epoch e is the n positions of perm_e,
+      so every sequence is used exactly once per epoch; when ``minibatch`` does not divide n a
+      batch wraps from the end of one epoch into the next (nothing is dropped; such a batch may
+      hold one sequence twice, once from each epoch).
+    "cyclic": the same stream with every perm_e = 0..n-1 (sequence order, wrapping). With
+      ``minibatch`` = n it is full-batch GD bit for bit.
+  ``minibatch`` = 0 (the default) is full-batch GD with the very program of a run without
+  these fields (no sampling op is traced).
+  """
   param: str = "W"                  # "W" or "KQ"
   m: int | None = None              # (K,Q) width; None = d
   head: str = "linear"
@@ -58,6 +80,8 @@ class TrainConfig:
   numerics: str = "exact"           # "authors": X^T s pooling and g / (||g|| + eps) (see README, Numerics)
   train_head: bool = False          # train the head's parameters v with the attention (from data.v)
   module: Any = None                # a flax linen module (models.flax_models' protocol): replaces param/model
+  minibatch: int = 0                # sequences per step; 0: all n (full-batch GD, the default)
+  sampling: str = "without"         # minibatch > 0: "with", "without" (epochs) or "cyclic" replacement
 
   def validate(self) -> "TrainConfig":
     if self.module is not None:
@@ -86,11 +110,56 @@ class TrainConfig:
                        f"it), got param={self.param!r}, model={self.model!r}")
     if self.train_head and self.model.startswith("next_token"):
       raise ValueError(f"TrainConfig.train_head: the model {self.model!r} has no head to train")
+    if (not isinstance(self.minibatch, (int, np.integer)) or isinstance(self.minibatch, bool)
+        or self.minibatch < 0):
+      raise ValueError(f"TrainConfig.minibatch must be a non-negative integer (0: every sequence), "
+                       f"got {self.minibatch!r}")
+    if self.sampling not in SAMPLINGS:
+      raise ValueError(f"TrainConfig.sampling must be one of {SAMPLINGS}, got {self.sampling!r}")
     if self.m is not None and self.m < 1:
       raise ValueError(f"TrainConfig.m must be positive, got {self.m}")
     if not np.isfinite(self.lr) or self.lr <= 0:
       raise ValueError(f"TrainConfig.lr must be a positive number, got {self.lr}")
     return self
+
+
+SAMPLINGS = ("with", "without", "cyclic")
+SAMPLING_SALT = 0x6D696E69       # folded into a run's key before the step or epoch ("mini")
+
+
+def check_minibatch(config: "TrainConfig", n: int) -> None:
+  """ValueError unless 0 <= config.minibatch <= n (n: sequences per data set)."""
+  if config.minibatch > n:
+    raise ValueError(f"TrainConfig.minibatch={config.minibatch} exceeds the n={n} sequences of a data set "
+                     f"(0 trains on all of them)")
+
+
+def minibatch_indices(key: jax.Array, step, n: int, minibatch: int, sampling: str) -> jax.Array:
+  """(minibatch,) int: the sequences step ``step`` trains on (see ``TrainConfig``). Pure, jittable
+  (``step`` may be traced; n, minibatch and sampling are static)."""
+  if not 1 <= minibatch <= n:
+    raise ValueError(f"minibatch_indices: minibatch must be in [1, n={n}], got {minibatch}")
+  step = jnp.asarray(step)
+  key = jax.random.fold_in(key, SAMPLING_SALT)
+  if sampling == "with":
+    return jax.random.randint(jax.random.fold_in(key, step), (minibatch,), 0, n)
+  pos = step * minibatch + jnp.arange(minibatch, dtype=step.dtype)          # stream positions
+  if sampling == "cyclic":
+    return pos % n
+  if sampling != "without":
+    raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
+  epoch = (step * minibatch) // n                                          # epoch of the first position
+  perm = lambda e: jax.random.permutation(jax.random.fold_in(key, e), n)  # noqa: E731
+  offset = pos % n
+  if n % minibatch == 0:                                                   # a batch never crosses an epoch
+    return perm(epoch)[offset]
+  return jnp.where(pos // n == epoch, perm(epoch)[offset], perm(epoch + 1)[offset])
+
+
+def take_sequences(data, idx: jax.Array):
+  """The data set of the sequences ``idx`` (X, Y, Z rows; the head v is shared)."""
+  take = lambda a: jnp.take(a, idx, axis=0)  # noqa: E731
+  return data._replace(X=take(data.X), Y=take(data.Y), Z=take(data.Z))
 
 
 def config_snapshot_steps(config: "TrainConfig") -> np.ndarray:
@@ -165,18 +234,38 @@ class Trainer(NamedTuple):
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params, **extra)
     return State(optax.apply_updates(state.params, updates), opt_state)
 
-  def advance_one(self, state: State, data, every: int, snapshots: int):
-    """``snapshots`` times: ``every`` steps, then a snapshot. One data set."""
+  def advance_one(self, state: State, data, every: int, snapshots: int, key=None, step=None):
+    """``snapshots`` times: ``every`` steps, then a snapshot. One data set.
 
-    def inner(st, _):
-      return self.step_one(st, data), None
+    Mini-batch training (config.minibatch > 0) needs the run's ``key`` and the global ``step``
+    of the first step; step t then trains on ``minibatch_indices(key, t, ...)`` (snapshots on
+    the full data set)."""
+    mb, sampling = self.config.minibatch, self.config.sampling
+    if not mb:
+      def inner(st, _):
+        return self.step_one(st, data), None
 
-    def outer(st, _):
-      st, _ = jax.lax.scan(inner, st, None, length=every)
-      W, p, l, _, extra = self.observe(st.params, data)
-      return st, (W, p, l, extra)
+      def outer(st, _):
+        st, _ = jax.lax.scan(inner, st, None, length=every)
+        W, p, l, _, extra = self.observe(st.params, data)
+        return st, (W, p, l, extra)
 
-    return jax.lax.scan(outer, state, None, length=snapshots)
+      return jax.lax.scan(outer, state, None, length=snapshots)
+
+    n = data.X.shape[0]
+
+    def inner_mb(carry, _):
+      st, t = carry
+      batch = take_sequences(data, minibatch_indices(key, t, n, mb, sampling))
+      return (self.step_one(st, batch), t + 1), None
+
+    def outer_mb(carry, _):
+      carry, _ = jax.lax.scan(inner_mb, carry, None, length=every)
+      W, p, l, _, extra = self.observe(carry[0].params, data)
+      return carry, (W, p, l, extra)
+
+    (state, _), out = jax.lax.scan(outer_mb, (state, step), None, length=snapshots)
+    return state, out
 
 
 def _sown(tree) -> dict:
@@ -361,6 +450,9 @@ def _compiled(trainer: Trainer, kind: str, mesh, *static):
       fn = trainer.init_one
     elif kind == "observe":
       fn = trainer.observe
+    elif trainer.config.minibatch:     # (also the run keys and each data set's global step)
+      every, snapshots = static
+      fn = lambda st, dt, key, step: trainer.advance_one(st, dt, every, snapshots, key, step)  # noqa: E731
     else:
       every, snapshots = static
       fn = lambda st, dt: trainer.advance_one(st, dt, every, snapshots)  # noqa: E731
@@ -440,7 +532,9 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     chunks applied to the same restored state).
   start: (step, State with leaves (B, ...)) to continue from a saved state at ``step``
     instead of initializing; snapshots then start at that step. A step's arithmetic does
-    not depend on the chunking or the snapshot interval, so this is bit-exact too.
+    not depend on the chunking or the snapshot interval, so this is bit-exact too. With
+    ``config.minibatch`` > 0, the step number is the global one (step t trains on
+    ``minibatch_indices(key, t, ...)`` whatever the start).
   mesh: a 1-D mesh with axis "data" (``data_mesh()``); default: every local device. The
     data sets are split over its devices (see ``place``); each device runs the same
     blocked program, so the results equal a one-device run bit for bit.
@@ -452,6 +546,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     raise ValueError(f"train: {keys.shape[0]} keys for {B} data sets")
   if B == 0:
     raise ValueError("train: no data sets (B = 0)")
+  check_minibatch(config, data.X.shape[1])
   if mesh is None and optimizers.uses_decompositions(config.optimizer) and jax.default_backend() == "cpu":
     mesh = data_mesh(jax.local_devices()[:1])   # see optim.optimizers.DECOMPOSING: XLA:CPU may deadlock
   mesh = batch_mesh(B, config.block_size, mesh)
@@ -472,7 +567,14 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     state_p = place(pad_to_blocks(jax.tree_util.tree_map(np.asarray, start[1]), unit), mesh)
   params_of = lambda st: st.map(lambda part: part.params)  # noqa: E731
   observe = _compiled(trainer, "observe", mesh).compile_for(params_of(state_p), data_p)
-  calls = {call: _compiled(trainer, "advance", mesh, *call).compile_for(state_p, data_p) for call in set(plan)}
+  if config.minibatch:    # the advance calls also take the run keys and each data set's global step
+    step_dtype = jax.dtypes.canonicalize_dtype(np.int64)
+    at = lambda step: place(np.full(keys.shape[0], step, step_dtype), mesh)  # noqa: E731
+    extra_args = lambda chunk: (keys_p, at(first_step + sum(e * k for e, k in plan[:chunk])))  # noqa: E731
+  else:
+    extra_args = lambda chunk: ()  # noqa: E731
+  calls = {call: _compiled(trainer, "advance", mesh, *call).compile_for(state_p, data_p, *extra_args(0))
+           for call in set(plan)}
   compile_seconds = time.perf_counter() - t0
 
   t0 = time.perf_counter()
@@ -502,7 +604,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   pos = 1 + sum(k for _, k in plan[:start])
   for chunk in range(start, len(plan)):
     every, k = plan[chunk]
-    res = calls[(every, k)](state_p, data_p)     # every device on its part, concurrently
+    res = calls[(every, k)](state_p, data_p, *extra_args(chunk))     # every device on its part, concurrently
     state_p, out = res.map(lambda r: r[0]), res.map(lambda r: r[1])
     W, p, l, extra = _host(out)
     extra = {("kq__" + k if config.module is not None else k): v for k, v in extra.items()}
