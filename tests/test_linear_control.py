@@ -148,8 +148,9 @@ def _distinguishable(D, sol):
   return [b for b in range(len(D.X)) if _dist(sol["l2"][b].w, sol["linf"][b].w) > 1 / math.log(T)]
 
 
-def test_gd_step_below_two_over_smoothness(binary, multi):
-  D, C = binary[0], multi[0]
+def test_gd_step_below_two_over_smoothness():
+  D = data_lin.binary(0, range(6), n=20, d=5, margin=0.1)
+  C = data_lin.multiclass(0, range(4), n=30, d=5, k=3, margin=0.1)
   for X, c in ((D.X, 4.0), (C.X, 2.0)):   # logistic: L <= lmax(X^T X / n) / 4; CE: <= lmax / 2
     lmax = max(np.linalg.eigvalsh(x.T @ x / len(x))[-1] for x in X)
     assert 1.0 < 2 / (lmax / c)
@@ -192,6 +193,7 @@ def test_gd_l2_gap_decreases(binary):
 # ----------------------------------------------------------------------------- multiclass: spectral
 
 
+@pytest.mark.slow   # ~13 s alone (1e5 steps of SVD-based spectral descent), ~20 s on a loaded CI
 def test_spectral_descent_beats_gd_on_the_spectral_margin(multi):
   C, sol, runs = multi
   bound = _nsd_ratio_bound(T0, T)
