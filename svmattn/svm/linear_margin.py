@@ -61,12 +61,17 @@ def normalized_margin(w, X, y, norm) -> float:
   """min_i margin_i(w / ||w||): binary if w is a vector (y in +-1), multiclass if a (k, d) matrix
   (y in 0..k-1). NaN for w = 0."""
   w = np.asarray(w, np.float64)
-  nv = norms_lib.norm_value(w if w.ndim == 2 else w[None, :], norm) if norms_lib.parse_norm(norm).kind in (
-      "spectral", "nuc") else norms_lib.norm_value(w, norm)
+  nv = _norm(w, norm)
   if not nv > 0:
     return float("nan")
   m = binary_margins(w, X, y) if w.ndim == 1 else multiclass_margins(w, X, y)
   return float(np.nanmin(m) / nv)
+
+
+def _norm(w: np.ndarray, norm) -> float:
+  """||w|| in the named norm; a vector is a 1 x d matrix for the spectral and nuclear norms."""
+  nm = norms_lib.parse_norm(norm)
+  return norms_lib.norm_value(w[None, :] if w.ndim == 1 and not nm.entrywise else w, nm)
 
 
 def _objective(cp, var, nm):
@@ -111,7 +116,7 @@ def _solve(A: np.ndarray, shape, norm, solver: str):
   viol = 1 - np.min(A @ W.reshape(-1)) if A.shape[0] else 0.0
   if viol > FEAS_TOL:
     return "failed", None, float("nan"), f"{solver}: constraints violated by {viol:.2e}"
-  return "optimal", W, norms_lib.norm_value(W if W.ndim == 2 or nm.entrywise else W[None], nm), ""
+  return "optimal", W, _norm(W, nm), ""
 
 
 def _result(status, W, obj, msg, margins_fn, nm):
