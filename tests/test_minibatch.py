@@ -19,7 +19,7 @@ import pytest
 from conftest import REPO_ROOT
 from svmattn.data import datasets as data_lib
 from svmattn.io import checkpoint as ckpt_lib
-from svmattn.studies import local_convergence as e2_lib
+from svmattn.studies import local_convergence
 from svmattn.train import loop as train_lib
 from test_sweep import ENV, assert_same_results, has_checkpoint, kill_when
 
@@ -107,9 +107,9 @@ def test_bad_minibatch_settings(data, keys):
     dataclasses.replace(BASE, minibatch=-1).validate()
   with pytest.raises(ValueError, match="sampling must be one of"):
     dataclasses.replace(BASE, minibatch=2, sampling="shuffle").validate()
-  problems = e2_lib.SETTINGS.problems({**e2_lib.SETTINGS.values({}), "n": 4, "minibatch": 5})
+  problems = local_convergence.SETTINGS.problems({**local_convergence.SETTINGS.values({}), "n": 4, "minibatch": 5})
   assert problems == ["--minibatch=5 exceeds --n=4: a step draws at most the n sequences of a data set"]
-  problems = e2_lib.SETTINGS.problems({**e2_lib.SETTINGS.values({}), "sampling": "shuffle"})
+  problems = local_convergence.SETTINGS.problems({**local_convergence.SETTINGS.values({}), "sampling": "shuffle"})
   assert problems and "sampling" in problems[0]
 
 

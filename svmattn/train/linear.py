@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from svmattn.optim import optimizers as optim_lib
+from svmattn.optim import optimizers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,11 +63,11 @@ def cross_entropy_loss(W, X, y):
 
 def _optimizer(name: str, lr: float, schedule: str) -> optax.GradientTransformation:
   if schedule == "constant":
-    return optim_lib.get_optimizer(name, lr)
+    return optimizers.get_optimizer(name, lr)
   if schedule == "inv_sqrt":
     # get_optimizer(name, 1) is the unit-step method (for the normalized ones the unit
     # steepest-descent direction); scale it by the decaying step lr / sqrt(t + 1).
-    return optax.chain(optim_lib.get_optimizer(name, 1.0),
+    return optax.chain(optimizers.get_optimizer(name, 1.0),
                        optax.scale_by_schedule(lambda t: lr / jnp.sqrt(t + 1.0)))
   raise ValueError(f"schedule must be 'constant' or 'inv_sqrt', got {schedule!r}")
 
