@@ -220,9 +220,15 @@ def get_optimizer(name: str, learning_rate: float, numerics: str = "exact") -> o
 # Momentum, Signum, sign GD and step-size schedules (module docstring)
 # ----------------------------------------------------------------------------
 
+def _float_count(t):
+  """The int32 step count as the default float (float64 with x64 on, as svmattn sets it): int32 -> float32
+  would round lr / sqrt(t + 1) to float32 before optax casts it to the parameters' dtype."""
+  return jnp.asarray(t, jnp.result_type(float))
+
+
 SCHEDULES = {"const": None,
-             "sqrt": lambda t: 1 / jnp.sqrt(t + 1),
-             "inv": lambda t: 1 / (t + 1)}
+             "sqrt": lambda t: 1 / jnp.sqrt(_float_count(t) + 1),
+             "inv": lambda t: 1 / (_float_count(t) + 1)}
 MOMENTUM_BASES = ("normalized_gd", "ngd", "sd_l1", "sd_linf", "sd_spectral", "sd_spectral_ns", "sd_nuc",
                   "sign_gd", "sd_l<p>")
 _MOMENTUM_NAME = re.compile(r"(.+)\+(mom|nesterov)(.*)")
