@@ -206,7 +206,9 @@ def get_optimizer(name: str, learning_rate: float, numerics: str = "exact") -> o
   factory = getattr(optax, name, None)
   if factory is None or not callable(factory) or name.startswith("_"):
     raise ValueError(f"unknown optimizer {name!r}; use one of {sorted(OPTIMIZERS)}, sd_l<p> or md_l<p> "
-                     "(real p > 1, e.g. sd_l3, md_l1.75) or the name of an optax optimizer (e.g. adam)")
+                     "(real p > 1, e.g. sd_l3, md_l1.75) or the name of an optax optimizer (e.g. adam); with "
+                     "momentum <base>+mom<beta> / <base>+nesterov<beta>, signum<beta>, sign_gd, and a step-size "
+                     "schedule suffix @sqrt / @inv (e.g. sd_linf+nesterov0.9@sqrt)")
   try:
     opt = factory(learning_rate)
   except TypeError as e:
