@@ -88,11 +88,14 @@ def existing_file(path):
 
 
 def optimizer(value):
-  """normalized_gd, gd or an optax optimizer's name."""
+  """A name ``optim.optimizers.get_optimizer`` accepts (normalized_gd, gd, sd_*, momentum and
+  schedule forms such as sd_linf+nesterov0.9@sqrt, an optax optimizer's name)."""
   from svmattn.optim import optimizers
   try:
     optimizers.get_optimizer(value, 0.1)
-  except (ValueError, KeyError, TypeError, AttributeError):
+  except ValueError as e:
+    return " ".join(str(e).split())
+  except (KeyError, TypeError, AttributeError):
     return "must be normalized_gd, gd or the name of an optax optimizer (e.g. adam, sgd)"
   return None
 
