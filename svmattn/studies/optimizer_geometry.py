@@ -78,7 +78,8 @@ def configs(fl: dict) -> tuple:
       out.append((stage_name(opt, p), opt, p, train_lib.TrainConfig(
           param=p, optimizer=opt, lr=fl["lr"], steps=fl["steps"], snapshot_every=fl["snapshot_every"],
           chunk_steps=fl["chunk_steps"], init=local_convergence.init_scheme(fl), block_size=fl.get("block_size", 64),
-          numerics=fl.get("numerics", "exact")).validate()))
+          numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
+          sampling=fl.get("sampling", "without")).validate()))
   return tuple(out)
 
 
@@ -263,7 +264,7 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nu
     F.Int("snapshot_every", 10, "Record W every this many steps.", lower=1),
     F.Int("chunk_steps", 1000, "Steps per jitted chunk; a checkpoint is saved after each.", lower=1),
     F.Int("block_size", 64, "Data sets per vectorized block.", lower=1),
-)))
+))) + common.minibatch_fields()     # (stochastic optimizers: e.g. per-sample Adam is --optimizers=adam --minibatch=1)
 
 EXPERIMENT = registry.Experiment(
     id="E10", name=NAME, title="Optimizer geometry: each optimizer against the Att-SVM of every norm",
