@@ -128,12 +128,15 @@ def _flax_single_head():
   return flax_models.SingleHead()
 
 
+SLOW = pytest.mark.slow     # (each path compiles its own programs: with the slow tests, which CI runs)
+
+
 @pytest.mark.parametrize("kwargs", [
-    dict(param="W"),                                           # closed-form gradient, normalized GD
-    dict(param="KQ", optimizer="gd"),
-    dict(param="W", optimizer="adam", lr=0.01),                # an optax optimizer
-    dict(param="p", model="prompt"),                           # autodiff
-    dict(module="flax"),                                       # the flax-model path
+    dict(param="W"),                                                      # closed-form gradient, normalized GD
+    pytest.param(dict(param="KQ", optimizer="gd"), marks=SLOW),
+    pytest.param(dict(param="W", optimizer="adam", lr=0.01), marks=SLOW),  # an optax optimizer
+    pytest.param(dict(param="p", model="prompt"), marks=SLOW),            # autodiff
+    pytest.param(dict(module="flax"), marks=SLOW),                        # the flax-model path
 ], ids=["W", "KQ-gd", "W-adam", "prompt", "flax"])
 def test_all_sequences_in_order_is_full_batch_bit_for_bit(data, keys, kwargs):
   if kwargs.get("module") == "flax":
@@ -241,6 +244,7 @@ def e2_reference(tmp_path_factory):
   return out
 
 
+@pytest.mark.slow
 def test_e2_minibatch_end_to_end(e2_reference):
   import json
   with open(os.path.join(e2_reference, "summary.json")) as f:

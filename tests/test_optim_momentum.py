@@ -48,8 +48,11 @@ def _updates(name, grads):
 
 # (a) every new name trains
 
+FAST_NAMES = ("normalized_gd+mom0.9", "signum0.9", "sd_linf+nesterov0.9@sqrt")   # the rest with the slow tests
+
+
 @pytest.mark.parametrize("param", ["W", "KQ"])
-@pytest.mark.parametrize("name", NEW_NAMES)
+@pytest.mark.parametrize("name", [n if n in FAST_NAMES else pytest.param(n, marks=pytest.mark.slow) for n in NEW_NAMES])
 def test_new_names_train(tiny, name, param):
   data, keys = tiny
   traj = train_lib.train(_config(name, param), data, keys)
