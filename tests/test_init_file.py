@@ -56,7 +56,7 @@ def _normal_file(path, param, seed, rows=4, m=None):
   return arrays
 
 
-@pytest.mark.parametrize("param, train_head", [("W", False), ("KQ", False), ("W", True)])
+@pytest.mark.parametrize("param, train_head", [("KQ", False)] + [pytest.param(*c, marks=pytest.mark.slow) for c in [("W", False), ("W", True)]])
 def test_rows_of_the_random_init_reproduce_it_bit_for_bit(tmp_path, data, param, train_head):
   config = dataclasses.replace(CONFIGS[param], train_head=train_head)
   random = _run(stages.Train("t", config), data, RUNS)

@@ -34,6 +34,9 @@ from svmattn.data import linear as data_lin
 from svmattn.svm import linear_margin as lm
 from svmattn.train import linear as train_lin
 
+# Long trainings (1e5 steps) against the host solvers: with the slow tests, which CI runs.
+pytestmark = pytest.mark.slow
+
 T, EVERY = 100_000, 10_000
 T0 = EVERY
 NSD_LR = 0.1

@@ -66,7 +66,7 @@ def _stream(n, m, sampling, steps, key=None):
 # The indices
 # ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n, m", [(6, 2), (6, 4), (5, 2), (5, 5)])
+@pytest.mark.parametrize("n, m", [(5, 2)] + [pytest.param(*nm, marks=pytest.mark.slow) for nm in [(6, 2), (6, 4), (5, 5)]])
 def test_without_replacement_each_sequence_once_per_epoch(n, m):
   epochs = 7
   steps = -(-epochs * n // m)
@@ -171,6 +171,7 @@ def test_same_alone_as_in_a_batch(data, keys, sampling):
   assert not np.array_equal(batch.W[1], batch.W[2])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(jax.local_devices()) < 2, reason="one device")
 def test_two_devices_equal_one(data, keys, mini_run):
   one = train_lib.train(MINI, data, keys, mesh=train_lib.data_mesh(jax.local_devices()[:1]))
@@ -203,6 +204,7 @@ def test_resumed_from_checkpoint_is_bit_identical(data, keys, mini_run, tmp_path
   _same(resumed, reference)
 
 
+@pytest.mark.slow
 def test_start_continues_the_sampling_stream(data, keys, mini_run, tmp_path):
   """``start`` = (step, state): step t still trains on the indices of step t (the state after
   chunk 1, step 10, taken from a checkpoint)."""

@@ -48,7 +48,7 @@ def _updates(name, grads):
 
 # (a) every new name trains
 
-FAST_NAMES = ("normalized_gd+mom0.9", "signum0.9", "sd_linf+nesterov0.9@sqrt")   # the rest with the slow tests
+FAST_NAMES = ("sd_linf+nesterov0.9@sqrt",)   # the rest with the slow tests
 
 
 @pytest.mark.parametrize("param", ["W", "KQ"])
@@ -144,6 +144,7 @@ def test_existing_names_never_reach_the_new_parser(monkeypatch):
 
 @pytest.mark.parametrize("old, new", [("normalized_gd", "normalized_gd@const"), ("sd_linf", "sign_gd"),
                                       ("adam", "adam@const")])
+@pytest.mark.slow
 def test_existing_trajectories_unchanged(tiny, old, new):
   data, keys = tiny
   a = train_lib.train(_config(old, "W"), data, keys)

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from conftest import REPO_ROOT
 from svmattn import registry
@@ -41,6 +42,7 @@ def test_shares_are_fractions_of_the_sequences():
       assert np.all(np.isclose(out[k] * 3, np.round(out[k] * 3)))      # multiples of 1/n
 
 
+@pytest.mark.slow
 def test_it_is_registered_and_runs_from_the_command(tmp_path):
   assert registry.get("Q1").name == "selection_at_init"
   out = tmp_path / "q1"
