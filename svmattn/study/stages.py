@@ -91,3 +91,47 @@ class Train:
     for k, v in (traj.sown or {}).items():     # a flax model's sown values: sown_<path>_<name>
       arrays[f"sown_{k}"] = v
     return arrays, traj.compile_seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearTrain:
+  """Train the linear-classifier control (``train.linear``) on the batch's X (B,n,d) and y (B,n):
+  logistic regression on +-1 labels (``classes`` = 0) or softmax regression on ``classes`` classes,
+  from w = 0, with any optimizer name; mini-batches are drawn from each run's key
+  (``train.loop.init_keys(seed, runs)``). Runs in fixed blocks of ``block_size`` data sets (the
+  last padded with copies) so a data set's arrays do not depend on its batch. Stores the snapshots
+  W (B,S,1,d) (binary: w as a row) or (B,S,k,d), loss (B,S), finite (B,), stalled_step (B,), the
+  snapshot steps (S,), max_prob (B,S) = 1 (no attention: never "unsaturated") and last_rise (B,)
+  (``train.linear.LinearRun``: the end of the oscillating phase, checked at every step)."""
+  name: str
+  optimizer: str
+  lr: float
+  steps: int
+  every: int
+  classes: int = 0
+  minibatch: int = 0
+  sampling: str = "without"
+  block_size: int = 64
+
+  def run(self, batch: dict, runs: np.ndarray, seed: int, progress: Callable[[int], None], checkpoints):
+    from svmattn.train import linear as linear_lib
+    X, y = np.asarray(batch["X"], np.float64), np.asarray(batch["y"])
+    B = len(runs)
+    keys = np.asarray(train_lib.init_keys(seed, runs))
+    blocks = train_lib.pad_to_blocks({"X": X, "y": y, "keys": keys}, self.block_size)
+    ws, losses, rises = [], [], []
+    for start in range(0, len(blocks["X"]), self.block_size):
+      part = {k: v[start:start + self.block_size] for k, v in blocks.items()}
+      kw = dict(optimizer=self.optimizer, lr=self.lr, steps=self.steps, every=self.every,
+                minibatch=self.minibatch, sampling=self.sampling, keys=part["keys"])
+      res = (linear_lib.train_multiclass(part["X"], part["y"], self.classes, **kw) if self.classes
+             else linear_lib.train_binary(part["X"], part["y"], **kw))
+      ws.append(res.w), losses.append(res.loss), rises.append(res.last_rise)
+    w, loss = np.concatenate(ws)[:B], np.concatenate(losses)[:B]
+    if not self.classes:
+      w = w[:, :, None, :]
+    progress(self.steps)
+    steps = res.steps
+    finite = np.all(np.isfinite(w[:, -1].reshape(B, -1)), axis=1) & np.isfinite(loss[:, -1])
+    return ({"W": w, "loss": loss, "steps": steps, "finite": finite, "max_prob": np.ones_like(loss),
+             "stalled_step": health.stalled_step(w, loss, steps), "last_rise": np.concatenate(rises)[:B]}, 0.0)

@@ -19,6 +19,7 @@ tracks the margin gap of a trajectory (binary when w is a vector, multiclass whe
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import numpy as np
 
@@ -104,7 +105,9 @@ def _solve(A: np.ndarray, shape, norm, solver: str):
       dict(norms_lib.SCS_SETTINGS) if solver == "SCS" else {})
   kwargs.pop("warm_start", None)
   try:
-    prob.solve(solver=solver, **kwargs)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")     # "solution may be inaccurate": the status and message say it
+      prob.solve(solver=solver, **kwargs)
   except Exception as e:  # noqa: BLE001 -- never raise on data
     return "failed", None, float("nan"), f"{solver}: {type(e).__name__}: {e}"
   st = prob.status
@@ -116,7 +119,7 @@ def _solve(A: np.ndarray, shape, norm, solver: str):
   viol = 1 - np.min(A @ W.reshape(-1)) if A.shape[0] else 0.0
   if viol > FEAS_TOL:
     return "failed", None, float("nan"), f"{solver}: constraints violated by {viol:.2e}"
-  return "optimal", W, _norm(W, nm), ""
+  return "optimal", W, _norm(W, nm), (f"{solver}: {st}" if st != "optimal" else "")
 
 
 def _result(status, W, obj, msg, margins_fn, nm):

@@ -10,6 +10,12 @@ initialization; any optimizer name of ``optim.optimizers.get_optimizer``; jit(vm
 sets) of a lax.scan over snapshots of a lax.scan over ``every`` steps. Snapshot s holds w after
 (s + 1) * every steps (S = steps // every).
 
+Mini-batch training (``minibatch`` > 0, docs/science.md section 15): step t trains on the loss
+of the ``minibatch`` points ``train.loop.minibatch_indices(key, t, n, minibatch, sampling)`` of
+each data set (the attention loop's rule, from the run's own key); 0 is full batch. The loss
+recorded at snapshots is always the full-data loss. Optimizers that need the objective (polyak)
+get the mini-batch loss.
+
 Step sizes (``schedule``): "constant" lr, or "inv_sqrt" lr / sqrt(t + 1) (t = 0, 1, ...), the
 decaying steps under which normalized steepest descent's margin converges (Fan, Schmidt,
 Thrampoulidis 2025, arXiv 2502.04664); a constant step makes a normalized method oscillate at
@@ -31,15 +37,19 @@ import numpy as np
 import optax
 
 from svmattn.optim import optimizers
+from svmattn.train import loop as loop_lib
 
 
 @dataclasses.dataclass(frozen=True)
 class LinearRun:
   """w: (B, S, d) or (B, S, k, d) snapshots; steps: (S,) the step count of each snapshot;
-  loss: (B, S) the training loss at each snapshot."""
+  loss: (B, S) the training loss at each snapshot; last_rise: (B,) the last step t at which the
+  objective the step saw, L(w_t) (a mini-batch's loss with mini-batches), was above L(w_{t-1}),
+  checked at every step (0 if it never rose): the end of the oscillating phase of large steps."""
   w: np.ndarray
   steps: np.ndarray
   loss: np.ndarray
+  last_rise: np.ndarray | None = None
 
 
 def logistic_loss(w, X, y):
@@ -73,49 +83,72 @@ def _optimizer(name: str, lr: float, schedule: str) -> optax.GradientTransformat
 
 
 @functools.lru_cache(maxsize=64)
-def _train_fn(loss_name: str, name: str, lr: float, schedule: str, n_snap: int, every: int):
+def _train_fn(loss_name: str, name: str, lr: float, schedule: str, n_snap: int, every: int,
+              minibatch: int = 0, sampling: str = "without"):
   loss_fn = logistic_loss if loss_name == "logistic" else cross_entropy_loss
   opt = _optimizer(name, lr, schedule)
+  value = optimizers.needs_value(name)
 
-  def one(w0, X, y):
+  def one(w0, X, y, key):
     state0 = opt.init(w0)
+    n = X.shape[0]
 
     def step(carry, _):
-      w, state = carry
-      g = jax.grad(loss_fn)(w, X, y)
-      upd, state = opt.update(g, state, w)
-      return (optax.apply_updates(w, upd), state), None
+      w, state, t, prev, last = carry
+      if minibatch:
+        idx = loop_lib.minibatch_indices(key, t, n, minibatch, sampling)
+        Xb, yb = X[idx], y[idx]
+      else:
+        Xb, yb = X, y
+      f, g = jax.value_and_grad(loss_fn)(w, Xb, yb)
+      last = jnp.where((t > 0) & (f > prev), t, last)
+      upd, state = opt.update(g, state, w, **({"value": f} if value else {}))
+      return (optax.apply_updates(w, upd), state, t + 1, f, last), None
 
     def block(carry, _):
       carry, _ = jax.lax.scan(step, carry, None, length=every)
       return carry, (carry[0], loss_fn(carry[0], X, y))
 
-    _, (ws, losses) = jax.lax.scan(block, (w0, state0), None, length=n_snap)
-    return ws, losses
+    zero = jnp.zeros((), X.dtype)
+    carry, (ws, losses) = jax.lax.scan(block, (w0, state0, jnp.int32(0), zero, jnp.int32(0)), None, length=n_snap)
+    return ws, losses, carry[4]
 
   return jax.jit(jax.vmap(one))
 
 
-def _run(loss_name, w0, X, y, optimizer, lr, steps, every, schedule) -> LinearRun:
+def _run(loss_name, w0, X, y, optimizer, lr, steps, every, schedule, minibatch=0, sampling="without",
+         keys=None) -> LinearRun:
   if steps < every or every < 1 or steps % every:
     raise ValueError(f"steps must be a positive multiple of every, got steps={steps}, every={every}")
+  n = X.shape[1]
+  if not 0 <= minibatch <= n:
+    raise ValueError(f"minibatch must be in [0, n={n}], got {minibatch}")
+  if minibatch and keys is None:
+    raise ValueError("mini-batch training needs the runs' keys (train.loop.init_keys(seed, runs))")
+  if keys is None:
+    keys = jnp.zeros((X.shape[0], 2), jnp.uint32)   # unused in full batch
   n_snap = steps // every
-  fn = _train_fn(loss_name, optimizer, float(lr), schedule, n_snap, int(every))
-  ws, losses = fn(w0, jnp.asarray(X, jnp.float64), y)
-  return LinearRun(np.asarray(ws), every * np.arange(1, n_snap + 1), np.asarray(losses))
+  fn = _train_fn(loss_name, optimizer, float(lr), schedule, n_snap, int(every), int(minibatch), sampling)
+  ws, losses, last = fn(w0, jnp.asarray(X, jnp.float64), y, keys)
+  return LinearRun(np.asarray(ws), every * np.arange(1, n_snap + 1), np.asarray(losses), np.asarray(last))
 
 
 def train_binary(X, y, optimizer: str = "gd", lr: float = 1.0, steps: int = 1000, every: int = 100,
-                 schedule: str = "constant") -> LinearRun:
-  """Logistic regression from w = 0 on each data set; X (B, n, d), y (B, n) in +-1."""
+                 schedule: str = "constant", minibatch: int = 0, sampling: str = "without",
+                 keys=None) -> LinearRun:
+  """Logistic regression from w = 0 on each data set; X (B, n, d), y (B, n) in +-1; ``keys`` (B,)
+  the runs' keys (``train.loop.init_keys``), needed when ``minibatch`` > 0."""
   X = np.asarray(X, np.float64)
   w0 = jnp.zeros(X.shape[::2], jnp.float64)
-  return _run("logistic", w0, X, jnp.asarray(y, jnp.float64), optimizer, lr, steps, every, schedule)
+  return _run("logistic", w0, X, jnp.asarray(y, jnp.float64), optimizer, lr, steps, every, schedule,
+              minibatch, sampling, keys)
 
 
 def train_multiclass(X, y, k: int, optimizer: str = "gd", lr: float = 1.0, steps: int = 1000,
-                     every: int = 100, schedule: str = "constant") -> LinearRun:
+                     every: int = 100, schedule: str = "constant", minibatch: int = 0, sampling: str = "without",
+                     keys=None) -> LinearRun:
   """Softmax regression W (k, d) from W = 0 on each data set; X (B, n, d), y (B, n) in 0..k-1."""
   X = np.asarray(X, np.float64)
   w0 = jnp.zeros((X.shape[0], k, X.shape[2]), jnp.float64)
-  return _run("ce", w0, X, jnp.asarray(y, jnp.int32), optimizer, lr, steps, every, schedule)
+  return _run("ce", w0, X, jnp.asarray(y, jnp.int32), optimizer, lr, steps, every, schedule,
+              minibatch, sampling, keys)
