@@ -20,6 +20,11 @@ def _rate_panel(ax, arrays, tag, rows, fit_from):
     if gap is None or steps is None or "_lr" in name:
       continue
     x = steps[0]
+    health = _cell(arrays, tag, f"health_{name}")
+    if health is not None:                  # as in the summary: stalled and diverged runs are left out
+      gap = gap[~np.isin(health, ("stalled", "diverged"))]
+    if not len(gap):
+      continue
     with np.errstate(all="ignore"):
       med = np.nanmedian(np.where(gap > 0, gap, np.nan), axis=0)
     ok = np.isfinite(med) & (x > 0)
@@ -56,7 +61,7 @@ def draw(arrays, summary, out, flags, extras=None):
   for ax in axes[len(tags):]:
     ax.set_visible(False)
   fig.tight_layout(rect=(0, 0, 1, 0.97))
-  fig.suptitle(f"gap in each optimizer's target norm (median over data sets); dashed: fitted slope on the last "
+  fig.suptitle(f"gap in each optimizer's target norm (median over the data sets not stalled); dashed: fitted slope on the last "
                f"{1 - fit_from:.0%} of the run", fontsize=9)
   plots.save(fig, f"{out}/rates.png")
 
@@ -102,6 +107,7 @@ def draw(arrays, summary, out, flags, extras=None):
     ax.plot(lr, top, "v:", color=f"C{k}", label=f"{model}: max")
   ax.set_xscale("log")
   ax.set_yscale("symlog", linthresh=10)
+  ax.set_ylim(bottom=0)
   ax.set(xlabel="GD step size eta", ylabel="last step at which the loss rose",
          title="large constant steps: end of the oscillating phase (0: monotone)")
   if by_model:

@@ -30,6 +30,7 @@ import functools
 import math
 import re
 import threading
+import warnings
 
 import numpy as np
 
@@ -199,7 +200,9 @@ def solve_problem(prob, A_par, W, margin, A: np.ndarray, solver: str, kwargs: di
   import cvxpy as cp
   A_par.value = A
   try:
-    prob.solve(solver=solver, **kwargs)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")     # "solution may be inaccurate": the status says it
+      prob.solve(solver=solver, **kwargs)
   except Exception as e:  # noqa: BLE001 - a solver failure is an outcome
     return "failed", None, None, f"{solver}: {type(e).__name__}: {e}"
   status = prob.status
