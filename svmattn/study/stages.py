@@ -130,7 +130,8 @@ class LinearTrain:
     w, loss = np.concatenate(ws)[:B], np.concatenate(losses)[:B]
     if not self.classes:
       w = w[:, :, None, :]
-    progress(self.steps)
+    if progress is not None:
+      progress(self.steps)
     steps = res.steps
     finite = np.all(np.isfinite(w[:, -1].reshape(B, -1)), axis=1) & np.isfinite(loss[:, -1])
     return ({"W": w, "loss": loss, "steps": steps, "finite": finite, "max_prob": np.ones_like(loss),
