@@ -125,6 +125,18 @@ def _analyze_all(values):
   return study, out
 
 
+def test_linear_cells_summarize():
+  values = e16.SETTINGS.validate({**e16.SETTINGS.defaults(), **SMALL, "models": ["linear"], "minibatches": [0],
+                                  "optimizers": ["gd", "sign_gd"]})
+  study, cells = _analyze_all(values)
+  _, summary = e16.reduce(values, cells)
+  rows = summary["cells"]["linear_mb0"]
+  assert rows["gd"]["target_norm"] == "l2" and rows["sign_gd"]["target_norm"] == "linf"
+  assert sum(rows["gd"]["nearest"].values()) == rows["gd"]["runs_used"] <= 3
+  assert np.all(cells[0]["gap_gd_l2"] > -1e-5)
+
+
+@pytest.mark.slow
 def test_study_records_nearest_norm_gaps_slopes_and_oscillation():
   values = e16.SETTINGS.validate({**e16.SETTINGS.defaults(), **SMALL, "models": ["linear", "W"],
                                   "optimizers": ["gd", "sign_gd", "gd:16"]})
