@@ -432,12 +432,12 @@ def report(summary: dict, fl: dict) -> list[str]:
            "at the snapshots); used: runs in the statistics (stalled and diverged ones are left out)"]
   for tag, rows in summary["cells"].items():
     lines.append(f"  {tag}")
-    lines.append(f"    {'stage':<24}{'used':>5}{'target':>9}{'nearest (runs)':>30}{'corr':>8}{'gap':>10}"
+    lines.append(f"    {'stage':<27}{'used':>5}{'target':>9}{'nearest (runs)':>30}{'corr':>8}{'gap':>10}"
                  f"{'slope(gap)':>24}{'osc end':>9}")
     for name, r in rows.items():
       n = r["target_norm"] or r["nearest_by_mean_corr"]
       near = ",".join(f"{k}:{v}" for k, v in r["nearest"].items() if v)
-      lines.append(f"    {name:<24}{r['runs_used']:>5}{str(r['target_norm'] or '-'):>9}{near:>30}"
+      lines.append(f"    {name:<27}{r['runs_used']:>5}{str(r['target_norm'] or '-'):>9}{near:>30}"
                    f"{_fmt(r['final_corr'].get(n) if n else None, '.4f'):>8}"
                    f"{_fmt(r['final_gap'].get(n) if n else None, '.2e'):>10}{_ci(r['slope_gap']):>24}"
                    f"{_fmt(r['osc_end_median'], '.0f'):>9}")
