@@ -33,6 +33,7 @@ from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
+from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.figures import joint_training as figures
 from svmattn.study import pipeline
@@ -91,7 +92,8 @@ def configs(fl: dict) -> tuple:
           param=p, model="prompt" if p == "p" else "single_query", train_head=not fixed, lr=fl["lr"],
           steps=fl["steps"], snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"],
           init=fl.get("init", "uniform"), block_size=fl.get("block_size", 64),
-          numerics=fl.get("numerics", "exact")).validate()
+          numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
+          sampling=fl.get("sampling", "without")).validate()
       out.append((stage_name(p, fixed), p, not fixed, cfg))
   return tuple(out)
 
@@ -109,6 +111,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"]).validate()
     file_data = data_lib.load_npz(fl["data"]) if fl.get("data") else None
     start = None
+  if file_data is not None:
+    minibatch.check_loaded(fl, file_data.X.shape[1], "--setting=toy" if setting == "toy" else "--data")
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
 
   load = local_convergence.batches(spec, fl["seed"], np.float64, file_data)
@@ -332,6 +336,14 @@ def _toy_without_data(v):
   return None
 
 
+def _minibatch_limit(v):
+  """(sequences per data set, named) of --setting=toy (its data sets' 3) or e2 (--n; a --data file's
+  n is checked when it is loaded)."""
+  if v["setting"] == "toy":
+    return TOY_X.shape[1], f"the n={TOY_X.shape[1]} sequences of --setting=toy's data sets"
+  return None if v["data"] else (v["n"], f"--n={v['n']}")
+
+
 def _toy_trains_prompt(v):
   if v["setting"] == "toy" and v["params"] not in (None, ("p",)):
     return "--setting=toy trains prompt attention: --params=p (or leave --params out)"
@@ -357,7 +369,8 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nu
 ), (common.block_fits_batch(),
     # (the toy setting's own data and model: what the binary's main refused before the run)
     F.Rule(("setting", "data"), _toy_without_data),
-    F.Rule(("setting", "params"), _toy_trains_prompt))))
+    F.Rule(("setting", "params"), _toy_trains_prompt)))
+    + minibatch.settings(("n", "setting", "data"), _minibatch_limit))
 
 EXPERIMENT = registry.Experiment(
     id="E11", name=NAME, title="Joint training of head and attention (E2's sizes)",

@@ -31,6 +31,7 @@ from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
+from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.study import pipeline
@@ -111,8 +112,11 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   configs = {lam: train_lib.TrainConfig(param="W", head=heads.lambda_head(lam).name, lr=fl["lr"], steps=fl["steps"],
                                         snapshot_every=fl["snapshot_every"],
                                         chunk_steps=fl["chunk_steps"],
-                                        numerics=fl.get("numerics", "exact")).validate() for lam in lams}
+                                        numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
+                                        sampling=fl.get("sampling", "without")).validate() for lam in lams}
   file_data = load_data_file(fl["data"], dtype) if fl.get("data") else None
+  if file_data is not None:
+    minibatch.check_loaded(fl, file_data.X.shape[1])
   runs = int(file_data.X.shape[0]) if file_data is not None else int(fl["runs"])
   params = {"tau_L": np.asarray(float(fl["tau_L"])), "tau_H": np.asarray(float(fl["tau_H"])),
             "keep_intermediate": np.asarray(bool(fl["keep_intermediate"]))}
@@ -273,7 +277,7 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nu
            "discarded as 'finite' (nothing masked) are never evaluated."),
 ), (F.Rule(("T", "d"), lambda v: None if v["T"] <= v["d"] else "--T must be <= --d (orthonormal tokens)"),
     F.Rule(("tau_L", "tau_H"), lambda v: None if 0 < v["tau_L"] < v["tau_H"] < 1
-           else "need 0 < --tau_L < --tau_H < 1"))))
+           else "need 0 < --tau_L < --tau_H < 1"))) + minibatch.settings())
 
 EXPERIMENT = registry.Experiment(
     id="E6", name=NAME, title="Lambda head: tokens selected vs lambda",

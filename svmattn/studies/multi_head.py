@@ -26,6 +26,7 @@ from svmattn.analysis import heads as heads_analysis
 from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
+from svmattn.config import minibatch
 from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.figures import multi_head as figures
@@ -42,7 +43,8 @@ def configs(fl: dict) -> tuple:
   return tuple((p, train_lib.TrainConfig(
       module=flax_models.MultiHead(heads=fl["heads"], param_kind=p), lr=fl["lr"], steps=fl["steps"],
       snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl.get("block_size", 64),
-      optimizer=fl.get("optimizer", "normalized_gd"), numerics=fl.get("numerics", "exact")).validate())
+      optimizer=fl.get("optimizer", "normalized_gd"), numerics=fl.get("numerics", "exact"),
+      minibatch=fl.get("minibatch", 0), sampling=fl.get("sampling", "without")).validate())
       for p in fl["params"])
 
 
@@ -66,6 +68,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     raise ValueError(f"heads must be positive, got {fl['heads']}")
   cfgs = configs(fl)
   file_data = data_lib.load_npz(fl["data"]) if fl.get("data") else None
+  if file_data is not None:
+    minibatch.check_loaded(fl, file_data.X.shape[1])
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
 
   source = local_convergence.batches(spec, fl["seed"], np.float64, file_data)
@@ -170,12 +174,12 @@ def key_numbers(summary: dict) -> list:
 
 def training() -> F.Settings:
   """The sizes and normalized-GD fields of E14 and E15 (``config.common.training`` without --init, with
-  their own help texts)."""
+  their own help texts) and --minibatch --sampling (``config.minibatch``)."""
   return common.training(init=False) + F.Settings((
       F.Int("steps", 2000, "Normalized-GD steps.", lower=0),
       F.Str("optimizer", "normalized_gd", "Optimizer (each parameter normalized by its own norm).",
             check=allowed.optimizer),
-      F.Int("block_size", 64, "Data sets per vectorized block.", lower=1)))
+      F.Int("block_size", 64, "Data sets per vectorized block.", lower=1))) + minibatch.settings()
 
 
 SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics() + F.Settings((

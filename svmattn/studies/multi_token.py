@@ -39,6 +39,7 @@ from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
+from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.study import pipeline
@@ -71,7 +72,8 @@ def dtype_of(fl: dict):
 def config(fl: dict) -> train_lib.TrainConfig:
   return train_lib.TrainConfig(param="W", head=heads.RELU.name, lr=fl["lr"], steps=fl["steps"],
                                snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"],
-                               numerics=fl.get("numerics", "exact")).validate()
+                               numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
+                               sampling=fl.get("sampling", "without")).validate()
 
 
 def snapshot_steps(fl: dict) -> np.ndarray:
@@ -141,6 +143,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     raise ValueError(f"need 0 < tau_L < tau_H < 1, got tau_L={fl['tau_L']}, tau_H={fl['tau_H']}")
   file_data = load_data_file(fl["data"], dtype) if fl.get("data") else None
   if file_data is not None:
+    minibatch.check_loaded(fl, file_data.X.shape[1])
     cells = (pipeline.Cell({"d": int(file_data.X.shape[-1])}, int(file_data.X.shape[0])),)
     want = min(int(fl["runs"]), int(has_negative_label(file_data.Y).sum()))
   else:
@@ -408,7 +411,7 @@ SETTINGS = (common.base(runs=500) + common.pipeline(batch_size=1000, hosts=False
                         "kept runs of every d >= 6 must be at most this (the paper reports about 2e-3 at d = 6, 8, "
                         "10 after 2001 steps).", check=allowed.positive),
             ), (F.Rule(("tau_L", "tau_H"), lambda v: None if 0 < v["tau_L"] < v["tau_H"] < 1
-                       else "need 0 < --tau_L < --tau_H < 1"),)))
+                       else "need 0 < --tau_L < --tau_H < 1"),)) + minibatch.settings())
 
 EXPERIMENT = registry.Experiment(
     id="E5", name=NAME, title="Multi-token selection with a ReLU head (Gen-SVM)",

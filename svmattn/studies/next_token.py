@@ -31,6 +31,7 @@ from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
+from svmattn.config import minibatch
 from svmattn.data import next_token as next_token_data
 from svmattn.figures import next_token as figures
 from svmattn.study import pipeline
@@ -70,7 +71,8 @@ def configs(fl: dict) -> tuple:
       param=p, model=SETTING_DEFAULTS[fl["setting"]]["model"], optimizer=fl.get("optimizer", "normalized_gd"),
       lr=fl["lr"], steps=fl["steps"], snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"],
       init=fl.get("init", "uniform"), block_size=fl.get("block_size", 64),
-      numerics=fl.get("numerics", "exact")).validate()) for p in fl["params"])
+      numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
+      sampling=fl.get("sampling", "without")).validate()) for p in fl["params"])
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
@@ -79,6 +81,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   cfgs = configs(fl)
   spec = next_token_data.TokenSpec(fl["K"], fl["d"], fl["n"], fl["T"], fl.get("require_cycle", True)).validate()
   file_data = next_token_data.load_npz(fl["data"]) if fl.get("data") else None
+  if file_data is not None:
+    minibatch.check_loaded(fl, file_data.tokens.shape[1])
   runs = file_data.E.shape[0] if file_data is not None else fl["runs"]
 
   def load(cell, runs):
@@ -274,7 +278,7 @@ SETTINGS = (common.base(runs=100, data=False, precision=False, saturation=False)
     F.Int("chunk_steps", 1000, "Steps per jitted chunk; a checkpoint is saved after each.", lower=1),
     F.Int("block_size", 64, "Data sets per vectorized block.", lower=1),
 ), (F.Rule(("K", "T"), lambda v: None if v["T"] <= v["K"] else "T distinct tokens per sequence need T <= K"),
-    common.block_fits_batch())))
+    common.block_fits_batch())) + minibatch.settings())
 
 EXPERIMENT = registry.Experiment(
     id="E12", name=NAME, title="Next-token prediction and its graph SVM (global setting)",

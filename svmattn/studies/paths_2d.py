@@ -25,6 +25,7 @@ from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
+from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
 from svmattn.models import heads
@@ -66,7 +67,8 @@ def configs(fl: dict) -> tuple:
   return tuple((p, train_lib.TrainConfig(param=p, lr=fl["lr"], steps=fl["steps"],
                                          snapshot_every=fl["snapshot_every"],
                                          chunk_steps=max(fl["snapshot_every"], 500), init="zero",
-                                         numerics=fl.get("numerics", "exact")).validate())
+                                         numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
+                                         sampling=fl.get("sampling", "without")).validate())
                for p in PARAMS)
 
 
@@ -80,6 +82,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   sp, cfgs = spec(fl), configs(fl)
   dtype = _dtype(fl)
   file_data = data_lib.load_npz(fl["data"], dtype) if fl.get("data") else None
+  if file_data is not None:
+    minibatch.check_loaded(fl, file_data.X.shape[1])
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
 
   def load(cell, runs):
@@ -236,7 +240,7 @@ SETTINGS = (common.base(runs=16) + common.pipeline(batch_size=1000) + common.num
     F.Int("snapshot_every", 1, "Record W every this many steps (the drawn path).", lower=1),
     F.Int("draw_run", -1, "Index (into the data sets) of the data set drawn in paths.png; -1: the first whose "
           "picture can separate the predictions (see pick_drawn), else data set 0.", lower=-1),
-), (F.Rule(("draw_run", "runs", "data"), _draw_run_rule),)))
+), (F.Rule(("draw_run", "runs", "data"), _draw_run_rule),)) + minibatch.settings())
 
 EXPERIMENT = registry.Experiment(
     id="E1", name=NAME, title="2-D picture of global convergence",

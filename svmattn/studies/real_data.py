@@ -38,6 +38,7 @@ from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
+from svmattn.config import minibatch
 from svmattn.data import images as images_lib
 from svmattn.figures import real_data as figures
 from svmattn.study import pipeline
@@ -135,7 +136,8 @@ def configs(fl: dict) -> tuple:
   return tuple((p, train_lib.TrainConfig(
       param=p, lr=fl["lr"], steps=fl["steps"], snapshot_every=fl["snapshot_every"],
       chunk_steps=fl["chunk_steps"], block_size=fl.get("block_size", 64), init=fl.get("init", "uniform"),
-      train_head=fl.get("head", "fit") == "joint", numerics=fl.get("numerics", "exact")).validate())
+      train_head=fl.get("head", "fit") == "joint", numerics=fl.get("numerics", "exact"),
+      minibatch=fl.get("minibatch", 0), sampling=fl.get("sampling", "without")).validate())
       for p in fl["params"])
 
 
@@ -386,6 +388,14 @@ def _fashion_installed(v):
           f"Debian's package with `{images_lib.FASHION_INSTALL}` (see BUILD.md), or name its directory with --data_dir")
 
 
+def _minibatch_limit(v):
+  """(the smallest n of --n_values or of the dataset's default n_values, named)."""
+  if v["n_values"]:
+    return min(v["n_values"]), f"--n_values' smallest n={min(v['n_values'])}"
+  n = min(DEFAULTS[v["dataset"]]["n_values"])
+  return n, f"--n_values' smallest n={n} (the default of --dataset={v['dataset']})"
+
+
 SETTINGS = (common.base(runs=20, data=False, precision=False, saturation=False) + F.Settings((
     F.Int("runs", 20, "Data sets (random subsets of n images) per n.", lower=1),
     F.Int("seed", 0, "Seed: the train/held-out split and every subset.", check=allowed.seed),
@@ -424,7 +434,8 @@ SETTINGS = (common.base(runs=20, data=False, precision=False, saturation=False) 
     F.Str("export", None, "Also write each n's data sets to PREFIX_n<n>.npz (the --data format).",
           operational=True, sweepable=False),
 ), (F.Rule(("tau_L", "tau_H"), _taus), common.block_fits_batch(default=16),
-    F.Rule(("dataset", "data_dir"), _fashion_installed))))
+    F.Rule(("dataset", "data_dir"), _fashion_installed)))
+    + minibatch.settings(("n_values", "dataset"), _minibatch_limit))
 
 EXPERIMENT = registry.Experiment(
     id="E13", name=NAME, title="Real data: digits 0 vs 1 as patch-token sequences, across n",

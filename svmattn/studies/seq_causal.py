@@ -27,6 +27,7 @@ from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
+from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
 from svmattn.models import heads
@@ -50,7 +51,9 @@ def configs(fl: dict) -> tuple:
     for p in fl["params"]:
       config = train_lib.TrainConfig(param=p, model=mode, loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"],
                                      steps=fl["steps"], snapshot_every=fl["snapshot_every"],
-                                     chunk_steps=fl["chunk_steps"], numerics=fl.get("numerics", "exact")).validate()
+                                     chunk_steps=fl["chunk_steps"], numerics=fl.get("numerics", "exact"),
+                                     minibatch=fl.get("minibatch", 0),
+                                     sampling=fl.get("sampling", "without")).validate()
       out.append((f"{mode}_{p}", mode, p, config))
   return tuple(out)
 
@@ -74,6 +77,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   cfgs = configs(fl)
   dtype = _dtype(fl)
   file_data = s2s.load_npz(fl["data"], dtype) if fl.get("data") else None
+  if file_data is not None:
+    minibatch.check_loaded(fl, file_data.X.shape[1])
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
   spec = None if file_data is not None else s2s.Seq2SeqSpec(fl["n"], fl["T"], fl["d"], fl["labels"]).validate()
 
@@ -251,7 +256,7 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nu
     F.Int("snapshot_every", 10, "Record W, softmax and loss every this many steps.", lower=1),
     F.Int("chunk_steps", 500, "Steps per jitted chunk (progress granularity; a checkpoint is saved "
           "after each).", lower=1),
-)))
+)) + minibatch.settings())
 
 EXPERIMENT = registry.Experiment(
     id="E8", name=NAME, title="Sequence-to-sequence and causal attention",

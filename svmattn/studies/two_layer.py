@@ -22,6 +22,7 @@ from svmattn.analysis import health
 from svmattn.analysis import heads as heads_analysis
 from svmattn.analysis import metrics
 from svmattn.config import common
+from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.figures import two_layer as figures
 from svmattn.models import flax_models
@@ -38,7 +39,8 @@ def configs(fl: dict) -> tuple:
   return tuple((p, train_lib.TrainConfig(
       module=flax_models.TwoLayer(param_kind=p), lr=fl["lr"], steps=fl["steps"],
       snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl.get("block_size", 64),
-      optimizer=fl.get("optimizer", "normalized_gd"), numerics=fl.get("numerics", "exact")).validate())
+      optimizer=fl.get("optimizer", "normalized_gd"), numerics=fl.get("numerics", "exact"),
+      minibatch=fl.get("minibatch", 0), sampling=fl.get("sampling", "without")).validate())
       for p in fl["params"])
 
 
@@ -46,6 +48,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"]).validate()
   cfgs = configs(fl)
   file_data = data_lib.load_npz(fl["data"]) if fl.get("data") else None
+  if file_data is not None:
+    minibatch.check_loaded(fl, file_data.X.shape[1])
   runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
 
   load = local_convergence.batches(spec, fl["seed"], np.float64, file_data)
