@@ -135,7 +135,7 @@ def minibatch_fields() -> F.Settings:
                "(uniform, with replacement), without (a fresh random permutation every epoch, consumed "
                "--minibatch at a time, wrapping into the next epoch when --minibatch does not divide n) or "
                "cyclic (the fixed order 0..n-1, wrapping)."))
-  return F.Settings(fs, (F.Rule(("minibatch", "n"), _minibatch_rule),))
+  return F.Settings(fs, (F.Rule(("minibatch", "n", "data"), _minibatch_rule),))
 
 
 def _minibatch_rule(v):

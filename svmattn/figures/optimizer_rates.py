@@ -44,7 +44,7 @@ def _rate_panel(ax, arrays, tag, rows, fit_from):
   ax.set(title=tag.replace("_mb", ", minibatch ").replace("minibatch 0", "full batch"), xlabel="step",
          ylabel="median normalized-margin gap")
   if k:
-    ax.legend(fontsize=6, loc="lower left")
+    ax.legend(fontsize=8, loc="lower left")
 
 
 def draw(arrays, summary, out, flags, extras=None):
@@ -54,7 +54,7 @@ def draw(arrays, summary, out, flags, extras=None):
   fit_from = summary["fit_window"][0]
   cols = min(len(tags), 2) or 1
   nrows = -(-len(tags) // cols) or 1
-  fig, axes = plots.plt.subplots(nrows, cols, figsize=(5.5 * cols, 4.0 * nrows), squeeze=False)
+  fig, axes = plots.plt.subplots(nrows, cols, figsize=(7.0 * cols, 5.2 * nrows), squeeze=False)
   axes = axes.reshape(-1)
   for ax, tag in zip(axes, tags):
     _rate_panel(ax, arrays, tag, cells[tag], fit_from)
@@ -111,5 +111,5 @@ def draw(arrays, summary, out, flags, extras=None):
   ax.set(xlabel="GD step size eta", ylabel="last step at which the loss rose",
          title="large constant steps: end of the oscillating phase (0: monotone)")
   if by_model:
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=8)
   plots.save(fig, f"{out}/oscillation.png")
