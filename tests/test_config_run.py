@@ -64,7 +64,8 @@ def test_a_sweep_is_one_study_with_a_cell_per_combination(sweep_out):
   assert not os.path.exists(os.path.join(sweep_out, "work"))
 
 
-@pytest.mark.parametrize("lr,d", [(0.1, 4), pytest.param(1.0, 5, marks=pytest.mark.slow)])
+@pytest.mark.slow
+@pytest.mark.parametrize("lr,d", [(0.1, 4), (1.0, 5)])
 def test_every_cell_equals_the_binary_run_of_its_settings(sweep_out, tmp_path, lr, d):
   out = tmp_path / "binary"
   proc = subprocess.run([sys.executable, "-m", "experiments.local_convergence", f"--out={out}", *BINARY_SMALL,

@@ -274,6 +274,7 @@ def one_device_batch(data):
                     mesh=train_lib.data_mesh(jax.local_devices()[:1]))
 
 
+@pytest.mark.slow   # (the fast set keeps a sibling of this check; CI runs the slow ones too)
 def test_a_batch_equals_each_data_set_alone(data, one_device_batch):
   """train.loop: 'with a fixed block size a data set's trajectory is bit for bit the same whatever
   the batch size'. B=5 in blocks of 2 (the last padded) against B=1 with block 2 (bit for bit,
@@ -302,6 +303,7 @@ def test_a_batch_equals_each_data_set_alone(data, one_device_batch):
           np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.slow   # (the fast set keeps a sibling of this check; CI runs the slow ones too)
 def test_a_flax_models_training_does_not_depend_on_the_number_of_devices(data, one_device_batch):
   """train.loop: the results 'equal a one-device run bit for bit' on every local device (two CPU
   devices on a two-core machine; trivially true on one)."""

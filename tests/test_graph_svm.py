@@ -343,7 +343,7 @@ def _numpy_loss(model, W, d):
   return np.mean((1 - f) ** 2)
 
 
-@pytest.mark.parametrize("model", ["next_token", "next_token_lsq"])
+@pytest.mark.parametrize("model", ["next_token", pytest.param("next_token_lsq", marks=pytest.mark.slow)])
 def test_next_token_loss_and_gradients(data, model):
   E, tokens, labels = data
   d = _next_token_data(E, tokens, labels)

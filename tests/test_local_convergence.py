@@ -126,6 +126,7 @@ def test_summary_has_checks_and_only_the_binarys_flags(generated_run):
     assert set(c) >= {"name", "value", "expected", "ok"} and isinstance(c["ok"], bool)
 
 
+@pytest.mark.slow   # (the fast set keeps a sibling of this check; CI runs the slow ones too)
 def test_binary_with_data_file(generated_run, e2e_data, tmp_path):
   """--data=FILE with the very data sets the generated run drew gives the same results."""
   proc = _run(f"--out={tmp_path}", f"--data={e2e_data}", *E2E_FLAGS)

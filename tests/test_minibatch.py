@@ -152,6 +152,7 @@ def test_all_sequences_in_order_is_full_batch_bit_for_bit(data, keys, kwargs):
   assert mini.attention.shape == full.attention.shape
 
 
+@pytest.mark.slow   # (the fast set keeps a sibling of this check; CI runs the slow ones too)
 def test_full_data_loss_recorded(data, mini_run):
   """A snapshot's loss is the full-data objective of the parameters it records."""
   t = mini_run

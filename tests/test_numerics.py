@@ -42,6 +42,7 @@ def _steps_and_norms(numerics, data, runs):
   return np.linalg.norm(np.diff(W, axis=1), axis=-1), np.linalg.norm(W, axis=-1)
 
 
+@pytest.mark.slow   # (the fast set keeps a sibling of this check; CI runs the slow ones too)
 def test_authors_numerics_stall_while_exact_keeps_unit_steps():
   runs = np.arange(2)
   data = data_lib.generate(data_lib.DataSpec(3, 4, 6), 0, runs)

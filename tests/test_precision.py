@@ -101,6 +101,7 @@ def test_auto_needs_a_model_it_knows(monkeypatch):
 # The binary, end to end
 # ----------------------------------------------------------------------------
 
+@pytest.mark.slow   # (the fast set keeps a sibling of this check; CI runs the slow ones too)
 def test_binary_end_to_end(tmp_path):
   """E2 at tiny size, lr 1 for 300 steps so that the float64 tails pass exp(-87.3): plain float32
   stops (zero gradients, W frozen) once the reference's tail exponent c nears 87.3; float32 with

@@ -146,6 +146,7 @@ def test_vmap_equals_loop(batch, paths, problem):
     np.testing.assert_array_equal(one.took_candidate[0], paths["W"].took_candidate[b])
 
 
+@pytest.mark.slow   # (the fast set keeps a sibling of this check; CI runs the slow ones too)
 def test_local_path_stays_in_the_cone_and_converges_to_the_local_svm(batch, problem):
   data, gamma, opt, _ = problem
   idx = np.array(sorted(LOCAL))

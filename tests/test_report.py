@@ -225,6 +225,7 @@ def test_rerender_from_reproduce_json(run, tmp_path):
     assert f.read() == run["html"]
 
 
+@pytest.mark.slow   # (the fast set keeps a sibling of this check; CI runs the slow ones too)
 def test_rerender_as_a_command(run):
   """`python -m experiments.report OUT`, as a user runs it (every function defined before main runs)."""
   import subprocess

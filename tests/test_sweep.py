@@ -47,7 +47,7 @@ def _assert_same_trajectory(got, want):
     assert np.asarray(a).dtype == np.asarray(b).dtype and np.array_equal(a, b)
 
 
-@pytest.mark.parametrize("param, precision, k", [("W", "float64", 2), ("KQ", "float32", 1)])
+@pytest.mark.parametrize("param, precision, k", [("W", "float64", 2), pytest.param("KQ", "float32", 1, marks=pytest.mark.slow)])
 def test_train_interrupted_and_resumed_is_bit_identical(request, tmp_path, param, precision, k):
   data = request.getfixturevalue("batch" if precision == "float64" else "batch32")
   keys = request.getfixturevalue("keys")
@@ -282,6 +282,7 @@ def unfinished(tmp_path_factory):
   return unfinished_run(tmp_path_factory)
 
 
+@pytest.mark.slow   # (the fast set keeps a sibling of this check; CI runs the slow ones too)
 def test_unfinished_run_needs_resume(unfinished):
   before = listing(unfinished)
   proc = e2(unfinished)
