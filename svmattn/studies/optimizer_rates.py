@@ -281,16 +281,15 @@ def _stage_norm(model: str, name: str) -> str | None:
   return target_norm(model, opt)
 
 
-def _mean(x):
+def _finite(x, reduce=np.mean):
+  """reduce() of the finite entries of x (None where there are none)."""
   x = np.asarray(x, np.float64)
   ok = np.isfinite(x)
-  return float(np.mean(x[ok])) if ok.any() else None
+  return float(reduce(x[ok])) if ok.any() else None
 
 
-def _median(x):
-  x = np.asarray(x, np.float64)
-  ok = np.isfinite(x)
-  return float(np.median(x[ok])) if ok.any() else None
+_mean = _finite
+_median = functools.partial(_finite, reduce=np.median)
 
 
 def _cell_summary(fl: dict, label: dict, a: dict) -> dict:
