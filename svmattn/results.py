@@ -260,6 +260,11 @@ def _split_name(name: str, stages: list[str]) -> tuple[str | None, str]:
   return None, name
 
 
+# A cell's own snapshot steps (runs, S), every row the same: for studies whose cells record their
+# snapshots at different steps (E16: the linear control's and attention's cells).
+CELL_STEPS = "snapshot_steps"
+
+
 def _columns(arrays: dict, stages: list[str], S: int | None):
   """({(stage or None, metric): 1-D values}, {(stage or None, metric): (runs, S) values}, runs)."""
   lengths = [np.shape(a)[0] for a in arrays.values() if np.ndim(a) >= 1]
@@ -268,7 +273,7 @@ def _columns(arrays: dict, stages: list[str], S: int | None):
   runs = np.asarray(arrays[run_key]) if run_key else np.arange(B)
   scalars, series = {}, {}
   for k, a in arrays.items():
-    if k == run_key or np.ndim(a) == 0 or np.shape(a)[0] != B:
+    if k in (run_key, CELL_STEPS) or np.ndim(a) == 0 or np.shape(a)[0] != B:
       continue
     stage, metric = _split_name(k, stages)
     if a.ndim == 1:
@@ -292,7 +297,8 @@ def _frame(run: _Run, curves: bool, metrics=None) -> pd.DataFrame:
   label_cols = {k: (f"label_{k}" if k in reserved else k) for k in label_keys}
   parts, available = [], []
   for c, label, arrays in cells:
-    axis = run.snapshot_axis(label)
+    own = arrays.get(CELL_STEPS)
+    axis = ("step", np.asarray(own[0])) if own is not None and np.ndim(own) == 2 and len(own) else run.snapshot_axis(label)
     S = len(axis[1]) if axis else None
     scalars, series, runs = _columns(arrays, stages, S)
     available += [m for _, m in series if m not in available]

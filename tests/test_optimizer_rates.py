@@ -150,7 +150,7 @@ def test_study_records_nearest_norm_gaps_slopes_and_oscillation():
       same = np.array(["=" in x for x in a[f"nearest_{name}"]])
       assert not np.any(same & a[f"distinct_{name}"])
       for n in norms:
-        assert a[f"gap_{name}_{n}"].shape == a[f"corr_{name}_{n}"].shape == a[f"steps_{name}"].shape
+        assert a[f"gap_{name}_{n}"].shape == a[f"corr_{name}_{n}"].shape == a["snapshot_steps"].shape
         ok = a[f"svm_{n}_{name}_status"] == "optimal"
         assert np.all(a[f"gap_{name}_{n}"][ok] > -1e-5)      # no W beats the optimal margin
       assert a[f"slope_gap_{name}"].shape == (3,)
@@ -186,6 +186,14 @@ def test_bad_settings_are_named(change, word):
     e16.SETTINGS.validate({**e16.SETTINGS.defaults(), **SMALL, **change})
 
 
+def test_minibatch_limit_follows_the_models_asked_for():
+  ok = e16.SETTINGS.validate({**e16.SETTINGS.defaults(), **SMALL, "models": ["linear"], "minibatches": [10]})
+  assert ok["minibatches"] == [10]                       # 10 <= linear_n = 20; the attention n = 3 is not used
+  from svmattn.config import fields as F
+  with pytest.raises(F.ConfigError, match="linear_n"):
+    e16.SETTINGS.validate({**e16.SETTINGS.defaults(), **SMALL, "models": ["linear"], "minibatches": [21]})
+
+
 @pytest.mark.slow
 def test_from_the_command_with_resume_and_replay(tmp_path):
   assert registry.get("E16").name == "optimizer_rates"
@@ -199,6 +207,13 @@ def test_from_the_command_with_resume_and_replay(tmp_path):
   assert set(summary["cells"]) == {"linear_mb0", "linear_mb1", "W_mb0", "W_mb1"}
   for f in ("rates.png", "nearest.png", "oscillation.png"):
     assert (out / f).stat().st_size > 0
+  from svmattn import results
+  df = results.load(out)
+  assert len(df) == 4 * 2 * 3                                           # cells x runs x stages
+  assert df[df.model == "linear"].final_corr_l2.notna().all() and df[df.model == "W"].final_corr_fro.notna().all()
+  curves = results.load_curves(out)
+  assert set(curves.model) == {"linear", "W"}
+  assert curves[curves.model == "linear"].step.max() == 200 and curves[curves.model == "W"].step.max() == 100
   for cell in ("model=linear,minibatch=1", "model=W,minibatch=1"):
     rep = subprocess.run([sys.executable, "-m", "svmattn", "replay", f"--out={out}", f"--cell={cell}", "--run=1"],
                          cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=600)

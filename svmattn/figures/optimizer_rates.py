@@ -16,7 +16,7 @@ def _rate_panel(ax, arrays, tag, rows, fit_from):
   for name, r in rows.items():
     norm = r["target_norm"]
     gap = _cell(arrays, tag, f"gap_{name}_{norm}") if norm else None
-    steps = _cell(arrays, tag, f"steps_{name}")
+    steps = _cell(arrays, tag, "snapshot_steps")
     if gap is None or steps is None or "_lr" in name:
       continue
     x = steps[0]
@@ -61,8 +61,9 @@ def draw(arrays, summary, out, flags, extras=None):
   for ax in axes[len(tags):]:
     ax.set_visible(False)
   fig.tight_layout(rect=(0, 0, 1, 0.97))
-  fig.suptitle(f"gap in each optimizer's target norm (median over the data sets not stalled); dashed: fitted slope on the last "
-               f"{1 - fit_from:.0%} of the run", fontsize=9)
+  fig.suptitle(f"gap in each optimizer's target norm (median over the data sets not stalled); dashed: the mean fitted slope "
+               f"on the last {1 - fit_from:.0%} of the run, drawn from the median's value where the window starts; entries "
+               "with their own step size (NAME:LR) are in the summary's tables, not drawn here", fontsize=9)
   plots.save(fig, f"{out}/rates.png")
 
   names = list(next(iter(cells.values()))) if cells else []
@@ -74,23 +75,27 @@ def draw(arrays, summary, out, flags, extras=None):
       if r is None:
         continue
       total = sum(r["nearest"].values())
-      top = max(r["nearest"], key=r["nearest"].get) if total else None
-      want = r["target_norm"] or top
-      if total and want:
-        table[i, j] = sum(v for k, v in r["nearest"].items() if want in k.split("=")) / total
-        text[i][j] = f"{top}\n{table[i, j]:.2f}" if top != want else f"{table[i, j]:.2f}"
-  fig, (ax,) = plots.figure(width=1.6 + 1.0 * len(tags), height=1.2 + 0.42 * len(names))
+      if not total:
+        continue
+      want = r["target_norm"] or max(r["nearest"], key=r["nearest"].get)
+      hits = sum(v for k, v in r["nearest"].items() if want in k.split("="))
+      table[i, j] = hits / total
+      # the most common label, named where it excludes the target and outnumbers the target's runs
+      top, count = max(r["nearest"].items(), key=lambda kv: kv[1])
+      named = f"{top} " if want not in top.split("=") and count > hits else ""
+      text[i][j] = f"{named}{hits}/{total}"
+  fig, (ax,) = plots.figure(width=2.0 + 1.3 * len(tags), height=1.6 + 0.5 * len(names))
   im = ax.imshow(table, cmap="viridis", vmin=0, vmax=1, aspect="auto")
-  ax.set_xticks(range(len(tags)), [t.replace("_mb", "\nmb") for t in tags], fontsize=7)
-  ax.set_yticks(range(len(names)), names, fontsize=7)
+  ax.set_xticks(range(len(tags)), [t.replace("_mb", "\nmb") for t in tags], fontsize=8)
+  ax.set_yticks(range(len(names)), names, fontsize=8)
   for i in range(len(names)):
     for j in range(len(tags)):
       if text[i][j]:
-        ax.text(j, i, text[i][j], ha="center", va="center", fontsize=6,
+        ax.text(j, i, text[i][j], ha="center", va="center", fontsize=8,
                 color="w" if table[i, j] < 0.5 else "k")
-  ax.set_title("share of runs ending nearest the target norm's max-margin solution (or a solution equal\nto "
-               "it); the majority label named where it is another (a=b: two norms' solutions coincide)", fontsize=8)
-  fig.colorbar(im, ax=ax)
+  ax.set_title("runs ending nearest the target norm's max-margin solution (or one equal to it), of the runs "
+               "used;\na norm is named where more runs end nearest it instead (stalled runs left out)", fontsize=9)
+  fig.colorbar(im, ax=ax, label="share")
   plots.save(fig, f"{out}/nearest.png")
 
   q5 = (summary.get("questions") or {}).get("5_large_steps") or {}
@@ -103,13 +108,19 @@ def draw(arrays, summary, out, flags, extras=None):
     lr = np.array([v["lr"] for v in vs])
     med = np.array([np.nan if v["osc_end_median"] is None else v["osc_end_median"] for v in vs], float)
     top = np.array([np.nan if v["osc_end_max"] is None else v["osc_end_max"] for v in vs], float)
-    ax.plot(lr, med, "o-", color=f"C{k}", label=f"{model}: median")
-    ax.plot(lr, top, "v:", color=f"C{k}", label=f"{model}: max")
+    ax.plot(lr, med + 1, "o-", color=f"C{k}", label=f"{model}: median", clip_on=False)
+    ax.plot(lr, top + 1, "v:", color=f"C{k}", label=f"{model}: max", clip_on=False)
   ax.set_xscale("log")
-  ax.set_yscale("symlog", linthresh=10)
-  ax.set_ylim(bottom=0)
-  ax.set(xlabel="GD step size eta", ylabel="last step at which the loss rose",
-         title="large constant steps: end of the oscillating phase (0: monotone)")
+  ax.set_yscale("log")
+  ax.set_ylim(bottom=0.8)
+  from matplotlib import ticker
+  ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda y, _: f"{y:g}"))
+  ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+  ax.set(xlabel="GD step size eta", ylabel="1 + last step at which the loss rose",
+         title="GD at constant steps, full batch: end of the oscillating phase\n(1: the loss never rose; linear: "
+               "every step, attention: every snapshot)")
   if by_model:
     ax.legend(fontsize=8)
+  else:
+    ax.text(0.5, 0.5, "no GD entries (gd or gd:LR) in this run", ha="center", va="center", transform=ax.transAxes)
   plots.save(fig, f"{out}/oscillation.png")

@@ -235,11 +235,11 @@ def analyze(label: dict, data: dict, trajs: dict, fit_from: float = 0.1, k: int 
       ends = [rates.oscillation_end(steps, out[f"loss_{name}"][b]) for b in range(B)]
       out[f"osc_end_{name}"] = np.array([e for e, _ in ends], np.int64)
       out[f"osc_ended_{name}"] = np.array([d for _, d in ends], bool)
-    out[f"steps_{name}"] = np.broadcast_to(steps, (B, S)).copy()
+    out["snapshot_steps"] = np.broadcast_to(steps, (B, S)).copy()   # (the same for every stage of a cell)
   # slopes in each stage's target norm (analysis needs the optimizer name: the stage name's prefix)
   for name in trajs:
     norm = _stage_norm(model, name)
-    steps = out[f"steps_{name}"][0] if B else np.zeros(0)
+    steps = out["snapshot_steps"][0] if B else np.zeros(0)
     lo, hi = fit_from * (steps[-1] if len(steps) else 0), steps[-1] if len(steps) else 0
     if norm is None:
       out[f"slope_gap_{name}"] = np.full(B, np.nan)
@@ -307,6 +307,7 @@ def _cell_summary(fl: dict, label: dict, a: dict) -> dict:
     labels = [n for n in NORMS[model]] + sorted({str(x) for x in nearest if "=" in str(x)})
     beats = a.get(f"beats_others_{name}")
     row = {"optimizer": opt, "lr": step, "target_norm": norm, "runs_used": int(np.sum(use)),
+           "runs_stalled": int(np.sum(a[f"health_{name}"] == "stalled")),
            "nearest": {n: int(np.sum(nearest == n)) for n in labels if np.any(nearest == n)},
            "distinct_runs": int(np.sum(distinct)),
            "beats_other_solutions": (int(np.sum(beats[distinct])) if beats is not None else None),
@@ -427,58 +428,74 @@ def report(summary: dict, fl: dict) -> list[str]:
   lines = [f"E16 optimizer rates: {summary['data_sets_per_cell']} data sets per cell; nearest: the norm of largest "
            "final corr (a=b: the two solutions coincide); corr, gap: mean final corr and median final gap in the "
            f"target norm; slopes of log gap vs log t over the last {1 - summary['fit_window'][0]:.0%} of each run, "
-           "mean [95% CI]; osc end: median last step at which the loss rose (linear: every step; attention: "
-           "at the snapshots); used: runs in the statistics (stalled and diverged ones are left out)"]
+           "mean [95% CI]; osc end: median last step at which the loss rose, full batch only (linear: every step; "
+           "attention: at the snapshots; * some runs still oscillate in the last tenth); used: runs in the "
+           "statistics (stall: stalled runs, left out with diverged ones)"]
   for tag, rows in summary["cells"].items():
     lines.append(f"  {tag}")
-    lines.append(f"    {'stage':<27}{'used':>5}{'target':>9}{'nearest (runs)':>30}{'corr':>8}{'gap':>10}"
+    lines.append(f"    {'stage':<27}{'used':>5}{'stall':>6}{'target':>9}{'nearest (runs)':>30}{'corr':>8}{'gap':>10}"
                  f"{'slope(gap)':>24}{'osc end':>9}")
     for name, r in rows.items():
       n = r["target_norm"] or r["nearest_by_mean_corr"]
       near = ",".join(f"{k}:{v}" for k, v in r["nearest"].items() if v)
-      lines.append(f"    {name:<27}{r['runs_used']:>5}{str(r['target_norm'] or '-'):>9}{near:>30}"
+      osc = _fmt(r['osc_end_median'], '.0f') + ("*" if r.get("osc_unended") else "")
+      lines.append(f"    {name:<27}{r['runs_used']:>5}{r.get('runs_stalled', 0):>6}{str(r['target_norm'] or '-'):>9}{near:>30}"
                    f"{_fmt(r['final_corr'].get(n) if n else None, '.4f'):>8}"
                    f"{_fmt(r['final_gap'].get(n) if n else None, '.2e'):>10}{_ci(r['slope_gap']):>24}"
-                   f"{_fmt(r['osc_end_median'], '.0f'):>9}")
+                   f"{osc:>9}")
   return lines
 
 
 def key_numbers(summary: dict) -> list:
-  out = []
-  for tag, rows in (summary.get("cells") or {}).items():
-    for name, r in rows.items():
-      if r.get("target_norm") and tag.endswith("_mb0") and tag.startswith("linear"):
-        out.append((f"{tag} {name}: slope of the {r['target_norm']} gap", (r.get("slope_gap") or {}).get("mean")))
+  """The two linear-control check counts, then per cell how many stages end nearest (by their runs'
+  majority) their target norm's solution, and the fastest gap slope."""
   checks_ = summary.get("checks") or []
   by_corr = [c for c in checks_ if "nearest by mean final corr" in c["name"]]
   by_gap = [c for c in checks_ if "margin gap" in c["name"]]
-  out[:0] = [("linear control: nearest (corr) to the theorem's norm", f"{sum(c['ok'] for c in by_corr)}/{len(by_corr)}"),
-             ("linear control: gap below the other norms' solutions", f"{sum(c['ok'] for c in by_gap)}/{len(by_gap)}")]
-  return out[:8]
+  out = [("linear control: nearest (corr) to the theorem's norm", f"{sum(c['ok'] for c in by_corr)}/{len(by_corr)}"),
+         ("linear control: gap below the other norms' solutions", f"{sum(c['ok'] for c in by_gap)}/{len(by_gap)}")]
+  for tag, rows in (summary.get("cells") or {}).items():
+    targeted = {n: r for n, r in rows.items() if r.get("target_norm") and r.get("nearest")}
+    hit = sum(max(r["nearest"], key=r["nearest"].get).split("=").count(r["target_norm"]) > 0 for r in targeted.values())
+    slopes = {n: (r.get("slope_gap") or {}).get("mean") for n, r in targeted.items()}
+    slopes = {n: v for n, v in slopes.items() if v is not None}
+    out.append((f"{tag}: stages mostly nearest their target norm", f"{hit}/{len(targeted)}"))
+    if slopes:
+      best = min(slopes, key=slopes.get)
+      out.append((f"{tag}: steepest gap slope", f"{best} {slopes[best]:.2f}"))
+  return out
 
 
 def _known_entries(values):
   from svmattn.optim import optimizers
-  message = ("must list distinct entries NAME or NAME:LR, NAME an optimizer (gd, normalized_gd, polyak, sign_gd, "
-             "signum0.9, normalized_gd+mom0.9, sd_spectral, adam, ...) and LR a step size > 0")
   names = []
-  try:
-    for v in values:
+  for v in values:
+    try:
       name, opt, step = parse_entry(v, 0.1)
-      if not (np.isfinite(step) and step > 0):
-        return message
+    except ValueError:
+      return f"must list entries NAME or NAME:LR with LR a number; {v!r} is not one"
+    if not (np.isfinite(step) and step > 0):
+      return f"must list entries NAME or NAME:LR with a step size LR > 0; {v!r} is not one"
+    try:
       optimizers.get_optimizer(opt, step)
-      names.append(name)
-  except (ValueError, KeyError, TypeError, AttributeError):
-    return message
-  return None if names and len(set(names)) == len(names) else message
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+      return f"entry {v!r}: {' '.join(str(e).split())}"
+    names.append(name)
+  if not names or len(set(names)) != len(names):
+    return "must list distinct entries NAME or NAME:LR (gd, normalized_gd, polyak:1000, signum0.9, adam, ...)"
+  return None
 
 
 def _minibatch_rule(v):
+  sizes = []
+  if {"W", "KQ"} & set(v["models"]):
+    sizes.append((v["n"], f"--n={v['n']} attention sequences"))
+  if {"linear", "linear_mc"} & set(v["models"]):
+    sizes.append((v["linear_n"], f"--linear_n={v['linear_n']} linear points"))
   for b in v["minibatches"]:
-    if int(b) > min(v["n"], v["linear_n"]):
-      return (f"--minibatches={b} exceeds a data set's size (--n={v['n']} attention sequences, --linear_n="
-              f"{v['linear_n']} linear points)")
+    for size, what in sizes:
+      if int(b) > size:
+        return f"--minibatches={b} exceeds a data set's size ({what}): a step draws at most all of them"
   return None
 
 
@@ -519,7 +536,7 @@ SETTINGS = (common.base(runs=20, data=False, precision=False) + common.pipeline(
     F.Float("fit_from", 0.1, "Fit the log-log slopes on the snapshots from this fraction of the run to its end.",
             lower=0.0, upper=0.99),
     F.Int("block_size", 64, "Data sets per vectorized block.", lower=1),
-), (F.Rule(("minibatches", "n", "linear_n"), _minibatch_rule), F.Rule(("linear_k", "linear_d"), _k_rule),
+), (F.Rule(("minibatches", "models", "n", "linear_n"), _minibatch_rule), F.Rule(("linear_k", "linear_d"), _k_rule),
     F.Rule(("linear_steps", "linear_every"), _every_rule))))
 
 EXPERIMENT = registry.Experiment(
