@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> None:
   except registry.UnknownExperiment:
     sys.exit(f"error: unknown command {command!r}\n\n{usage()}")
   from svmattn.config import flags_front
-  flags_front.define(experiment.name)
   sys.argv = [f"svmattn {experiment.name}"] + argv[2:]
+  flags_front.define(experiment.name)           # (after argv: its flags are the program's key flags)
   flags_front.main(experiment.name)
 
 

@@ -219,3 +219,11 @@ def test_from_the_command_with_resume_and_replay(tmp_path):
                          cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert rep.returncode == 0, rep.stdout[-2000:] + rep.stderr[-2000:]
     assert "identical" in (rep.stdout + rep.stderr).lower()
+
+
+def test_help_lists_the_experiments_flags():
+  for args in (["-m", "experiments.optimizer_rates", "--help"], ["-m", "svmattn", "E16", "--help"]):
+    proc = subprocess.run([sys.executable, *args], cwd=REPO_ROOT, env=ENV, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "--minibatches" in proc.stdout and "--linear_steps" in proc.stdout

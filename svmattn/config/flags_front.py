@@ -12,6 +12,8 @@ when the flags are parsed, so a bad value ends the binary with absl's one line
 """
 from __future__ import annotations
 
+import sys
+
 from absl import app
 from absl import flags
 
@@ -61,6 +63,9 @@ def define(name: str) -> registry.Experiment:
   for f in settings.fields:
     if f.name not in FLAGS:
       _define_field(f)
+    # key flags of the program being run, so that --help lists them (absl lists the main module's
+    # key flags; they are defined here, not in the front end that absl takes for the main module)
+    FLAGS.register_key_flag_for_module(sys.argv[0], FLAGS[f.name])
   for rule in settings.rules:
     _define_rule(rule, settings)
   if "out" in settings.names:
