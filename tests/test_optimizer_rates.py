@@ -225,5 +225,6 @@ def test_help_lists_the_experiments_flags():
   for args in (["-m", "experiments.optimizer_rates", "--help"], ["-m", "svmattn", "E16", "--help"]):
     proc = subprocess.run([sys.executable, *args], cwd=REPO_ROOT, env=ENV, capture_output=True, text=True,
                           timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "--minibatches" in proc.stdout and "--linear_steps" in proc.stdout
+    # (absl ends --help with exit status 1)
+    assert "--minibatches" in proc.stdout and "--linear_steps" in proc.stdout, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
