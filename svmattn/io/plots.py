@@ -6,6 +6,7 @@ default, pdf, svg), beside the path given to ``save`` (its extension replaced). 
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 
@@ -24,6 +25,18 @@ DPI = 120
 plt.rcParams["legend.fontsize"] = plt.rcParams["legend.title_fontsize"] = LEGEND_FONTSIZE
 
 _formats = ["png"]
+_caption = []         # a line ``save`` writes under every figure while ``caption`` is active
+
+
+@contextlib.contextmanager
+def caption(text: str):
+  """Within the block, every saved figure carries ``text`` at its foot (e.g. a sweep cell's settings,
+  so that a figure names the settings it was drawn for)."""
+  _caption.append(text)
+  try:
+    yield
+  finally:
+    _caption.pop()
 
 
 def set_formats(formats) -> None:
@@ -81,6 +94,8 @@ def save(fig, path):
   format's: x.png -> x.png, x.pdf), atomically, and closes it. Vector formats carry no date, so
   equal figures give equal files."""
   root = os.path.splitext(os.fspath(path))[0]
+  if _caption:
+    fig.text(0.5, -0.03, _caption[-1], ha="center", va="top", fontsize=9, color="0.3")
   for fmt in _formats:
     metadata = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(fmt)
     with results_io.atomic_path(f"{root}.{fmt}", "." + fmt) as tmp:

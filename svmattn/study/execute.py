@@ -184,6 +184,7 @@ def run(experiment, values: dict, sweep: dict | None = None):
   per = [{**values, **c} for c in combos]
 
   def write(output):
+    from svmattn.io import plots
     from svmattn.io import results as results_io
     if not sweep:
       arrays, summary, extras = reduce(experiment, values, output.cells)
@@ -198,7 +199,7 @@ def run(experiment, values: dict, sweep: dict | None = None):
       where = os.path.join(values["out"], "cells", cell_dir(k, c))
       cells = [output.cells[i] for i in sweep_lib.cells_of(study, c)]
       arrays, summary, extras = reduce(experiment, v, cells)
-      with timer("write"):
+      with timer("write"), plots.caption("sweep cell " + ", ".join(f"{n}={_short(x)}" for n, x in c.items())):
         results_io.write_npz(os.path.join(where, "results.npz"), arrays)
         draw(experiment, arrays, summary, where, {**v, "out": where}, extras)
       summary = write_summary(experiment, summary, {**v, "out": where}, output, timer, where, settings=c)
