@@ -88,3 +88,19 @@ def test_a_bad_figure_format_is_refused_cleanly(tmp_path):
   assert "figure_format" in proc.stderr and "png, pdf, svg" in proc.stderr, proc.stderr[-2000:]
   assert "Traceback" not in proc.stderr
   assert not (tmp_path / "out").exists()
+
+
+def test_a_caption_is_written_under_figures_saved_within_it(tmp_path):
+  plots.set_formats(["svg"])
+  try:
+    with plots.caption("sweep cell lr=0.1"):
+      fig, (ax,) = plots.figure()
+      ax.plot([0, 1])
+      plots.save(fig, str(tmp_path / "a.png"))
+    fig, (ax,) = plots.figure()
+    ax.plot([0, 1])
+    plots.save(fig, str(tmp_path / "b.png"))
+  finally:
+    plots.set_formats(["png"])
+  assert "sweep cell lr=0.1" in (tmp_path / "a.svg").read_text()
+  assert "sweep cell" not in (tmp_path / "b.svg").read_text()
