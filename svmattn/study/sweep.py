@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import json
 
-import numpy as np
 
 from svmattn.study import pipeline
 
@@ -110,6 +109,3 @@ def grid(sweep: dict) -> list[dict]:
     combos = [{**c, name: v} for c in combos for v in sweep[name]]
   return combos
 
-
-def strip(arrays: dict) -> dict:
-  return {k: np.asarray(v) for k, v in arrays.items()}
