@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import json
 
-
 from svmattn.study import pipeline
 
 
