@@ -156,7 +156,10 @@ def _flat_draw_fn(sizes: tuple[int, int, int, int], dtype):
     return (jax.random.normal(kx, (nx,), dtype), jax.random.normal(kz, (nz,), dtype),
             jax.random.bernoulli(ky, 0.5, (ny,)), jax.random.normal(kv, (nv,), dtype))
 
-  return jax.jit(lambda seed, runs: jax.lax.map(lambda r: one(seed, r), runs))
+  def flat_draws(seed, runs):
+    return jax.lax.map(lambda r: one(seed, r), runs)
+
+  return jax.jit(flat_draws)
 
 
 def _np_unit_rows(a: np.ndarray) -> np.ndarray:
