@@ -7,7 +7,9 @@ A batch of data sets has the same fields with a leading axis B.
 
 Randomness: data set ``r`` of seed ``s`` is drawn from
 ``jax.random.fold_in(jax.random.PRNGKey(s), r)``, so it is the same data set
-whatever the batch it is drawn in.
+whatever the batch it is drawn in. The paper's generator (``unit_gaussian``) draws its arrays as
+prefixes of flat draws of bucketed sizes, one compiled program per bucket rather than per (n, T, d),
+and normalizes on the host (see ``_unit_gaussian_flat``).
 """
 from __future__ import annotations
 
