@@ -130,7 +130,7 @@ def generate(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
 # norms may round differently from XLA's: values move at the rounding level from numerics
 # version 1 (``_generate_fn`` with ``unit_gaussian``).
 
-RUN_BLOCK = 16       # runs per call of a flat-draw program (the last block padded)
+RUN_BLOCK = 64       # runs per call of a flat-draw program (the last block padded)
 MIN_BUCKET = 64      # the smallest flat-draw size
 
 
@@ -181,9 +181,10 @@ def _np_unit_rows(a: np.ndarray) -> np.ndarray:
     lo = x - hi
     return p, lo * lo - (((p - hi * hi) - lo * hi) - hi * lo)
 
-  total, err = two_square(a[..., 0])
+  cols = np.ascontiguousarray(np.moveaxis(a, -1, 0))   # column k: cols[k], contiguous
+  total, err = two_square(cols[0])
   for k in range(1, a.shape[-1]):
-    h, r = two_square(a[..., k])
+    h, r = two_square(cols[k])
     t = total + h
     z = t - total
     q = (total - (t - z)) + (h - z)
