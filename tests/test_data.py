@@ -50,6 +50,69 @@ def test_data_set_is_bit_identical_whatever_the_batch(batch):
   assert not np.array_equal(np.asarray(data_lib.generate(SPEC, SEED + 1, runs).X[2]), np.asarray(batch.X[0]))
 
 
+def test_each_run_alone_equals_the_batch_bit_for_bit():
+  """Numerics version 2: a batch (over several run blocks, padded) and each run drawn alone, and
+  two other batch sizes, give the same data sets bit for bit (linear and matrix heads, both dtypes)."""
+  spec = data_lib.DataSpec(n=3, T=4, d=5)
+  runs = np.arange(data_lib.RUN_BLOCK + 3)          # two blocks, the second padded
+  for head in (heads.LINEAR, heads.RELU):
+    for dtype in (np.float64, np.float32):
+      batch = host(data_lib.generate(spec, 11, runs, head, dtype=dtype))
+      for r in (0, 5, data_lib.RUN_BLOCK, len(runs) - 1):
+        alone = host(data_lib.generate(spec, 11, [r], head, dtype=dtype))
+        for a, b in zip(alone, batch):
+          assert a.dtype == b.dtype and np.array_equal(a[0], b[r])
+      for size in (2, 7):
+        other = host(data_lib.generate(spec, 11, runs[-size:][::-1], head, dtype=dtype))
+        for a, b in zip(other, batch):
+          assert np.array_equal(a, b[runs[-size:][::-1]])
+
+
+def test_many_shapes_share_one_compiled_generator():
+  """Ten (n, T, d) shapes whose draws fall in the same size buckets compile one program."""
+  shapes = [(n, T, d) for n, T, d in [(4, 4, 4), (5, 3, 4), (4, 5, 3), (3, 4, 5), (5, 4, 3),
+                                      (6, 2, 5), (2, 6, 5), (5, 5, 2), (4, 3, 5), (3, 5, 4)]]
+  buckets = {tuple(data_lib._bucket(c) for c in (n * T * d, n * d, n, d)) for n, T, d in shapes}
+  assert len(buckets) == 1
+  data_lib._flat_draw_fn.cache_clear()
+  for i, (n, T, d) in enumerate(shapes):
+    ds = data_lib.generate(data_lib.DataSpec(n, T, d), 0, np.arange(1 + i))
+    assert ds.X.shape == (1 + i, n, T, d)
+  info = data_lib._flat_draw_fn.cache_info()
+  assert (info.currsize, info.misses) == (1, 1)
+
+
+def _version1_generate(spec, seed, runs, head, dtype):
+  """Numerics version 1's path (jnp on the device: keys split as now, arrays drawn at their shapes,
+  normalized by XLA)."""
+  import jax.numpy as jnp
+  from svmattn import rng
+
+  def one(r):
+    kx, kz, ky, kv = jax.random.split(rng.split_run_key(rng.run_key(seed, r))[0], 4)
+    unit = lambda a: a / jnp.linalg.norm(a, axis=-1, keepdims=True)
+    X = unit(jax.random.normal(kx, (spec.n * spec.T * spec.d,), dtype).reshape(spec.n, spec.T, spec.d))
+    Z = unit(jax.random.normal(kz, (spec.n * spec.d,), dtype).reshape(spec.n, spec.d))
+    Y = jnp.where(jax.random.bernoulli(ky, 0.5, (spec.n,)), 1.0, -1.0).astype(dtype)
+    return X, Y, Z, head.init(kv, spec.d, dtype)
+
+  return [np.asarray(a) for a in jax.jit(lambda rs: jax.lax.map(one, rs))(jnp.asarray(runs, jnp.uint32))]
+
+
+def test_values_within_4_ulps_of_numerics_version_1():
+  """The same random values as version 1; only the host normalization's rounding may differ."""
+  for spec, head in ((data_lib.DataSpec(6, 8, 10), heads.LINEAR), (data_lib.DataSpec(5, 5, 3), heads.LINEAR),
+                     (data_lib.DataSpec(3, 4, 7), heads.RELU)):
+    runs = np.arange(20)
+    new = host(data_lib.generate(spec, 3, runs, head))
+    old = _version1_generate(spec, 3, runs, head, np.float64)
+    for name, a, b in zip("XYZv", new, old):
+      assert a.shape == b.shape and a.dtype == b.dtype
+      ulps = np.abs(a - b) / np.spacing(np.maximum(np.abs(a), np.abs(b)))
+      assert ulps.max() <= 4, (name, ulps.max())
+    np.testing.assert_array_equal(new.Y, old[1])
+
+
 def test_generate_self_attention_positive_labels():
   spec = data_lib.DataSpec(n=2, T=3, d=4, attention="self", query_pos=1, labels="positive")
   ds = host(data_lib.generate(spec, 7, [0, 1]))

@@ -7,7 +7,9 @@ A batch of data sets has the same fields with a leading axis B.
 
 Randomness: data set ``r`` of seed ``s`` is drawn from
 ``jax.random.fold_in(jax.random.PRNGKey(s), r)``, so it is the same data set
-whatever the batch it is drawn in.
+whatever the batch it is drawn in. The paper's generator (``unit_gaussian``) draws its arrays as
+prefixes of flat draws of bucketed sizes, one compiled program per bucket rather than per (n, T, d),
+and normalizes on the host (see ``_unit_gaussian_flat``).
 """
 from __future__ import annotations
 
@@ -100,14 +102,119 @@ def generate(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
   """A batch of data sets: entry b is run ``runs[b]`` of ``seed`` (leading axis B)."""
   spec.validate()
   runs = np.asarray(runs, dtype=np.uint32).reshape(-1)
-  # Pad the run list to a power of two so that a few compiled generators serve every
-  # batch size (data set r does not depend on the length of the list it is drawn in).
-  size = 1 << max(int(len(runs)) - 1, 0).bit_length()
-  padded = np.concatenate([runs, np.full(size - len(runs), runs[-1] if len(runs) else 0, np.uint32)])
   with jax.default_device(_host_device()):   # drawn on the host CPU: the same bits on every backend
+    if sampler is unit_gaussian and head.init in _FLAT_HEADS:
+      out = _unit_gaussian_flat(spec, seed, runs, head, jnp.dtype(dtype))
+      return Dataset(*(jnp.asarray(a) for a in out))
+    # Pad the run list to a power of two so that a few compiled generators serve every
+    # batch size (data set r does not depend on the length of the list it is drawn in).
+    size = 1 << max(int(len(runs)) - 1, 0).bit_length()
+    padded = np.concatenate([runs, np.full(size - len(runs), runs[-1] if len(runs) else 0, np.uint32)])
     out = _generate_fn(spec, head, sampler, jnp.dtype(dtype))(jnp.asarray(seed, jnp.uint32), jnp.asarray(padded))
     # sliced on the host (an eager slice would compile a program per shape), returned as jax arrays
     return jax.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a)[:len(runs)]), out)
+
+
+# ----------------------------------------------------------------------------
+# unit_gaussian without a program per shape
+# ----------------------------------------------------------------------------
+#
+# With JAX's partitionable threefry (its default), element i of a flat draw does not depend on the
+# draw's size: a flat draw of N values is the prefix of a flat draw of any larger size. So the
+# paper's generator draws each of its four flat arrays (tokens, queries, label bits, head) as the
+# prefix of a draw whose size is rounded up to a power of two (``_bucket``), in ONE jitted program
+# per (bucket sizes, dtype), for a fixed block of ``RUN_BLOCK`` runs at a time (the last block
+# padded): the drawn values are those of ``unit_gaussian``'s own draws, bit for bit. The shape
+# work (reshape, unit rows, signs of the labels, the head's scaling) is done on the host in NumPy,
+# one data set at a time, so a data set is the same whatever the batch it is drawn in. NumPy's
+# norms may round differently from XLA's: values move at the rounding level from numerics
+# version 1 (``_generate_fn`` with ``unit_gaussian``).
+
+RUN_BLOCK = 64       # runs per call of a flat-draw program (the last block padded)
+MIN_BUCKET = 64      # the smallest flat-draw size
+
+
+def _bucket(count: int) -> int:
+  """The flat-draw size serving ``count`` values: the next power of two, at least MIN_BUCKET."""
+  return max(MIN_BUCKET, 1 << max(int(count) - 1, 0).bit_length())
+
+
+def _head_size(head: heads.Head, d: int) -> int:
+  return d if head.init is heads._unit_vector else d * d
+
+
+_FLAT_HEADS = (heads._unit_vector, heads._unit_frobenius_matrix)   # head inits drawn as one flat normal
+
+
+@functools.lru_cache(maxsize=64)
+def _flat_draw_fn(sizes: tuple[int, int, int, int], dtype):
+  """One jitted program per (bucket sizes, dtype): for a block of runs, the flat draws of
+  ``unit_gaussian`` (normals for X, Z, v; label bits) from the keys it uses, each of its bucket's
+  size. lax.map compiles the body for one data set, so the bits do not depend on the block."""
+  nx, nz, ny, nv = sizes
+
+  def one(seed, r):
+    kx, kz, ky, kv = jax.random.split(split_run_key(run_key(seed, r))[0], 4)
+    return (jax.random.normal(kx, (nx,), dtype), jax.random.normal(kz, (nz,), dtype),
+            jax.random.bernoulli(ky, 0.5, (ny,)), jax.random.normal(kv, (nv,), dtype))
+
+  def flat_draws(seed, runs):
+    return jax.lax.map(lambda r: one(seed, r), runs)
+
+  return jax.jit(flat_draws)
+
+
+def _np_unit_rows(a: np.ndarray) -> np.ndarray:
+  """Rows of ``a`` (last axis) scaled to unit norm, on the host.
+
+  The sum of squares is computed element-wise, one column at a time (so a row's result does
+  not depend on the other rows: NumPy's own reductions may order a sum differently for different
+  array shapes), with error-free transformations (Ogita, Rump and Oishi's Dot2: as accurate as
+  twice the working precision, plain IEEE operations, the same bits on every platform), so the
+  norm is within about an ulp of the exact one."""
+  split = np.asarray(2.0 ** ((np.finfo(a.dtype).nmant + 2) // 2) + 1, a.dtype)   # Dekker's splitter
+
+  def two_square(x):
+    p = x * x
+    c = split * x
+    hi = c - (c - x)
+    lo = x - hi
+    return p, lo * lo - (((p - hi * hi) - lo * hi) - hi * lo)
+
+  cols = np.ascontiguousarray(np.moveaxis(a, -1, 0))   # column k: cols[k], contiguous
+  total, err = two_square(cols[0])
+  for k in range(1, a.shape[-1]):
+    h, r = two_square(cols[k])
+    t = total + h
+    z = t - total
+    q = (total - (t - z)) + (h - z)
+    total, err = t, err + (q + r)
+  return a / np.sqrt(total + err)[..., None]
+
+
+def _unit_gaussian_flat(spec: DataSpec, seed: int, runs: np.ndarray, head: heads.Head,
+                        dtype) -> tuple[np.ndarray, ...]:
+  """``unit_gaussian`` for every run of ``runs`` (NumPy arrays X, Y, Z, v with a leading axis)."""
+  n, T, d = spec.n, spec.T, spec.d
+  counts = (n * T * d, n * d, n, _head_size(head, d))
+  fn = _flat_draw_fn(tuple(_bucket(c) for c in counts), dtype)
+  seed = jnp.asarray(seed, jnp.uint32)
+  parts = []
+  for start in range(0, len(runs), RUN_BLOCK):
+    block = runs[start:start + RUN_BLOCK]
+    padded = np.concatenate([block, np.full(RUN_BLOCK - len(block), block[-1], np.uint32)])
+    parts.append([np.asarray(a)[:len(block)] for a in fn(seed, jnp.asarray(padded))])
+  fx, fz, fy, fv = ([np.concatenate(p) for p in zip(*parts)] if parts else
+                    [np.zeros((0, _bucket(c)), np.bool_ if i == 2 else dtype) for i, c in enumerate(counts)])
+  B = len(runs)
+  X = _np_unit_rows(fx[:, :counts[0]].reshape(B, n, T, d))
+  Z = X[:, :, spec.query_pos] if spec.attention == "self" else _np_unit_rows(fz[:, :counts[1]].reshape(B, n, d))
+  nd = np.dtype(dtype)
+  Y = np.ones((B, n), nd) if spec.labels == "positive" else np.where(fy[:, :n], 1.0, -1.0).astype(nd)
+  v = _np_unit_rows(fv[:, :counts[3]])   # a matrix head: unit Frobenius norm, the flat draw's norm
+  if head.init is not heads._unit_vector:
+    v = v.reshape(B, d, d)
+  return X, Y, Z, v
 
 
 def _host_device():
