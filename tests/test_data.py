@@ -99,6 +99,7 @@ def _version1_generate(spec, seed, runs, head, dtype):
   return [np.asarray(a) for a in jax.jit(lambda rs: jax.lax.map(one, rs))(jnp.asarray(runs, jnp.uint32))]
 
 
+@pytest.mark.slow   # (CI runs the slow tests too)
 def test_values_within_4_ulps_of_numerics_version_1():
   """The same random values as version 1; only the host normalization's rounding may differ."""
   for spec, head in ((data_lib.DataSpec(6, 8, 10), heads.LINEAR), (data_lib.DataSpec(5, 5, 3), heads.LINEAR),

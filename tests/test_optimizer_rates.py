@@ -221,6 +221,7 @@ def test_from_the_command_with_resume_and_replay(tmp_path):
     assert "identical" in (rep.stdout + rep.stderr).lower()
 
 
+@pytest.mark.slow   # (CI runs the slow tests too)
 def test_help_lists_the_experiments_flags():
   for args in (["-m", "experiments.optimizer_rates", "--help"], ["-m", "svmattn", "E16", "--help"]):
     proc = subprocess.run([sys.executable, *args], cwd=REPO_ROOT, env=ENV, capture_output=True, text=True,
