@@ -43,21 +43,26 @@ def _host():
   return jax.local_devices(backend="cpu")[0]
 
 
+def _draw(seed: int, runs, one) -> LinearData:
+  """LinearData of ``one(key) -> (X, y, teacher)`` for every run's key, drawn on the host."""
+  with jax.default_device(_host()):
+    Xs, ys, teachers = zip(*(one(key) for key in _keys(seed, runs)))
+  return LinearData(np.stack(Xs), np.stack(ys).astype(np.int64), np.stack(teachers))
+
+
 def binary(seed: int, runs: Sequence[int], n: int = 20, d: int = 5, margin: float = 0.1) -> LinearData:
   """Separable binary data sets (see the module docstring)."""
   if n < 1 or d < 1 or margin < 0:
     raise ValueError(f"need n >= 1, d >= 1, margin >= 0; got n={n}, d={d}, margin={margin}")
-  Xs, ys, us = [], [], []
-  with jax.default_device(_host()):
-    for key in _keys(seed, runs):
-      k_x, k_u = jax.random.split(key)
-      X = np.array(rng.normal(k_x, (n, d)), np.float64)
-      u = np.array(rng.normal(k_u, (d,)), np.float64)
-      u /= np.linalg.norm(u)
-      y = np.where(X @ u >= 0, 1, -1)
-      X = X + margin * y[:, None] * u[None, :]
-      Xs.append(X), ys.append(y), us.append(u)
-  return LinearData(np.stack(Xs), np.stack(ys).astype(np.int64), np.stack(us))
+
+  def one(key):
+    k_x, k_u = jax.random.split(key)
+    X = np.array(rng.normal(k_x, (n, d)), np.float64)
+    u = np.array(rng.normal(k_u, (d,)), np.float64)
+    u /= np.linalg.norm(u)
+    y = np.where(X @ u >= 0, 1, -1)
+    return X + margin * y[:, None] * u[None, :], y, u
+  return _draw(seed, runs, one)
 
 
 def multiclass(seed: int, runs: Sequence[int], n: int = 30, d: int = 5, k: int = 3,
@@ -65,14 +70,12 @@ def multiclass(seed: int, runs: Sequence[int], n: int = 30, d: int = 5, k: int =
   """Separable k-class data sets (see the module docstring); needs 2 <= k <= d."""
   if not (2 <= k <= d) or n < 1 or margin < 0:
     raise ValueError(f"need 2 <= k <= d, n >= 1, margin >= 0; got n={n}, d={d}, k={k}, margin={margin}")
-  Xs, ys, Qs = [], [], []
-  with jax.default_device(_host()):
-    for key in _keys(seed, runs):
-      k_x, k_q = jax.random.split(key)
-      X = np.array(rng.normal(k_x, (n, d)), np.float64)
-      G = np.array(rng.normal(k_q, (d, k)), np.float64)
-      Q = np.linalg.qr(G)[0].T            # (k, d), orthonormal rows
-      y = np.argmax(X @ Q.T, axis=1)
-      X = X + margin * Q[y]
-      Xs.append(X), ys.append(y), Qs.append(Q)
-  return LinearData(np.stack(Xs), np.stack(ys).astype(np.int64), np.stack(Qs))
+
+  def one(key):
+    k_x, k_q = jax.random.split(key)
+    X = np.array(rng.normal(k_x, (n, d)), np.float64)
+    G = np.array(rng.normal(k_q, (d, k)), np.float64)
+    Q = np.linalg.qr(G)[0].T            # (k, d), orthonormal rows
+    y = np.argmax(X @ Q.T, axis=1)
+    return X + margin * Q[y], y, Q
+  return _draw(seed, runs, one)

@@ -111,13 +111,7 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
   X, Z = np.asarray(data["X"], np.float64), np.asarray(data["Z"], np.float64)
   norms = [str(x) for x in data["norms"]]
   B, d = X.shape[0], X.shape[-1]
-  keys = {}
-  for t in trajs.values():
-    for b in range(B):
-      for norm in norms:
-        keys.setdefault((b, np.asarray(t["selected"][b], np.int64).tobytes(), norm), None)
-  jobs = [(X[b], Z[b], np.frombuffer(sel, np.int64), norm) for b, sel, norm in keys]
-  solved = dict(zip(keys, svm_lib.att_svm_many(jobs)))
+  solved = svm_lib.at_selections(X, Z, [t["selected"] for t in trajs.values()], norms)
   out = {"runs": np.asarray(data["runs"]), "optimal_tokens": metrics.optimal_tokens(data["gamma"])}
   for name, t in trajs.items():
     W = np.asarray(t["W"], np.float64)                    # (B, S, d, d)
@@ -127,7 +121,7 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
     out[f"max_prob_{name}"] = t["max_prob"]
     health.add(out, name, t, saturation)
     for norm in norms:
-      res = [solved[(b, np.asarray(t["selected"][b], np.int64).tobytes(), norm)] for b in range(B)]
+      res = [solved[svm_lib.selection_key(b, t["selected"][b], norm)] for b in range(B)]
       W_svm = np.stack([r.W if r.ok else np.full((d, d), np.nan) for r in res])
       out[f"svm_{norm}_{name}_status"] = np.array([r.status for r in res], dtype="<U10")
       out[f"corr_{name}_{norm}"] = metrics.corr(W, W_svm[:, None])

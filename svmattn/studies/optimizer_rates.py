@@ -160,13 +160,7 @@ def analyze(label: dict, data: dict, trajs: dict, fit_from: float = 0.1, k: int 
     solved_linear = _solve_linear(X, y if model == "linear_mc" else y.astype(np.float64), model, k)
   else:
     Z = np.asarray(data["Z"], np.float64)
-    wanted = {}
-    for t in trajs.values():
-      for b in range(B):
-        for norm in norms:
-          wanted.setdefault((b, np.asarray(t["selected"][b], np.int64).tobytes(), norm), None)
-    jobs = [(X[b], Z[b], np.frombuffer(sel, np.int64), norm) for b, sel, norm in wanted]
-    solved = dict(zip(wanted, svm_lib.att_svm_many(jobs)))
+    solved = svm_lib.at_selections(X, Z, [t["selected"] for t in trajs.values()], norms)
   for name, t in trajs.items():
     W = np.asarray(t["W"], np.float64)                    # (B, S, r, c)
     steps = np.asarray(t["steps"])
@@ -190,7 +184,7 @@ def analyze(label: dict, data: dict, trajs: dict, fit_from: float = 0.1, k: int 
         margins = np.stack([_linear_margins(W[b], X[b], y[b], model) for b in range(B)])
         status = np.array([r.status for r in res], dtype="<U10")
       else:
-        res = [solved[(b, np.asarray(t["selected"][b], np.int64).tobytes(), norm)] for b in range(B)]
+        res = [solved[svm_lib.selection_key(b, t["selected"][b], norm)] for b in range(B)]
         ok = np.array([r.ok for r in res])
         W_svm = np.stack([r.W if r.ok else np.full(W.shape[2:], np.nan) for r in res])
         gamma = np.array([1.0 / r.objective if r.ok else np.nan for r in res])

@@ -282,6 +282,25 @@ def att_svm(X, Z, alpha, norm: str = "fro", solver: str | None = None,
 THREADS = svmattn.usable_cores()
 
 
+def at_selections(X, Z, selections, norms) -> dict:
+  """Att-SVM of every data set b of X (B,n,T,d), Z (B,n,d) at each of the token selections
+  ``selections`` ((B,n) arrays, e.g. every training stage's ``selected``) in every norm of
+  ``norms``, each distinct (b, selection, norm) solved once (``att_svm_many``):
+  {(b, selection.tobytes() as int64, norm): SVMResult}; look one up with ``selection_key``."""
+  keys = {}
+  for sel in selections:
+    for b in range(len(X)):
+      for norm in norms:
+        keys.setdefault(selection_key(b, sel[b], norm), None)
+  jobs = [(X[b], Z[b], np.frombuffer(sel, np.int64), norm) for b, sel, norm in keys]
+  return dict(zip(keys, att_svm_many(jobs)))
+
+
+def selection_key(b: int, selection, norm: str) -> tuple:
+  """The key of ``at_selections``'s result for data set b at ``selection`` (n,) in ``norm``."""
+  return (b, np.asarray(selection, np.int64).tobytes(), norm)
+
+
 def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
                  progress: Callable[[int], None] | None = None) -> list[SVMResult]:
   """``att_svm(*job)`` for every job, in order, on ``threads`` threads (default THREADS)."""
