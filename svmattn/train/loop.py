@@ -36,6 +36,7 @@ from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.models import attention as model_lib
 from svmattn.optim import optimizers
+from svmattn.train import block_kernel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,9 +371,10 @@ def _init_keys(seed: int, runs: jax.Array) -> jax.Array:
 _JIT_CACHE: dict = {}
 
 
-def _blocked(fn, block: int):
-  """fn vmapped over a block, lax.map over blocks: leading axis B (a multiple of block)."""
-  batched = jax.vmap(fn)
+def _blocked(fn, block: int, whole_block: bool = False):
+  """fn vmapped over a block, lax.map over blocks: leading axis B (a multiple of block).
+  whole_block: fn already takes a whole block (``block_kernel``), it is not vmapped."""
+  batched = fn if whole_block else jax.vmap(fn)
 
   def run(*args):
     B = jax.tree_util.tree_leaves(args)[0].shape[0]
@@ -446,17 +448,20 @@ def _compiled(trainer: Trainer, kind: str, mesh, *static):
   own part of the batch (``PerDevice``: the one-device program on every device)."""
   key = (trainer.config, kind, mesh) + static
   if key not in _JIT_CACHE:
+    whole_block = False
     if kind == "init":
       fn = trainer.init_one
     elif kind == "observe":
       fn = trainer.observe
+    elif block_kernel.supports(trainer.config):     # the closed form with the data sets on the SIMD axis
+      fn, whole_block = block_kernel.make_advance(trainer, *static), True
     elif trainer.config.minibatch:     # (also the run keys and each data set's global step)
       every, snapshots = static
       fn = lambda st, dt, key, step: trainer.advance_one(st, dt, every, snapshots, key, step)  # noqa: E731
     else:
       every, snapshots = static
       fn = lambda st, dt: trainer.advance_one(st, dt, every, snapshots)  # noqa: E731
-    _JIT_CACHE[key] = PerDevice(_blocked(fn, trainer.config.block_size))
+    _JIT_CACHE[key] = PerDevice(_blocked(fn, trainer.config.block_size, whole_block))
   return _JIT_CACHE[key]
 
 

@@ -1,0 +1,115 @@
+"""The GD kernel of the closed-form case, with the data sets of a block on the vectorized axis.
+
+``train.loop`` vmaps one data set's step over a block of data sets. For the case the paper's
+experiments train most (the single-query model with the linear head, a named loss, exact
+numerics, full batch, normalized GD or GD, W or (K,Q)), the vmapped program is a sequence of
+batched dots of tiny matrices (6x8 by 10 at E2's sizes), which XLA:CPU runs far below the
+machine's rate. Here the same gradient (``models.attention._linear_head_grad``, docs/science.md
+section 4) is written once for the whole block with the data-set axis last, where XLA lays it
+out as the minor (SIMD) dimension, and h = X v, constant during training, is computed once per
+call instead of once per step.
+
+Exactness within a version: every operation reduces over the axes of one data set (n, T, d, m)
+and never over the block axis, and the block size is fixed, so a data set's trajectory does not
+depend on the other data sets of its block or on its position there (tests/test_block_kernel.py);
+replay, resume, any batch size and any device count stay bit for bit the same. The rounding
+differs from the vmapped program's (numerics version 3, README "Numerics version 3").
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from svmattn.models import attention as model_lib
+
+# normalized GD (p <- p - lr g / ||g||_F, optim.optimizers.normalized_gd) and GD (p <- p - lr g)
+OPTIMIZERS = {"normalized_gd": True, "ngd": True, "sd_l2": True, "gd": False}
+
+
+def supports(config) -> bool:
+  """True when ``config`` trains with this kernel: the closed-form gradient's case of
+  ``models.attention.make_grad`` with a normalized GD or GD step and full batches."""
+  return (config.module is None and not config.train_head and not config.minibatch
+          and config.numerics == "exact" and config.model == "single_query" and config.head == "linear"
+          and config.param in ("W", "KQ") and isinstance(config.loss, str)
+          and config.loss in model_lib.LOSS_DERIVATIVES
+          and not isinstance(config.loss_scale, str) and config.loss_scale == 1.0
+          and config.optimizer in OPTIMIZERS)
+
+
+def _last(x):
+  return jnp.moveaxis(x, 0, -1)
+
+
+def _first(x):
+  return jnp.moveaxis(x, -1, 0)
+
+
+def _normalized(g):
+  """g / ||g||_F of every data set (axes 0, 1; the block last), as ``normalize_by_leaf_norm``:
+  through u = g / max|g|, and 0 where g is 0."""
+  peak = jnp.max(jnp.abs(g), axis=(0, 1), keepdims=True)
+  u = g / jnp.where(peak > 0, peak, 1)
+  norm = jnp.sqrt(jnp.sum(u * u, axis=(0, 1), keepdims=True))
+  return jnp.where(peak > 0, u / jnp.where(norm > 0, norm, 1), jnp.zeros_like(g))
+
+
+def make_step(config):
+  """step(params, X, Z, Y, h) -> params, every array with the block axis last:
+  X (n,T,d,b), Z (n,d,b), Y (n,b), h = X v (n,T,b), W (d,d,b) or K, Q (d,m,b)."""
+  param = model_lib.get_parameterization(config.param)
+  lam = param.ridge if config.ridge is None else config.ridge
+  dl = model_lib.LOSS_DERIVATIVES[config.loss]
+  normalize = OPTIMIZERS[config.optimizer]
+  lr = config.lr
+
+  def grad(params, X, Z, Y, h):
+    W = params["W"] if param.name == "W" else jnp.einsum("dmb,emb->deb", params["K"], params["Q"])
+    q = jnp.einsum("edb,ndb->neb", W, Z)                                   # W z_i
+    s = jax.nn.softmax(jnp.einsum("ntdb,ndb->ntb", X, q), axis=1)          # (n,T,b)
+    ref = jnp.argmax(s, axis=1)
+    h_ref = jnp.take_along_axis(h, ref[:, None], axis=1)                  # (n,1,b)
+    dh = h - h_ref
+    sd = jnp.sum(s * dh, axis=1)                                           # (n,b)
+    f = h_ref[:, 0] + sd
+    a = Y * dl(Y * f) / f.shape[0]
+    delta = s * (a[:, None] * dh - (a * sd)[:, None])                     # dL/dlogits
+    G = jnp.einsum("ndb,neb->deb", jnp.einsum("ntb,ntdb->ndb", delta, X), Z)   # dL/dW
+    if param.name == "W":
+      grads = {"W": G}
+    else:
+      grads = {"K": jnp.einsum("deb,emb->dmb", G, params["Q"]), "Q": jnp.einsum("deb,dmb->emb", G, params["K"])}
+    if lam:
+      grads = {k: g + 2 * lam * params[k] for k, g in grads.items()}
+    return grads
+
+  def step(params, X, Z, Y, h):
+    grads = grad(params, X, Z, Y, h)
+    return {k: params[k] + (-lr) * (_normalized(g) if normalize else g) for k, g in grads.items()}
+
+  return step
+
+
+def make_advance(trainer, every: int, snapshots: int):
+  """advance(state, data) for a whole block (leading axis b on every field): ``snapshots``
+  times ``every`` steps then a snapshot, as ``jax.vmap(trainer.advance_one)`` returns it."""
+  step = make_step(trainer.config)
+  observe = jax.vmap(trainer.observe)
+
+  def advance(state, data):
+    X, Z, Y = _last(data.X), _last(data.Z), _last(data.Y)
+    h = jnp.einsum("ntdb,db->ntb", X, _last(data.v))
+
+    def inner(params, _):
+      return step(params, X, Z, Y, h), None
+
+    def outer(params, _):
+      params, _ = jax.lax.scan(inner, params, None, length=every)
+      W, p, l, _, extra = observe(jax.tree_util.tree_map(_first, params), data)
+      return params, (W, p, l, extra)
+
+    params, out = jax.lax.scan(outer, jax.tree_util.tree_map(_last, state.params), None, length=snapshots)
+    out = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x, 0, 1), out)     # (b, S, ...)
+    return state._replace(params=jax.tree_util.tree_map(_first, params)), out
+
+  return advance
