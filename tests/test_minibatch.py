@@ -20,6 +20,7 @@ from conftest import REPO_ROOT
 from svmattn.data import datasets as data_lib
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.studies import local_convergence
+from svmattn.train import block_kernel
 from svmattn.train import loop as train_lib
 from test_sweep import ENV, assert_same_results, has_checkpoint, kill_when
 
@@ -138,12 +139,22 @@ SLOW = pytest.mark.slow     # (each path compiles its own programs: with the slo
     pytest.param(dict(param="p", model="prompt"), marks=SLOW),            # autodiff
     pytest.param(dict(module="flax"), marks=SLOW),                        # the flax-model path
 ], ids=["W", "KQ-gd", "W-adam", "prompt", "flax"])
-def test_all_sequences_in_order_is_full_batch_bit_for_bit(data, keys, kwargs):
+def test_all_sequences_in_order_is_full_batch_bit_for_bit(data, keys, kwargs, monkeypatch):
+  """Bit for bit the per-data-set (vmapped) full-batch program; where full batch runs the block
+  kernel (train.block_kernel), equal to it to rounding (the bound of tests/test_block_kernel.py)."""
   if kwargs.get("module") == "flax":
     kwargs = {"module": _flax_single_head()}
   config = dataclasses.replace(BASE, **kwargs)
   full = train_lib.train(config, data, keys)
   every = train_lib.train(dataclasses.replace(config, minibatch=SPEC.n, sampling="cyclic"), data, keys)
+  if block_kernel.supports(config):
+    scale = np.max(np.abs(full.W), axis=(2, 3), keepdims=True)
+    assert np.max(np.abs(every.W - full.W) / scale) < 1e-7
+    with monkeypatch.context() as m:
+      m.setattr(block_kernel, "supports", lambda config: False)
+      train_lib._JIT_CACHE.clear()
+      full = train_lib.train(config, data, keys)
+    train_lib._JIT_CACHE.clear()
   _same(every, full)
   # a real mini-batch changes the trajectory, while the snapshots stay full-data values
   mini = train_lib.train(dataclasses.replace(config, minibatch=2, sampling="with"), data, keys)

@@ -60,7 +60,8 @@ class TrainConfig:
       batch wraps from the end of one epoch into the next (nothing is dropped; such a batch may
       hold one sequence twice, once from each epoch).
     "cyclic": the same stream with every perm_e = 0..n-1 (sequence order, wrapping). With
-      ``minibatch`` = n it is full-batch GD bit for bit.
+      ``minibatch`` = n it is full-batch GD, bit for bit the per-data-set (vmapped) program
+      (and, where full batch runs ``block_kernel``, equal to it to rounding).
   ``minibatch`` = 0 (the default) is full-batch GD with the very program of a run without
   these fields (no sampling op is traced).
   """
