@@ -48,3 +48,32 @@ def share_across_devices() -> bool:
   cache_key._hash_serialized_compile_options = strip_devices
   _SHARED = True
   return True
+
+
+# XLA programs compiled by this process (persistent-cache hits are loads, not compiles)
+_COMPILES = {"programs": 0, "seconds": 0.0}
+_COUNTING = False
+_BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+
+
+def count_compiles() -> None:
+  """Start counting the XLA programs this process compiles and their compile seconds (every
+  thread; ``compile_stats``). Idempotent."""
+  global _COUNTING
+  if _COUNTING:
+    return
+  from jax import monitoring
+
+  def listen(event, duration, **kwargs):
+    del kwargs
+    if event == _BACKEND_COMPILE_EVENT:
+      _COMPILES["programs"] += 1         # (one += under the GIL per event; events are rare)
+      _COMPILES["seconds"] += float(duration)
+
+  monitoring.register_event_duration_secs_listener(listen)
+  _COUNTING = True
+
+
+def compile_stats() -> dict:
+  """{"xla_programs_compiled": n, "xla_compile_s": seconds} since ``count_compiles``."""
+  return {"xla_programs_compiled": _COMPILES["programs"], "xla_compile_s": round(_COMPILES["seconds"], 3)}

@@ -37,3 +37,31 @@ def test_report_shows_the_stages():
   assert report_lib.stage_words(record) == (" (startup 1.5 s, compile 2.2 s, train 1.0 s, SVMs and analysis 0.6 s, "
                                          "write 0.2 s)")
   assert report_lib.stage_words({}) == ""
+
+
+def test_table_counts_compiled_programs():
+  from svmattn.report.stages import STAGES
+  st = {s: 1.0 for s in STAGES}
+  records = [{"id": "E2", "wall_s": 9.0, "stages_s": st, "beyond": False, "work": {"xla_programs_compiled": 7}},
+             {"id": "E4", "wall_s": 9.0, "stages_s": st, "beyond": False, "work": {"xla_programs_compiled": 5}}]
+  lines = report_lib.stage_table(records).splitlines()
+  assert lines[0].split()[-1] == "programs"
+  assert [line.split()[-1] for line in lines[1:]] == ["7", "5", "12"]
+  del records[1]["work"]                       # an older record: no count, and no total
+  assert [line.split()[-1] for line in report_lib.stage_table(records).splitlines()[1:]] == ["7", "-", "-"]
+
+
+def test_the_compile_counter_counts_compiles_not_calls():
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from svmattn import xla_cache
+  xla_cache.count_compiles()
+  before = xla_cache.compile_stats()["xla_programs_compiled"]
+  f = jax.jit(lambda x: jnp.sin(x) * 3.0 + 0.123)
+  f(np.ones(7)).block_until_ready()
+  f(np.ones(7)).block_until_ready()            # the same program: no compile
+  mid = xla_cache.compile_stats()["xla_programs_compiled"]
+  f(np.ones(9)).block_until_ready()            # a new shape: one more
+  after = xla_cache.compile_stats()
+  assert mid - before >= 1 and after["xla_programs_compiled"] - mid == 1 and after["xla_compile_s"] > 0

@@ -34,21 +34,28 @@ def stages(t: dict, wall: float) -> dict:
 
 
 def stage_table(records: list) -> str:
-  """A text table: one row per experiment, one column per stage, then the totals of the
-  paper's experiments (E1-E9) and of the ones beyond it."""
-  head = f"{'experiment':<14}{'wall':>8}" + "".join(f"{s:>13}" for s in STAGES)
+  """A text table: one row per experiment, one column per stage and the XLA programs it compiled
+  (persistent-cache loads are not compiles), then the totals of the paper's experiments (E1-E9)
+  and of the ones beyond it."""
+  head = f"{'experiment':<14}{'wall':>8}" + "".join(f"{s:>13}" for s in STAGES) + f"{'programs':>10}"
   lines = [head]
 
-  def row(name, wall, st):
-    return f"{name:<14}{wall:>8.1f}" + "".join(f"{st.get(s, 0.0):>13.1f}" for s in STAGES)
+  def programs(r):
+    return (r.get("work") or {}).get("xla_programs_compiled")
+
+  def row(name, wall, st, n):
+    return (f"{name:<14}{wall:>8.1f}" + "".join(f"{st.get(s, 0.0):>13.1f}" for s in STAGES)
+            + f"{'-' if n is None else n:>10}")
   for part, beyond in ((f"paper {records_lib.paper_span()}", False), ("beyond", True)):
     chosen = [r for r in records if records_lib.beyond(r) == beyond]
     if not chosen:
       continue
     for r in chosen:
-      lines.append(row(r["id"], r["wall_s"], r.get("stages_s", {})))
+      lines.append(row(r["id"], r["wall_s"], r.get("stages_s", {}), programs(r)))
     total = {s: sum(r.get("stages_s", {}).get(s, 0.0) for r in chosen) for s in STAGES}
-    lines.append(row(part, sum(r["wall_s"] for r in chosen), total))
+    counts = [programs(r) for r in chosen]
+    lines.append(row(part, sum(r["wall_s"] for r in chosen), total,
+                     None if None in counts else sum(counts)))
   return "\n".join(lines)
 
 

@@ -162,6 +162,8 @@ def build_any(experiment, values: dict, sweep: dict | None = None, ident: dict |
 def prepare_process(values: dict) -> None:
   """Logging, the compilation cache and the figure formats of ``values``."""
   quiet_logs()
+  from svmattn import xla_cache
+  xla_cache.count_compiles()
   if values.get("compilation_cache", False):
     enable_compilation_cache(values["compilation_cache_dir"])
   if values.get("figure_format"):
@@ -267,11 +269,16 @@ def write_summary(experiment, summary: dict, values: dict, output, timer: Timer,
   summary = {**head, **summary, "numerics_version": NUMERICS_VERSION,
              "timings_s": {**{name: t[key] for key, name in names.items() if key in t}, **timer.seconds,
                            "total": timer.total()},
-             "work": dict(getattr(output, "work", {}) or {}),
+             "work": {**dict(getattr(output, "work", {}) or {}), **_compile_stats()},
              "environment": environment()}
   from svmattn.io import results as results_io
   results_io.write_json(os.path.join(out, "summary.json"), summary)
   return summary
+
+
+def _compile_stats() -> dict:
+  from svmattn import xla_cache
+  return xla_cache.compile_stats()
 
 
 def write_sweep_summary(experiment, values, sweep, rows, output, timer) -> dict:
