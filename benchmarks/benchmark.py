@@ -62,6 +62,7 @@ from svmattn.io import results as results_io
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import dual as svm_dual
 from svmattn.study import execute
+from svmattn.train import block_kernel
 from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
@@ -281,17 +282,38 @@ def machine_peaks():
   return flops, bandwidth
 
 
-def suite_floor(report):
-  B = FLAGS.floor_batch
-  _, run_s, trainer, state, batch = gd_kernel(B, E2["n"], E2["T"], E2["d"], FLAGS.gd_steps)
-  state, batch = (x.parts[0] if isinstance(x, train_lib.Split) else x for x in (state, batch))
-  # XLA's count for one step of one block on one device
+def step_cost(trainer, state, batch):
+  """(flops, bytes accessed) per data-set-step: XLA's cost analysis of one step of one block on
+  one device, of the program the engine runs (the block kernel where it applies, otherwise the
+  vmapped per-data-set step)."""
   block = jax.tree_util.tree_map(lambda x: np.asarray(x)[:FLAGS.block_size], (state, batch))
-  step = jax.jit(jax.vmap(trainer.step_one)).lower(*block).compile()
-  cost = step.cost_analysis()
+  if block_kernel.supports(trainer.config):
+    st, dt = block
+    last = lambda x: jnp.moveaxis(jnp.asarray(x), 0, -1)  # noqa: E731
+    X, Z, Y = last(dt.X), last(dt.Z), last(dt.Y)
+    h = jnp.einsum("ntdb,db->ntb", X, last(dt.v))                  # once per call, not per step
+    args = (jax.tree_util.tree_map(last, st.params), X, Z, Y, h)
+    compiled = jax.jit(block_kernel.make_step(trainer.config)).lower(*args).compile()
+  else:
+    compiled = jax.jit(jax.vmap(trainer.step_one)).lower(*block).compile()
+  cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  flops_per = float(cost.get("flops", float("nan"))) / FLAGS.block_size
-  xla_bytes_per = float(cost.get("bytes accessed", float("nan"))) / FLAGS.block_size   # every unfused intermediate
+  return (float(cost.get("flops", float("nan"))) / FLAGS.block_size,
+          float(cost.get("bytes accessed", float("nan"))) / FLAGS.block_size)
+
+
+def floor_row(B, param, peak_flops, bandwidth, kernel="block"):
+  """One row of the floor table; kernel "vmapped": with ``block_kernel`` off (version 2's kernel)."""
+  block_kernel.ENABLED = kernel == "block"
+  train_lib._JIT_CACHE.clear()
+  try:
+    _, run_s, trainer, state, batch = gd_kernel(B, E2["n"], E2["T"], E2["d"], FLAGS.gd_steps, param=param)
+    state, batch = (x.parts[0] if isinstance(x, train_lib.Split) else x for x in (state, batch))
+    flops_per, xla_bytes_per = step_cost(trainer, state, batch)   # xla bytes: every unfused intermediate
+    uses_block = block_kernel.supports(trainer.config)
+  finally:
+    block_kernel.ENABLED = True
+    train_lib._JIT_CACHE.clear()
   # DRAM traffic the engine cannot avoid: each call reads every data set and its state once and
   # writes the state once (a block stays in cache for all --gd_steps steps of the call); the
   # "streaming" figure is what a step would move if nothing stayed in cache between steps.
@@ -300,26 +322,43 @@ def suite_floor(report):
   state_bytes = sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(state)) * item
   streaming_bytes_per = data_bytes + 2 * state_bytes
   min_bytes_per = streaming_bytes_per / FLAGS.gd_steps
-  peak_flops, bandwidth = machine_peaks()
   achieved = run_s / (B * FLAGS.gd_steps)
   compute_floor, memory_floor = flops_per / peak_flops, min_bytes_per / bandwidth
   floor = max(compute_floor, memory_floor)
-  report["floor"] = {"batch": B, "steps_per_call": FLAGS.gd_steps, "devices": len(jax.local_devices()),
-                     "flops_per_dataset_step": flops_per, "xla_bytes_accessed_per_dataset_step": xla_bytes_per,
-                     "min_bytes_per_dataset_step": min_bytes_per,
-                     "streaming_bytes_per_dataset_step": streaming_bytes_per,
-                     "machine_float64_matmul_flops": peak_flops, "machine_bandwidth_bytes_per_s": bandwidth,
-                     "compute_floor_s": compute_floor, "memory_floor_s": memory_floor,
-                     "streaming_floor_s": streaming_bytes_per / bandwidth,
-                     "floor_s_per_dataset_step": floor, "achieved_s_per_dataset_step": achieved,
-                     "achieved_over_floor": achieved / floor,
-                     "bound": "compute" if compute_floor >= memory_floor else "memory"}
-  print(f"floor (B={B}): {flops_per:.0f} flops per data-set-step (XLA cost analysis; it counts {xla_bytes_per:.0f} "
-        f"bytes accessed, cache traffic included) and {min_bytes_per:.0f} bytes of DRAM traffic (the data set and "
-        f"state once per {FLAGS.gd_steps}-step call; {streaming_bytes_per:.0f} if nothing stayed in cache); machine "
-        f"{peak_flops / 1e9:.1f} GFLOP/s float64 matmul, {bandwidth / 1e9:.1f} GB/s -> floor {1e9 * floor:.1f} ns "
-        f"({report['floor']['bound']}-bound; streaming {1e9 * streaming_bytes_per / bandwidth:.0f} ns), achieved "
-        f"{1e9 * achieved:.0f} ns = {achieved / floor:.1f}x the floor", flush=True)
+  return {"batch": B, "param": param, "steps_per_call": FLAGS.gd_steps, "devices": len(jax.local_devices()),
+          "kernel": "block" if uses_block else "vmapped",
+          "flops_per_dataset_step": flops_per, "xla_bytes_accessed_per_dataset_step": xla_bytes_per,
+          "min_bytes_per_dataset_step": min_bytes_per,
+          "streaming_bytes_per_dataset_step": streaming_bytes_per,
+          "machine_float64_matmul_flops": peak_flops, "machine_bandwidth_bytes_per_s": bandwidth,
+          "compute_floor_s": compute_floor, "memory_floor_s": memory_floor,
+          "streaming_floor_s": streaming_bytes_per / bandwidth,
+          "floor_s_per_dataset_step": floor, "achieved_s_per_dataset_step": achieved,
+          "achieved_over_floor": achieved / floor,
+          "bound": "compute" if compute_floor >= memory_floor else "memory"}
+
+
+def suite_floor(report):
+  """The GD kernel against its floor at E2's sizes, W and (K,Q), at 10^4 data sets and at
+  --floor_batch. The floor of a data-set-step is the larger of its flops (XLA's count for the
+  program the engine runs) at the machine's float64 matmul rate and its unavoidable DRAM traffic
+  at the machine's bandwidth, both measured now."""
+  peak_flops, bandwidth = machine_peaks()
+  batches = sorted({min(10_000, FLAGS.floor_batch), FLAGS.floor_batch})
+  rows = [floor_row(B, param, peak_flops, bandwidth, kernel) for param in ("W", "KQ") for B in batches
+          for kernel in ("vmapped", "block")]
+  report["floor"] = next(r for r in rows if r["param"] == "W" and r["batch"] == FLAGS.floor_batch
+                         and r["kernel"] == "block")
+  report["floor_table"] = rows
+  f = report["floor"]
+  print(f"floor: machine {peak_flops / 1e9:.1f} GFLOP/s float64 matmul, {bandwidth / 1e9:.1f} GB/s; the data set and "
+        f"state cross DRAM once per {FLAGS.gd_steps}-step call ({f['min_bytes_per_dataset_step']:.0f} bytes per "
+        f"data-set-step for W; {f['streaming_bytes_per_dataset_step']:.0f} if nothing stayed in cache)", flush=True)
+  print(f"{'param':<6}{'batch':>9}{'kernel':>14}{'flops':>8}{'floor ns':>10}{'achieved ns':>13}{'x floor':>9}  bound")
+  for r in rows:
+    print(f"{r['param']:<6}{r['batch']:>9}{r['kernel']:>14}"
+          f"{r['flops_per_dataset_step']:>8.0f}{1e9 * r['floor_s_per_dataset_step']:>10.1f}"
+          f"{1e9 * r['achieved_s_per_dataset_step']:>13.0f}{r['achieved_over_floor']:>9.1f}  {r['bound']}", flush=True)
 
 
 def naive_svm(X, Z, alpha, norm, solver="SCS"):

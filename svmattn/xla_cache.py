@@ -50,30 +50,45 @@ def share_across_devices() -> bool:
   return True
 
 
-# XLA programs compiled by this process (persistent-cache hits are loads, not compiles)
-_COMPILES = {"programs": 0, "seconds": 0.0}
+# XLA programs compiled by this process, and those loaded from the persistent cache instead
+_COMPILES = {"programs": 0, "seconds": 0.0, "loaded": 0}
 _COUNTING = False
-_BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"   # a compile or a cache load
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"                  # (inside the former, same thread)
 
 
 def count_compiles() -> None:
-  """Start counting the XLA programs this process compiles and their compile seconds (every
-  thread; ``compile_stats``). Idempotent."""
+  """Start counting the XLA programs this process compiles (every thread), their compile seconds,
+  and the programs it loads from the persistent cache instead (``compile_stats``). Idempotent."""
   global _COUNTING
   if _COUNTING:
     return
+  import threading
   from jax import monitoring
+  hit = threading.local()
 
-  def listen(event, duration, **kwargs):
+  def on_event(event, **kwargs):
+    del kwargs
+    if event == _CACHE_HIT_EVENT:
+      hit.value = True
+
+  def on_duration(event, duration, **kwargs):
     del kwargs
     if event == _BACKEND_COMPILE_EVENT:
-      _COMPILES["programs"] += 1         # (one += under the GIL per event; events are rare)
-      _COMPILES["seconds"] += float(duration)
+      if getattr(hit, "value", False):
+        hit.value = False
+        _COMPILES["loaded"] += 1
+      else:
+        _COMPILES["programs"] += 1
+        _COMPILES["seconds"] += float(duration)
 
-  monitoring.register_event_duration_secs_listener(listen)
+  monitoring.register_event_listener(on_event)
+  monitoring.register_event_duration_secs_listener(on_duration)
   _COUNTING = True
 
 
 def compile_stats() -> dict:
-  """{"xla_programs_compiled": n, "xla_compile_s": seconds} since ``count_compiles``."""
-  return {"xla_programs_compiled": _COMPILES["programs"], "xla_compile_s": round(_COMPILES["seconds"], 3)}
+  """{"xla_programs_compiled": n, "xla_compile_s": seconds, "xla_programs_loaded": from the
+  persistent cache} since ``count_compiles``."""
+  return {"xla_programs_compiled": _COMPILES["programs"], "xla_compile_s": round(_COMPILES["seconds"], 3),
+          "xla_programs_loaded": _COMPILES["loaded"]}

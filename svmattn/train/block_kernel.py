@@ -24,12 +24,16 @@ from svmattn.models import attention as model_lib
 
 # normalized GD (p <- p - lr g / ||g||_F, optim.optimizers.normalized_gd) and GD (p <- p - lr g)
 OPTIMIZERS = {"normalized_gd": True, "ngd": True, "sd_l2": True, "gd": False}
+# False: every configuration runs the vmapped per-data-set program (numerics version 2's kernel),
+# for the benchmark's side-by-side measurement (programs compiled while it was True stay cached
+# in train.loop._JIT_CACHE: clear it when changing this).
+ENABLED = True
 
 
 def supports(config) -> bool:
   """True when ``config`` trains with this kernel: the closed-form gradient's case of
   ``models.attention.make_grad`` with a normalized GD or GD step and full batches."""
-  return (config.module is None and not config.train_head and not config.minibatch
+  return (ENABLED and config.module is None and not config.train_head and not config.minibatch
           and config.numerics == "exact" and config.model == "single_query" and config.head == "linear"
           and config.param in ("W", "KQ") and isinstance(config.loss, str)
           and config.loss in model_lib.LOSS_DERIVATIVES

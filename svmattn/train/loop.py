@@ -444,26 +444,53 @@ class PerDevice:
     return Split(tuple(out))
 
 
+def _advance_fn(trainer: Trainer, every: int, snapshots: int):
+  """The blocked advance of ``every`` x ``snapshots`` steps: (state, data[, keys, step]) ->
+  (state, snapshots) with a leading axis B (a multiple of the block size)."""
+  block = trainer.config.block_size
+  if block_kernel.supports(trainer.config):      # the closed form with the data sets on the SIMD axis
+    return _blocked(block_kernel.make_advance(trainer, every, snapshots), block, whole_block=True)
+  if trainer.config.minibatch:                   # (also the run keys and each data set's global step)
+    return _blocked(lambda st, dt, key, step: trainer.advance_one(st, dt, every, snapshots, key, step), block)
+  return _blocked(lambda st, dt: trainer.advance_one(st, dt, every, snapshots), block)
+
+
+def _chunk_fn(trainer: Trainer, every: int, snapshots: int):
+  """The one program of a training chunk: (first, state, data, keys[, step]) -> (state, the
+  observation of the starting state, the chunk's snapshots, the final attention).
+
+  first (a scalar): initialize the state from the keys (the state passed in only gives the
+  shapes) instead of continuing it. Initializing, observing and advancing in one program
+  compiles one program per shape and configuration where three were compiled before."""
+  block = trainer.config.block_size
+  init, observe = _blocked(trainer.init_one, block), _blocked(trainer.observe, block)
+  advance = _advance_fn(trainer, every, snapshots)
+
+  def run(first, state, data, keys, *step):
+    state = jax.lax.cond(first, lambda: init(keys, data), lambda: state)
+    start = observe(state.params, data)
+    state, out = advance(state, data, *((keys,) + step if trainer.config.minibatch else ()))
+    return state, start, out, observe(state.params, data)[3]
+
+  return run
+
+
 def _compiled(trainer: Trainer, kind: str, mesh, *static):
-  """The blocked ``kind`` function of one data set, run on every device of ``mesh`` on its
-  own part of the batch (``PerDevice``: the one-device program on every device)."""
+  """The blocked ``kind`` function ("chunk": ``_chunk_fn``; "init", "observe", "advance": its
+  parts, for the benchmark), run on every device of ``mesh`` on its own part of the batch
+  (``PerDevice``: the one-device program on every device)."""
   key = (trainer.config, kind, mesh) + static
   if key not in _JIT_CACHE:
-    whole_block = False
-    if kind == "init":
-      fn = trainer.init_one
-    elif kind == "observe":
-      fn = trainer.observe
-    elif block_kernel.supports(trainer.config):     # the closed form with the data sets on the SIMD axis
-      fn, whole_block = block_kernel.make_advance(trainer, *static), True
-    elif trainer.config.minibatch:     # (also the run keys and each data set's global step)
-      every, snapshots = static
-      fn = lambda st, dt, key, step: trainer.advance_one(st, dt, every, snapshots, key, step)  # noqa: E731
-    else:
-      every, snapshots = static
-      fn = lambda st, dt: trainer.advance_one(st, dt, every, snapshots)  # noqa: E731
-    _JIT_CACHE[key] = PerDevice(_blocked(fn, trainer.config.block_size, whole_block))
+    block = trainer.config.block_size
+    fn = {"init": lambda: _blocked(trainer.init_one, block), "observe": lambda: _blocked(trainer.observe, block),
+          "advance": lambda: _advance_fn(trainer, *static), "chunk": lambda: _chunk_fn(trainer, *static)}[kind]()
+    _JIT_CACHE[key] = PerDevice(fn)
   return _JIT_CACHE[key]
+
+
+def _flag(value: bool, mesh) -> Split:
+  """A scalar bool on every device of ``mesh`` (the ``first`` argument of a chunk)."""
+  return Split(tuple(jax.device_put(np.asarray(value), dev) for dev in mesh.devices.flat))
 
 
 def place(tree, mesh) -> Split:
@@ -567,64 +594,70 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   data_p, keys_p = place(data, mesh), place(keys, mesh)
 
   t0 = time.perf_counter()
-  init = _compiled(trainer, "init", mesh).compile_for(keys_p, data_p)
-  state_p = init(keys_p, data_p)
-  if start is not None:
-    state_p = place(pad_to_blocks(jax.tree_util.tree_map(np.asarray, start[1]), unit), mesh)
-  params_of = lambda st: st.map(lambda part: part.params)  # noqa: E731
-  observe = _compiled(trainer, "observe", mesh).compile_for(params_of(state_p), data_p)
-  if config.minibatch:    # the advance calls also take the run keys and each data set's global step
+  shapes = jax.eval_shape(jax.vmap(trainer.init_one), keys, data)
+  if start is None:                 # any values: the first chunk initializes the state (``_chunk_fn``)
+    state = jax.tree_util.tree_map(lambda x: np.zeros(x.shape, x.dtype), shapes)
+  else:
+    state = pad_to_blocks(jax.tree_util.tree_map(np.asarray, start[1]), unit)
+  state_p = place(state, mesh)
+  first_obs = jax.eval_shape(jax.vmap(trainer.observe), shapes.params, data)
+  if config.minibatch:    # the chunks also take each data set's global step
     step_dtype = jax.dtypes.canonicalize_dtype(np.int64)
     at = lambda step: place(np.full(keys.shape[0], step, step_dtype), mesh)  # noqa: E731
-    extra_args = lambda chunk: (keys_p, at(first_step + sum(e * k for e, k in plan[:chunk])))  # noqa: E731
+    extra_args = lambda chunk: (at(first_step + sum(e * k for e, k in plan[:chunk])),)  # noqa: E731
   else:
     extra_args = lambda chunk: ()  # noqa: E731
-  calls = {call: _compiled(trainer, "advance", mesh, *call).compile_for(state_p, data_p, *extra_args(0))
-           for call in set(plan)}
+  runs = plan or [(1, 0)]           # no step to take: one chunk of no snapshot (initial state, attention)
+  calls = {call: _compiled(trainer, "chunk", mesh, *call).compile_for(_flag(True, mesh), state_p, data_p, keys_p,
+                                                                      *extra_args(0))
+           for call in set(runs)}
   compile_seconds = time.perf_counter() - t0
 
   t0 = time.perf_counter()
-  W0, p0, l0, _, extra0 = _host(observe(params_of(state_p), data_p))
+  W0, p0, l0, _, extra0 = first_obs
   kq_names = sorted(extra0) if config.module is not None else []
-  extra0 = {("kq__" + k if config.module is not None else k): v for k, v in extra0.items()}
-  first = {"W": W0, "max_prob": p0, "loss": l0, **extra0}
+  named = lambda extra: {("kq__" + k if config.module is not None else k): v for k, v in extra.items()}  # noqa: E731
+  first = {"W": W0, "max_prob": p0, "loss": l0, **named(extra0)}
   snaps = {k: np.zeros((x.shape[0], len(steps)) + x.shape[1:], x.dtype) for k, x in first.items()}
-  for k, x in first.items():
-    snaps[k][:, 0] = x
-  treedef = jax.tree_util.tree_structure(state_p.parts[0])
+  treedef = jax.tree_util.tree_structure(shapes)
   n_leaves = treedef.num_leaves
-  start = 0
+  begin, initialize = 0, start is None
   if checkpoints is not None:
-    leaves = jax.tree_util.tree_leaves(_host(state_p))
-    template = {"state": {str(i): x for i, x in enumerate(leaves)}, "snapshots": snaps,
-                "chunk": np.zeros((), np.int64)}
+    template = {"state": {str(i): np.zeros(x.shape, x.dtype) for i, x in enumerate(jax.tree_util.tree_leaves(shapes))},
+                "snapshots": snaps, "chunk": np.zeros((), np.int64)}
     found = checkpoints.restore_latest(template)
     if found is not None:
       _, tree = found
-      start = int(tree["chunk"])
+      begin, initialize = int(tree["chunk"]), False
       state = jax.tree_util.tree_unflatten(treedef, [np.asarray(tree["state"][str(i)]) for i in range(n_leaves)])
       state_p = place(state, mesh)
       snaps = {k: np.array(v) for k, v in tree["snapshots"].items()}
-      if progress is not None and start:
-        progress(sum(every * k for every, k in plan[:start]))
-  pos = 1 + sum(k for _, k in plan[:start])
-  for chunk in range(start, len(plan)):
-    every, k = plan[chunk]
-    res = calls[(every, k)](state_p, data_p, *extra_args(chunk))     # every device on its part, concurrently
-    state_p, out = res.map(lambda r: r[0]), res.map(lambda r: r[1])
-    W, p, l, extra = _host(out)
-    extra = {("kq__" + k if config.module is not None else k): v for k, v in extra.items()}
-    for name, x in {"W": W, "max_prob": p, "loss": l, **extra}.items():
+      if progress is not None and begin:
+        progress(sum(every * k for every, k in plan[:begin]))
+  pos = 1 + sum(k for _, k in plan[:begin])
+  s = None
+  for chunk in range(begin, len(runs)):
+    every, k = runs[chunk]
+    res = calls[(every, k)](_flag(initialize, mesh), state_p, data_p, keys_p, *extra_args(chunk))
+    state_p = res.map(lambda r: r[0])         # every device on its part, concurrently
+    if chunk == begin and pos == 1:           # the starting state's observation is snapshot 0
+      W0, p0, l0, _, extra0 = _host(res.map(lambda r: r[1]))
+      for name, x in {"W": W0, "max_prob": p0, "loss": l0, **named(extra0)}.items():
+        snaps[name][:, 0] = x
+    initialize = False
+    W, p, l, extra = _host(res.map(lambda r: r[2]))
+    for name, x in {"W": W, "max_prob": p, "loss": l, **named(extra)}.items():
       snaps[name][:, pos:pos + k] = x
     pos += k
     if checkpoints is not None and chunk + 1 < len(plan):   # (after the last chunk the caller saves results)
       leaves = jax.tree_util.tree_leaves(_host(state_p))
       checkpoints.save(chunk + 1, {"state": {str(i): x for i, x in enumerate(leaves)},
                                    "snapshots": snaps, "chunk": np.asarray(chunk + 1, np.int64)})
-    if progress is not None:
+    if progress is not None and k:
       progress(every * k)
-  s = _host(observe(params_of(state_p), data_p))[3]
-  params = _host(params_of(state_p))
+    if chunk + 1 == len(runs):
+      s = _host(res.map(lambda r: r[3]))
+  params = _host(state_p.map(lambda part: part.params))
   run_seconds = time.perf_counter() - t0
   cut = lambda x: np.asarray(x)[:B]  # noqa: E731
   sown = None
