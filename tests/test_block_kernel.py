@@ -29,8 +29,12 @@ def _train(config, runs, kernel: bool, monkeypatch):
   return out
 
 
+SLOW = pytest.mark.slow     # (siblings of a fast case: with the slow tests)
+
+
 @pytest.mark.parametrize("param, optimizer, loss", [("W", "normalized_gd", "logistic"), ("KQ", "normalized_gd", "logistic"),
-                                                    ("W", "gd", "exponential"), ("KQ", "gd", "correlation")])
+                                                    pytest.param("W", "gd", "exponential", marks=SLOW),
+                                                    pytest.param("KQ", "gd", "correlation", marks=SLOW)])
 def test_matches_the_vmapped_program_to_rounding(param, optimizer, loss, monkeypatch):
   """Same objective, gradient and step; only the rounding differs. After 200 steps the two
   trajectories differ by rounding amplified through the steps: measured 6e-16 of max|W| for W
@@ -50,7 +54,7 @@ def test_matches_the_vmapped_program_to_rounding(param, optimizer, loss, monkeyp
   np.testing.assert_array_equal(new.selected, old.selected)
 
 
-@pytest.mark.parametrize("param", ["W", "KQ"])
+@pytest.mark.parametrize("param", ["W", pytest.param("KQ", marks=SLOW)])
 def test_a_data_set_does_not_depend_on_its_block(param, monkeypatch):
   """Bit for bit: run 3 trained with 69 others (at position 3 of the first block) equals run 3
   trained alone (position 0, the rest of the block padding) and at position 66 (second block)."""
