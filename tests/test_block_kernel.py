@@ -68,6 +68,15 @@ def test_a_data_set_does_not_depend_on_its_block(param, monkeypatch):
     np.testing.assert_array_equal(other.attention[at], big.attention[3])
 
 
+def test_const_schedule_takes_the_kernel_of_its_optimizer():
+  """<name>@const is <name> (optim.optimizers): both train with the same kernel, so their
+  trajectories stay bit-identical (test_optim_momentum.test_existing_trajectories_unchanged)."""
+  for name in ("normalized_gd@const", "ngd@const", "gd@const", "sd_l2@const"):
+    assert block_kernel.supports(dataclasses.replace(train_lib.TrainConfig(), optimizer=name))
+  for name in ("normalized_gd@sqrt", "normalized_gd+mom0.9@const", "adam@const"):
+    assert not block_kernel.supports(dataclasses.replace(train_lib.TrainConfig(), optimizer=name))
+
+
 @pytest.mark.parametrize("change", [dict(optimizer="adam"), dict(optimizer="sd_linf"), dict(numerics="authors"),
                                     dict(minibatch=2), dict(loss_scale=2.0), dict(train_head=True),
                                     dict(head="tanh"), dict(model="prompt", param="p")])

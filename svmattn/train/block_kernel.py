@@ -30,6 +30,14 @@ OPTIMIZERS = {"normalized_gd": True, "ngd": True, "sd_l2": True, "gd": False}
 ENABLED = True
 
 
+def _optimizer(name) -> str | None:
+  """The name of OPTIMIZERS that ``name`` trains with: <name>@const is the unscheduled optimizer
+  (optim.optimizers._new_optimizer), so it takes this kernel as <name> does."""
+  if not isinstance(name, str):
+    return None
+  return name[:-len("@const")] if name.endswith("@const") else name
+
+
 def supports(config) -> bool:
   """True when ``config`` trains with this kernel: the closed-form gradient's case of
   ``models.attention.make_grad`` with a normalized GD or GD step and full batches."""
@@ -38,7 +46,7 @@ def supports(config) -> bool:
           and config.param in ("W", "KQ") and isinstance(config.loss, str)
           and config.loss in model_lib.LOSS_DERIVATIVES
           and not isinstance(config.loss_scale, str) and config.loss_scale == 1.0
-          and config.optimizer in OPTIMIZERS)
+          and _optimizer(config.optimizer) in OPTIMIZERS)
 
 
 def _last(x):
@@ -64,7 +72,7 @@ def make_step(config):
   param = model_lib.get_parameterization(config.param)
   lam = param.ridge if config.ridge is None else config.ridge
   dl = model_lib.LOSS_DERIVATIVES[config.loss]
-  normalize = OPTIMIZERS[config.optimizer]
+  normalize = OPTIMIZERS[_optimizer(config.optimizer)]
   lr = config.lr
 
   def grad(params, X, Z, Y, h):

@@ -455,20 +455,24 @@ def _advance_fn(trainer: Trainer, every: int, snapshots: int):
   return _blocked(lambda st, dt: trainer.advance_one(st, dt, every, snapshots), block)
 
 
-def _chunk_fn(trainer: Trainer, every: int, snapshots: int):
+def _chunk_fn(trainer: Trainer, every: int, snapshots: int, starts: bool = True):
   """The one program of a training chunk: (first, state, data, keys[, step]) -> (state, the
   observation of the starting state, the chunk's snapshots, the final attention).
 
   first (a scalar): initialize the state from the keys (the state passed in only gives the
   shapes) instead of continuing it. Initializing, observing and advancing in one program
-  compiles one program per shape and configuration where three were compiled before."""
+  compiles one program per chunk shape and configuration where three were compiled before.
+  starts=False: a chunk shape that never starts a run (a schedule's shorter last chunk) leaves
+  out the initialization and the starting observation (``first`` is ignored, None returned)."""
   block = trainer.config.block_size
   init, observe = _blocked(trainer.init_one, block), _blocked(trainer.observe, block)
   advance = _advance_fn(trainer, every, snapshots)
 
   def run(first, state, data, keys, *step):
-    state = jax.lax.cond(first, lambda: init(keys, data), lambda: state)
-    start = observe(state.params, data)
+    start = None
+    if starts:
+      state = jax.lax.cond(first, lambda: init(keys, data), lambda: state)
+      start = observe(state.params, data)
     state, out = advance(state, data, *((keys,) + step if trainer.config.minibatch else ()))
     return state, start, out, observe(state.params, data)[3]
 
@@ -608,12 +612,6 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   else:
     extra_args = lambda chunk: ()  # noqa: E731
   runs = plan or [(1, 0)]           # no step to take: one chunk of no snapshot (initial state, attention)
-  calls = {call: _compiled(trainer, "chunk", mesh, *call).compile_for(_flag(True, mesh), state_p, data_p, keys_p,
-                                                                      *extra_args(0))
-           for call in set(runs)}
-  compile_seconds = time.perf_counter() - t0
-
-  t0 = time.perf_counter()
   W0, p0, l0, _, extra0 = first_obs
   kq_names = sorted(extra0) if config.module is not None else []
   named = lambda extra: {("kq__" + k if config.module is not None else k): v for k, v in extra.items()}  # noqa: E731
@@ -632,8 +630,15 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
       state = jax.tree_util.tree_unflatten(treedef, [np.asarray(tree["state"][str(i)]) for i in range(n_leaves)])
       state_p = place(state, mesh)
       snaps = {k: np.array(v) for k, v in tree["snapshots"].items()}
-      if progress is not None and begin:
-        progress(sum(every * k for every, k in plan[:begin]))
+  # the first chunk's shape starts the run (initializes and observes); any other shape only advances
+  calls = {call: _compiled(trainer, "chunk", mesh, *call, call == runs[begin]).compile_for(
+               _flag(True, mesh), state_p, data_p, keys_p, *extra_args(begin))
+           for call in set(runs[begin:])}
+  compile_seconds = time.perf_counter() - t0
+
+  t0 = time.perf_counter()
+  if progress is not None and begin:
+    progress(sum(every * k for every, k in plan[:begin]))
   pos = 1 + sum(k for _, k in plan[:begin])
   s = None
   for chunk in range(begin, len(runs)):
