@@ -85,6 +85,35 @@ def test_train_interrupted_and_resumed_is_bit_identical(request, tmp_path, param
   assert again == [sum(every * n for every, n in plan[:-1]), plan[-1][0] * plan[-1][1]]
 
 
+def test_resumed_at_a_chunk_of_another_shape_runs_the_same_programs(batch, keys, tmp_path, monkeypatch):
+  """Schedule [(10, 2), (10, 2), (10, 1)]: the last chunk has its own compiled shape, which never
+  starts a run. Resumed there, the run uses the programs of the uninterrupted run (XLA may round one
+  computation differently in programs holding different parts), and ends bit-identical."""
+  config = train_lib.TrainConfig(param="W", steps=50, snapshot_every=10, chunk_steps=20, block_size=3)
+  plan = train_lib.schedule(config.steps, config.snapshot_every, config.chunk_steps)
+  assert plan == [(10, 2), (10, 2), (10, 1)]
+  used, compiled = [], train_lib._compiled
+  monkeypatch.setattr(train_lib, "_compiled", lambda trainer, kind, mesh, *static: (
+      used.append((kind,) + static), compiled(trainer, kind, mesh, *static))[1])
+  reference = train_lib.train(config, batch, keys)
+  uninterrupted = set(used)
+  assert uninterrupted == {("chunk", 10, 2, True), ("chunk", 10, 1, False)}
+
+  calls = []
+
+  def stop_after_two(steps):
+    calls.append(steps)
+    if len(calls) == 2:
+      raise Interrupt
+
+  with pytest.raises(Interrupt):
+    train_lib.train(config, batch, keys, progress=stop_after_two, checkpoints=ckpt_lib.Checkpoints(tmp_path, {}))
+  used.clear()
+  resumed = train_lib.train(config, batch, keys, checkpoints=ckpt_lib.Checkpoints(tmp_path, {}))
+  assert set(used) == {("chunk", 10, 1, False)}
+  _assert_same_trajectory(resumed, reference)
+
+
 def test_train_refuses_another_runs_checkpoints(batch, keys, tmp_path):
   config = _config("W")
   train_lib.train(config, batch, keys, checkpoints=ckpt_lib.Checkpoints(tmp_path, {"steps": 60}))

@@ -630,8 +630,10 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
       state = jax.tree_util.tree_unflatten(treedef, [np.asarray(tree["state"][str(i)]) for i in range(n_leaves)])
       state_p = place(state, mesh)
       snaps = {k: np.array(v) for k, v in tree["snapshots"].items()}
-  # the first chunk's shape starts the run (initializes and observes); any other shape only advances
-  calls = {call: _compiled(trainer, "chunk", mesh, *call, call == runs[begin]).compile_for(
+  # the first chunk's shape starts the run (initializes and observes); any other shape only advances.
+  # A resumed run compiles each shape as the uninterrupted run does (XLA may round one computation
+  # differently in programs that hold different parts), so resuming stays bit-identical.
+  calls = {call: _compiled(trainer, "chunk", mesh, *call, call == runs[0]).compile_for(
                _flag(True, mesh), state_p, data_p, keys_p, *extra_args(begin))
            for call in set(runs[begin:])}
   compile_seconds = time.perf_counter() - t0
