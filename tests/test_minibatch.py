@@ -172,7 +172,7 @@ def test_full_data_loss_recorded(data, mini_run):
   assert np.allclose(float(objective({"W": jnp.asarray(t.W[1, -1])}, one)), t.loss[1, -1], rtol=1e-12, atol=0)
 
 
-@pytest.mark.parametrize("sampling", ["with", "without"])
+@pytest.mark.parametrize("sampling", ["with", pytest.param("without", marks=pytest.mark.slow)])  # (a fast sibling)
 def test_same_alone_as_in_a_batch(data, keys, sampling):
   config = dataclasses.replace(BASE, minibatch=2, sampling=sampling)
   batch = train_lib.train(config, data, keys)
