@@ -231,6 +231,14 @@ def _float_count(t):
 SCHEDULES = {"const": None,
              "sqrt": lambda t: 1 / jnp.sqrt(_float_count(t) + 1),
              "inv": lambda t: 1 / (_float_count(t) + 1)}
+
+
+def without_const_schedule(name):
+  """``name`` with a constant-schedule suffix removed: <name>@const is the unscheduled <name>
+  (``_new_optimizer``), so code that dispatches on optimizer names treats both alike."""
+  return name[:-len("@const")] if isinstance(name, str) and name.endswith("@const") else name
+
+
 MOMENTUM_BASES = ("normalized_gd", "ngd", "sd_l1", "sd_linf", "sd_spectral", "sd_spectral_ns", "sd_nuc",
                   "sign_gd", "sd_l<p>")
 _MOMENTUM_NAME = re.compile(r"(.+)\+(mom|nesterov)(.*)")

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from svmattn.models import attention as model_lib
+from svmattn.optim import optimizers
 
 # normalized GD (p <- p - lr g / ||g||_F, optim.optimizers.normalized_gd) and GD (p <- p - lr g)
 OPTIMIZERS = {"normalized_gd": True, "ngd": True, "sd_l2": True, "gd": False}
@@ -28,14 +29,6 @@ OPTIMIZERS = {"normalized_gd": True, "ngd": True, "sd_l2": True, "gd": False}
 # for the benchmark's side-by-side measurement (programs compiled while it was True stay cached
 # in train.loop._JIT_CACHE: clear it when changing this).
 ENABLED = True
-
-
-def _optimizer(name) -> str | None:
-  """The name of OPTIMIZERS that ``name`` trains with: <name>@const is the unscheduled optimizer
-  (optim.optimizers._new_optimizer), so it takes this kernel as <name> does."""
-  if not isinstance(name, str):
-    return None
-  return name[:-len("@const")] if name.endswith("@const") else name
 
 
 def supports(config) -> bool:
@@ -46,7 +39,7 @@ def supports(config) -> bool:
           and config.param in ("W", "KQ") and isinstance(config.loss, str)
           and config.loss in model_lib.LOSS_DERIVATIVES
           and not isinstance(config.loss_scale, str) and config.loss_scale == 1.0
-          and _optimizer(config.optimizer) in OPTIMIZERS)
+          and optimizers.without_const_schedule(config.optimizer) in OPTIMIZERS)
 
 
 def _last(x):
@@ -72,7 +65,7 @@ def make_step(config):
   param = model_lib.get_parameterization(config.param)
   lam = param.ridge if config.ridge is None else config.ridge
   dl = model_lib.LOSS_DERIVATIVES[config.loss]
-  normalize = OPTIMIZERS[_optimizer(config.optimizer)]
+  normalize = OPTIMIZERS[optimizers.without_const_schedule(config.optimizer)]
   lr = config.lr
 
   def grad(params, X, Z, Y, h):
