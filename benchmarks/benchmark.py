@@ -63,6 +63,7 @@ from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import dual as svm_dual
 from svmattn.study import execute
 from svmattn.train import block_kernel
+from svmattn.train import native_kernel
 from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
@@ -302,17 +303,21 @@ def step_cost(trainer, state, batch):
           float(cost.get("bytes accessed", float("nan"))) / FLAGS.block_size)
 
 
-def floor_row(B, param, peak_flops, bandwidth, kernel="block"):
-  """One row of the floor table; kernel "vmapped": with ``block_kernel`` off (version 2's kernel)."""
-  block_kernel.ENABLED = kernel == "block"
+def floor_row(B, param, peak_flops, bandwidth, kernel="native"):
+  """One row of the floor table. kernel "vmapped": the per-data-set program (version 2's kernel);
+  "block": the XLA block kernel (version 3's); "native": the native CPU kernel (version 4's), whose
+  flops are XLA's count of the block kernel's step, the same arithmetic."""
+  block_kernel.ENABLED = kernel != "vmapped"
+  native_kernel.ENABLED = kernel == "native"
   train_lib._JIT_CACHE.clear()
   try:
     _, run_s, trainer, state, batch = gd_kernel(B, E2["n"], E2["T"], E2["d"], FLAGS.gd_steps, param=param)
     state, batch = (x.parts[0] if isinstance(x, train_lib.Split) else x for x in (state, batch))
     flops_per, xla_bytes_per = step_cost(trainer, state, batch)   # xla bytes: every unfused intermediate
-    uses_block = block_kernel.supports(trainer.config)
+    ran = ("vmapped" if not block_kernel.supports(trainer.config)
+           else "native" if block_kernel.uses_native(trainer.config, batch.X.dtype) else "block")
   finally:
-    block_kernel.ENABLED = True
+    block_kernel.ENABLED = native_kernel.ENABLED = True
     train_lib._JIT_CACHE.clear()
   # DRAM traffic the engine cannot avoid: each call reads every data set and its state once and
   # writes the state once (a block stays in cache for all --gd_steps steps of the call); the
@@ -326,7 +331,7 @@ def floor_row(B, param, peak_flops, bandwidth, kernel="block"):
   compute_floor, memory_floor = flops_per / peak_flops, min_bytes_per / bandwidth
   floor = max(compute_floor, memory_floor)
   return {"batch": B, "param": param, "steps_per_call": FLAGS.gd_steps, "devices": len(jax.local_devices()),
-          "kernel": "block" if uses_block else "vmapped",
+          "kernel": ran,
           "flops_per_dataset_step": flops_per, "xla_bytes_accessed_per_dataset_step": xla_bytes_per,
           "min_bytes_per_dataset_step": min_bytes_per,
           "streaming_bytes_per_dataset_step": streaming_bytes_per,
@@ -346,9 +351,9 @@ def suite_floor(report):
   peak_flops, bandwidth = machine_peaks()
   batches = sorted({min(10_000, FLAGS.floor_batch), FLAGS.floor_batch})
   rows = [floor_row(B, param, peak_flops, bandwidth, kernel) for param in ("W", "KQ") for B in batches
-          for kernel in ("vmapped", "block")]
+          for kernel in ("vmapped", "block", "native")]
   report["floor"] = next(r for r in rows if r["param"] == "W" and r["batch"] == FLAGS.floor_batch
-                         and r["kernel"] == "block")
+                         and r["kernel"] == rows[-1]["kernel"])
   report["floor_table"] = rows
   f = report["floor"]
   print(f"floor: machine {peak_flops / 1e9:.1f} GFLOP/s float64 matmul, {bandwidth / 1e9:.1f} GB/s; the data set and "

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from svmattn.models import attention as model_lib
 from svmattn.optim import optimizers
+from svmattn.train import native_kernel
 
 # normalized GD (p <- p - lr g / ||g||_F, optim.optimizers.normalized_gd) and GD (p <- p - lr g)
 OPTIMIZERS = {"normalized_gd": True, "ngd": True, "sd_l2": True, "gd": False}
@@ -95,21 +96,36 @@ def make_step(config):
   return step
 
 
+def uses_native(config, dtype) -> bool:
+  """True when ``config`` (which ``supports``) trains with the native CPU kernel
+  (``train.native_kernel``) for data of ``dtype``; otherwise with ``make_step``'s XLA program."""
+  return jnp.dtype(dtype) == jnp.float64 and config.loss in native_kernel.LOSSES and native_kernel.available()
+
+
 def make_advance(trainer, every: int, snapshots: int):
   """advance(state, data) for a whole block (leading axis b on every field): ``snapshots``
-  times ``every`` steps then a snapshot, as ``jax.vmap(trainer.advance_one)`` returns it."""
-  step = make_step(trainer.config)
+  times ``every`` steps then a snapshot, as ``jax.vmap(trainer.advance_one)`` returns it.
+  The ``every`` steps run in the native CPU kernel where ``uses_native``, else in XLA."""
+  config = trainer.config
+  step = make_step(config)
   observe = jax.vmap(trainer.observe)
+  param = model_lib.get_parameterization(config.param)
+  lam = param.ridge if config.ridge is None else config.ridge
+  normalize = OPTIMIZERS[optimizers.without_const_schedule(config.optimizer)]
+
+  def steps(params, X, Z, Y, h):
+    if uses_native(config, X.dtype):
+      return native_kernel.run_steps(params, X, Z, Y, h, param=param.name, lr=config.lr, ridge=lam or 0.0,
+                                     steps=every, loss=config.loss, normalized=normalize)
+    params, _ = jax.lax.scan(lambda p, _: (step(p, X, Z, Y, h), None), params, None, length=every)
+    return params
 
   def advance(state, data):
     X, Z, Y = _last(data.X), _last(data.Z), _last(data.Y)
     h = jnp.einsum("ntdb,db->ntb", X, _last(data.v))
 
-    def inner(params, _):
-      return step(params, X, Z, Y, h), None
-
     def outer(params, _):
-      params, _ = jax.lax.scan(inner, params, None, length=every)
+      params = steps(params, X, Z, Y, h)
       W, p, l, _, extra = observe(jax.tree_util.tree_map(_first, params), data)
       return params, (W, p, l, extra)
 

@@ -1,0 +1,354 @@
+// The GD kernel of the closed-form case on the CPU, as an XLA FFI custom call
+// (svmattn/train/native_kernel.py builds and registers it; docs/science.md section 20).
+//
+// It runs `steps` steps of normalized GD or GD on W or (K, Q) for a block of data sets, the
+// block axis last in every array (X (n,T,d,b), Z (n,d,b), Y (n,b), h = X v (n,T,b), W (d,d,b),
+// K and Q (d,m,b)), with the gradient of models.attention._linear_head_grad (docs/science.md
+// section 4). Eight data sets are computed at once, one per lane of a vector of 8 doubles; every
+// lane runs the same scalar operations in the same order and no operation mixes lanes, so a data
+// set's trajectory does not depend on the block, its position there or the lanes beside it.
+// No fast-math: the rounding is fixed by this source and the compiler's flags.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include <xmmintrin.h>
+
+#include "xla/ffi/api/ffi.h"
+
+#ifndef LANES
+#define LANES 8
+#endif
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int L = LANES;  // lanes: data sets computed together
+typedef double vd __attribute__((vector_size(L * sizeof(double))));
+typedef int64_t vl __attribute__((vector_size(L * sizeof(int64_t))));
+
+inline vd splat(double x) { return vd{} + x; }
+
+inline vd vmax(vd a, vd b) { return a > b ? a : b; }     // a where a > b, else b (lanewise)
+inline vd vabs(vd a) { return a < 0 ? -a : a; }
+
+inline vd vsqrt(vd a) {
+  vd r;
+  for (int j = 0; j < L; ++j) r[j] = std::sqrt(a[j]);
+  return r;
+}
+
+// exp(x), lanewise: x = k ln2 + r with |r| <= ln2 / 2, exp(r) by its Taylor polynomial of degree 13
+// (truncation below 1e-17 relative), times 2^k built from its bits in two factors (k down to -1075).
+inline vd vexp(vd x) {
+  const vd shifter = splat(0x1.8p52);
+  vd xc = x < -745.2 ? splat(-745.2) : x;
+  xc = xc > 709.8 ? splat(709.8) : xc;
+  vd k = (xc * 1.4426950408889634 + shifter) - shifter;             // round(x / ln 2)
+  vd r = xc - k * 0.693147180559945286226764;                        // ln 2, high part
+  r = r - k * 2.319046813846299558e-17;                              // ln 2, low part
+  vd p = splat(1.0 / 6227020800.0);                                  // 1/13!
+  const double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+                      1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
+  for (double ci : c) p = p * r + ci;
+  vd k1 = (k * 0.5 + shifter) - shifter;                             // k = k1 + k2, both in [-538, 513]
+  vd k2 = k - k1;
+  const vd two52 = splat(0x1p52);
+  vl b1 = ((vl)(k1 + (two52 + 1023.0)) - (vl)two52) << 52;
+  vl b2 = ((vl)(k2 + (two52 + 1023.0)) - (vl)two52) << 52;
+  vd y = p * (vd)b1 * (vd)b2;
+  y = x > 709.8 ? splat(INFINITY) : y;
+  y = x < -745.2 ? splat(0.0) : y;
+  return x != x ? x : y;
+}
+
+enum Loss : int64_t { kLogistic = 0, kExponential = 1, kCorrelation = 2 };
+
+// l'(u) of the named losses (models.attention.LOSS_DERIVATIVES)
+inline vd loss_derivative(int64_t loss, vd u) {
+  if (loss == kLogistic) return -(1.0 / (1.0 + vexp(u)));            // -sigmoid(-u)
+  if (loss == kExponential) return -vexp(-u);
+  return splat(-1.0);
+}
+
+// g / ||g||_F through u = g / max|g|, and 0 where g is 0 (optim.optimizers.normalize_by_leaf_norm),
+// dividing by multiplying with the reciprocal
+void normalize(vd* g, int64_t size) {
+  vd pk[4] = {}, sq[4] = {};                              // four independent chains each
+  int64_t i = 0;
+  for (; i + 4 <= size; i += 4)
+    for (int j = 0; j < 4; ++j) pk[j] = vmax(vabs(g[i + j]), pk[j]);
+  for (; i < size; ++i) pk[0] = vmax(vabs(g[i]), pk[0]);
+  vd peak = vmax(vmax(pk[0], pk[1]), vmax(pk[2], pk[3]));
+  vd inv = 1.0 / (peak > 0 ? peak : splat(1.0));
+  for (i = 0; i + 4 <= size; i += 4)
+    for (int j = 0; j < 4; ++j) {
+      vd u = g[i + j] * inv;
+      sq[j] += u * u;
+    }
+  for (; i < size; ++i) {
+    vd u = g[i] * inv;
+    sq[0] += u * u;
+  }
+  vd norm = vsqrt((sq[0] + sq[1]) + (sq[2] + sq[3]));
+  vd ninv = 1.0 / (norm > 0 ? norm : splat(1.0));
+  for (i = 0; i < size; ++i) g[i] = peak > 0 ? (g[i] * inv) * ninv : splat(0.0);
+}
+
+// out[o] = sum over k < K, in the order of k, of a[o * ao + k * ak] * x[k * xk], for o0 <= o < o0 + N:
+// N outputs at a time in registers, N independent chains of fused multiply-adds.
+template <int N>
+__attribute__((always_inline)) inline void matvec_tile(vd* out, const vd* a, int64_t ao, int64_t ak, const vd* x, int64_t xk, int64_t o0,
+                        int64_t K) {
+  vd c[N];
+  for (int j = 0; j < N; ++j) c[j] = vd{};
+  const vd* p = a + o0 * ao;
+  for (int64_t k = 0; k < K; ++k, p += ak) {
+    vd xv = x[k * xk];
+    for (int j = 0; j < N; ++j) c[j] += p[j * ao] * xv;
+  }
+  for (int j = 0; j < N; ++j) out[o0 + j] = c[j];
+}
+
+// out[o] = sum over k < K, in the order of k, of a[o * ao + k * ak] * x[k * xk], for o < O
+inline void matvec(vd* out, const vd* a, int64_t ao, int64_t ak, const vd* x, int64_t xk, int64_t O, int64_t K) {
+  int64_t o = 0;
+  for (; o + 8 <= O; o += 8) matvec_tile<8>(out, a, ao, ak, x, xk, o, K);
+  if (o + 4 <= O) matvec_tile<4>(out, a, ao, ak, x, xk, o, K), o += 4;
+  if (o + 2 <= O) matvec_tile<2>(out, a, ao, ak, x, xk, o, K), o += 2;
+  if (o < O) matvec_tile<1>(out, a, ao, ak, x, xk, o, K);
+}
+
+// Subnormal inputs and results read and round to zero during a call, as in XLA:CPU's own
+// programs (jnp.exp(-720.0) is 0.0 there): the kernel keeps the engine's semantics and never
+// pays the processor's microcode assists on subnormal operands.
+class FlushDenormals {
+ public:
+  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040); }   // FTZ | DAZ
+  ~FlushDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned int saved_;
+};
+
+struct Sizes {
+  int64_t n, T, d, m, b;
+};
+
+struct Options {
+  double lr, ridge;
+  int64_t steps, loss;
+  bool normalized;
+};
+
+// One group of (up to) L data sets: lanes j < used are data sets j0 + j; the rest repeat the last.
+class Group {
+ public:
+  Group(const Sizes& s, bool kq) : s_(s), kq_(kq) {
+    X_.resize(s.n * s.T * s.d);
+    Z_.resize(s.n * s.d);
+    Y_.resize(s.n);
+    h_.resize(s.n * s.T);
+    W_.resize(s.d * s.d);
+    G_.resize(s.d * s.d);
+    q_.resize(s.n * s.d);
+    e_.resize(s.n * s.T);
+    seq_.resize(6 * s.n);
+    R_.resize(s.n * s.d);
+    if (kq) {
+      K_.resize(s.d * s.m);
+      Q_.resize(s.d * s.m);
+      gK_.resize(s.d * s.m);
+      gQ_.resize(s.d * s.m);
+    }
+  }
+
+  static void gather(const double* src, int64_t count, int64_t b, int64_t j0, int used, vd* dst) {
+    for (int64_t i = 0; i < count; ++i)
+      for (int j = 0; j < L; ++j) dst[i][j] = src[i * b + j0 + (j < used ? j : used - 1)];
+  }
+
+  static void scatter(const vd* src, int64_t count, int64_t b, int64_t j0, int used, double* dst) {
+    for (int64_t i = 0; i < count; ++i)
+      for (int j = 0; j < used; ++j) dst[i * b + j0 + j] = src[i][j];
+  }
+
+  void load(const double* X, const double* Z, const double* Y, const double* h, int64_t j0, int used) {
+    const Sizes& s = s_;
+    gather(X, s.n * s.T * s.d, s.b, j0, used, X_.data());
+    gather(Z, s.n * s.d, s.b, j0, used, Z_.data());
+    gather(Y, s.n, s.b, j0, used, Y_.data());
+    gather(h, s.n * s.T, s.b, j0, used, h_.data());
+  }
+
+  // dL/dW into G_ at the current W_ (docs/science.md section 4)
+  // Every stage runs over all n sequences with the sequence innermost: the sequences' chains of
+  // operations are independent, so they overlap in the core instead of waiting on each other.
+  void gradient(int64_t loss) {
+    const int64_t n = s_.n, T = s_.T, d = s_.d;
+    const double inv_n = 1.0 / static_cast<double>(n);
+    vd* mx = &seq_[0];
+    vd* sum = &seq_[n];
+    vd* best = &seq_[2 * n];
+    vd* h_ref = &seq_[3 * n];
+    vd* sd = &seq_[4 * n];
+    vd* a = &seq_[5 * n];
+    for (int64_t i = 0; i < n; ++i)                                       // q_i = W z_i
+      matvec(&q_[i * d], W_.data(), d, 1, &Z_[i * d], 1, d, d);
+    for (int64_t i = 0; i < n; ++i)                                       // logits X_i q_i
+      matvec(&e_[i * T], &X_[i * T * d], d, 1, &q_[i * d], 1, T, d);
+    for (int64_t i = 0; i < n; ++i) mx[i] = splat(-INFINITY), sum[i] = splat(0.0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < n; ++i) mx[i] = vmax(e_[i * T + t], mx[i]);
+    for (int64_t t = 0; t < T; ++t)                                       // softmax
+      for (int64_t i = 0; i < n; ++i) {
+        e_[i * T + t] = vexp(e_[i * T + t] - mx[i]);
+        sum[i] += e_[i * T + t];
+      }
+    for (int64_t i = 0; i < n; ++i) sum[i] = 1.0 / sum[i], best[i] = splat(-INFINITY), h_ref[i] = splat(0.0);
+    for (int64_t t = 0; t < T; ++t)                                       // s, and h at the first argmax
+      for (int64_t i = 0; i < n; ++i) {
+        vd st = e_[i * T + t] * sum[i];
+        e_[i * T + t] = st;
+        vl better = st > best[i];
+        best[i] = better ? st : best[i];
+        h_ref[i] = better ? h_[i * T + t] : h_ref[i];
+      }
+    for (int64_t i = 0; i < n; ++i) sd[i] = splat(0.0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < n; ++i) sd[i] += e_[i * T + t] * (h_[i * T + t] - h_ref[i]);
+    for (int64_t i = 0; i < n; ++i) {                                     // a_i = dL/df_i
+      vd f = h_ref[i] + sd[i];
+      a[i] = Y_[i] * loss_derivative(loss, Y_[i] * f) * inv_n;
+    }
+    for (int64_t t = 0; t < T; ++t)                                       // dL/dlogits
+      for (int64_t i = 0; i < n; ++i)
+        e_[i * T + t] = e_[i * T + t] * (a[i] * (h_[i * T + t] - h_ref[i]) - a[i] * sd[i]);
+    for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
+      matvec(&R_[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
+    for (int64_t k = 0; k < d; ++k)                                       // G = sum_i r_i z_i^T
+      matvec(&G_[k * d], Z_.data(), 1, d, &R_[k], d, d, n);
+  }
+
+  void step(const Options& o) {
+    const int64_t d = s_.d, m = s_.m;
+    if (!kq_) {
+      gradient(o.loss);
+      update(W_.data(), G_.data(), d * d, o);
+      return;
+    }
+    for (int64_t k = 0; k < d; ++k)                                       // W = K Q^T
+      matvec(&W_[k * d], Q_.data(), m, 1, &K_[k * m], 1, d, m);
+    gradient(o.loss);
+    for (int64_t k = 0; k < d; ++k)                                       // dK = G Q
+      matvec(&gK_[k * m], Q_.data(), 1, m, &G_[k * d], 1, m, d);
+    for (int64_t e = 0; e < d; ++e)                                       // dQ = G^T K
+      matvec(&gQ_[e * m], K_.data(), 1, m, &G_[e], d, m, d);
+    update(K_.data(), gK_.data(), d * m, o);
+    update(Q_.data(), gQ_.data(), d * m, o);
+  }
+
+  static void update(vd* p, vd* g, int64_t size, const Options& o) {
+    if (o.ridge != 0.0)
+      for (int64_t i = 0; i < size; ++i) g[i] += (2.0 * o.ridge) * p[i];
+    if (o.normalized) normalize(g, size);
+    for (int64_t i = 0; i < size; ++i) p[i] += (-o.lr) * g[i];
+  }
+
+  std::vector<vd> X_, Z_, Y_, h_, W_, G_, q_, e_, R_, seq_, K_, Q_, gK_, gQ_;
+
+ private:
+  Sizes s_;
+  bool kq_;
+};
+
+Options options(double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
+  return Options{lr, ridge, steps, loss, normalized != 0};
+}
+
+ffi::Error check(const Sizes& s, int64_t steps, int64_t loss) {
+  if (s.n < 1 || s.T < 1 || s.d < 1 || s.m < 1 || s.b < 1 || steps < 0 || loss < 0 || loss > 2)
+    return ffi::Error::InvalidArgument("svmattn gd_block: bad sizes, steps or loss");
+  return ffi::Error::Success();
+}
+
+Sizes sizes_of(ffi::Buffer<ffi::F64>& X, int64_t m) {
+  auto dims = X.dimensions();
+  return Sizes{dims[0], dims[1], dims[2], m, dims[3]};
+}
+
+ffi::Error GdBlockW(ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
+                    ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> h, ffi::ResultBuffer<ffi::F64> W_out,
+                    double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
+  if (X.dimensions().size() != 4) return ffi::Error::InvalidArgument("svmattn gd_block: X must be (n,T,d,b)");
+  Sizes s = sizes_of(X, 1);
+  if (auto err = check(s, steps, loss); err.failure()) return err;
+  Options o = options(lr, ridge, steps, loss, normalized);
+  FlushDenormals flush;
+  Group g(s, false);
+  for (int64_t j0 = 0; j0 < s.b; j0 += L) {
+    int used = static_cast<int>(s.b - j0 < L ? s.b - j0 : L);
+    g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), h.typed_data(), j0, used);
+    Group::gather(W.typed_data(), s.d * s.d, s.b, j0, used, g.W_.data());
+    for (int64_t k = 0; k < steps; ++k) g.step(o);
+    Group::scatter(g.W_.data(), s.d * s.d, s.b, j0, used, W_out->typed_data());
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error GdBlockKQ(ffi::Buffer<ffi::F64> K, ffi::Buffer<ffi::F64> Q, ffi::Buffer<ffi::F64> X,
+                     ffi::Buffer<ffi::F64> Z, ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> h,
+                     ffi::ResultBuffer<ffi::F64> K_out, ffi::ResultBuffer<ffi::F64> Q_out,
+                     double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
+  if (X.dimensions().size() != 4 || K.dimensions().size() != 3)
+    return ffi::Error::InvalidArgument("svmattn gd_block: X must be (n,T,d,b), K and Q (d,m,b)");
+  Sizes s = sizes_of(X, K.dimensions()[1]);
+  if (auto err = check(s, steps, loss); err.failure()) return err;
+  Options o = options(lr, ridge, steps, loss, normalized);
+  FlushDenormals flush;
+  Group g(s, true);
+  for (int64_t j0 = 0; j0 < s.b; j0 += L) {
+    int used = static_cast<int>(s.b - j0 < L ? s.b - j0 : L);
+    g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), h.typed_data(), j0, used);
+    Group::gather(K.typed_data(), s.d * s.m, s.b, j0, used, g.K_.data());
+    Group::gather(Q.typed_data(), s.d * s.m, s.b, j0, used, g.Q_.data());
+    for (int64_t k = 0; k < steps; ++k) g.step(o);
+    Group::scatter(g.K_.data(), s.d * s.m, s.b, j0, used, K_out->typed_data());
+    Group::scatter(g.Q_.data(), s.d * s.m, s.b, j0, used, Q_out->typed_data());
+  }
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockW, GdBlockW,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Attr<double>("lr")
+                                  .Attr<double>("ridge")
+                                  .Attr<int64_t>("steps")
+                                  .Attr<int64_t>("loss")
+                                  .Attr<int64_t>("normalized"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockKQ, GdBlockKQ,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Attr<double>("lr")
+                                  .Attr<double>("ridge")
+                                  .Attr<int64_t>("steps")
+                                  .Attr<int64_t>("loss")
+                                  .Attr<int64_t>("normalized"));

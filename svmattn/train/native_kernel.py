@@ -1,0 +1,176 @@
+"""The GD kernel of ``train.block_kernel`` as a native CPU custom call (``native/gd_block.cc``).
+
+XLA:CPU runs the block kernel's contractions of tiny matrices at a few GFLOP/s; the native kernel
+runs every step of a chunk for 8 data sets at once, one per lane of a vector of 8 doubles, with
+the data of those 8 in the core's first-level cache. It computes the same gradient and step
+(docs/science.md section 20) with its own rounding, and every lane does the same operations in
+the same order, so a data set's trajectory depends on nothing else in its block.
+
+The source is compiled once per source, compiler and CPU (``g++ -O3 -march=native``, no
+fast-math) into ``native/_build`` inside the package (or, where that is read-only, the user's
+cache directory), under a file lock so that parallel processes build it once. Where no C++
+compiler is found, or on another platform than the CPU, training runs the XLA block kernel;
+``kernel_name()`` says which one ran and every summary records it.
+"""
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import jax
+import numpy as np
+
+SOURCE = Path(__file__).with_name("native") / "gd_block.cc"
+LOSSES = {"logistic": 0, "exponential": 1, "correlation": 2}
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-w")
+# SVMATTN_NATIVE_KERNEL=0 turns the native kernel off (training then runs the XLA block kernel).
+ENV = "SVMATTN_NATIVE_KERNEL"
+# False: the XLA block kernel for every configuration (the benchmark's side-by-side rows; programs
+# compiled while it was True stay cached in train.loop._JIT_CACHE: clear it when changing this).
+ENABLED = True
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _compiler() -> str | None:
+  return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
+def _cpu_id() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      lines = [line for line in f if line.startswith(("model name", "flags"))]
+    return "".join(sorted(set(lines)))
+  except OSError:
+    return platform.processor() + platform.machine()
+
+
+def _version(compiler: str) -> str:
+  try:
+    return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
+  except (OSError, subprocess.SubprocessError):
+    return ""
+
+
+def _key(compiler: str) -> str:
+  version = _version(compiler)
+  h = hashlib.sha256()
+  for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), version.encode(), _cpu_id().encode(),
+               jax.__version__.encode()):
+    h.update(part)
+    h.update(b"\0")
+  return h.hexdigest()[:16]
+
+
+def _build_dirs():
+  if os.environ.get("SVMATTN_NATIVE_BUILD_DIR"):                 # (the tests' own folder)
+    yield Path(os.environ["SVMATTN_NATIVE_BUILD_DIR"])
+    return
+  yield SOURCE.parent / "_build"
+  base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+  yield base / "svmattn" / "native"
+
+
+def _build(compiler: str, key: str) -> Path:
+  """The shared library for ``key``, compiled now unless a process already did."""
+  errors = []
+  for folder in _build_dirs():
+    try:
+      folder.mkdir(parents=True, exist_ok=True)
+      lib = folder / f"gd_block-{key}.so"
+      with open(folder / f"gd_block-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not lib.exists():
+          with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            out = Path(tmp) / lib.name
+            proc = subprocess.run([compiler, *FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", str(out)],
+                                  capture_output=True, text=True, timeout=600)
+            if proc.returncode:
+              raise RuntimeError(f"{compiler} failed on {SOURCE.name}: {proc.stderr.strip()[-2000:]}")
+            os.replace(out, lib)               # whole or absent: never a half-written library
+      return lib
+    except OSError as e:
+      errors.append(f"{folder}: {e}")
+  raise RuntimeError("no writable folder for the native kernel: " + "; ".join(errors))
+
+
+def _load():
+  """Build, load and register the kernel once per process: the target names, or None (and why)."""
+  with _lock:
+    if "targets" in _state:
+      return _state["targets"]
+    targets, why = None, None
+    compiler = _compiler()
+    if os.environ.get(ENV, "1") == "0":
+      why = f"{ENV}=0"
+    elif compiler is None:
+      why = "no C++ compiler (g++) found"
+    else:
+      try:
+        key = _key(compiler)
+        lib = ctypes.cdll.LoadLibrary(str(_build(compiler, key)))
+        targets = {}
+        for name, symbol in (("W", "SvmattnGdBlockW"), ("KQ", "SvmattnGdBlockKQ")):
+          # the source's hash is in the target's name: a program compiled for another source
+          # (the persistent compilation cache) never calls this one
+          targets[name] = f"svmattn_gd_block_{name}_{key}"
+          jax.ffi.register_ffi_target(targets[name], jax.ffi.pycapsule(getattr(lib, symbol)), platform="cpu")
+      except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        targets, why = None, str(e)
+    _state["targets"], _state["why"] = targets, why
+    return targets
+
+
+def available() -> bool:
+  """True when the native kernel is built and registered (on the CPU)."""
+  return ENABLED and jax.default_backend() == "cpu" and _load() is not None
+
+
+def kernel_name() -> str:
+  """The GD kernel that ``train.block_kernel`` runs in this process: "native-cpu" or "xla"."""
+  return "native-cpu" if available() else "xla"
+
+
+def why_not() -> str | None:
+  """Why the native kernel is not available (None when it is)."""
+  if not ENABLED:
+    return "turned off (native_kernel.ENABLED)"
+  if jax.default_backend() != "cpu":
+    return f"backend {jax.default_backend()}"
+  _load()
+  return _state.get("why")
+
+
+def report() -> dict:
+  """What a summary records: {"gd_kernel": "native-cpu", "xla" (and "gd_kernel_why": why not) or
+  "not loaded" (this process trained nothing with the closed-form kernel)}."""
+  if "targets" not in _state:
+    return {"gd_kernel": "not loaded"}
+  if available():
+    return {"gd_kernel": "native-cpu"}
+  return {"gd_kernel": "xla", "gd_kernel_why": why_not()}
+
+
+def run_steps(params: dict, X, Z, Y, h, *, param: str, lr: float, ridge: float, steps: int, loss: str,
+              normalized: bool) -> dict:
+  """``steps`` steps of the kernel for one block (block axis last in every array)."""
+  targets = _load()
+  attrs = dict(lr=np.float64(lr), ridge=np.float64(ridge), steps=np.int64(steps), loss=np.int64(LOSSES[loss]),
+               normalized=np.int64(1 if normalized else 0))
+  if param == "W":
+    W = params["W"]
+    out = jax.ffi.ffi_call(targets["W"], jax.ShapeDtypeStruct(W.shape, W.dtype))(W, X, Z, Y, h, **attrs)
+    return {"W": out}
+  K, Q = params["K"], params["Q"]
+  shapes = (jax.ShapeDtypeStruct(K.shape, K.dtype), jax.ShapeDtypeStruct(Q.shape, Q.dtype))
+  K, Q = jax.ffi.ffi_call(targets["KQ"], shapes)(K, Q, X, Z, Y, h, **attrs)
+  return {"K": K, "Q": Q}

@@ -1,0 +1,144 @@
+"""svmattn.train.native_kernel: the GD kernel of the closed-form case as a native CPU custom call.
+
+It computes what the XLA block kernel computes (same gradient, same step), rounded its own way,
+and a data set's trajectory depends on nothing else in its block (tests/test_block_kernel.py
+checks that bit for bit with whichever kernel this machine runs). Here: that it is the kernel
+that runs on a CPU with a C++ compiler, that it agrees with the XLA block kernel to rounding,
+that it keeps XLA:CPU's flush of subnormals, and that training falls back to XLA, saying why,
+when it cannot be built.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from svmattn.data import datasets as data_lib
+from svmattn.train import block_kernel
+from svmattn.train import native_kernel
+from svmattn.train import loop as train_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _block(n=6, T=8, d=10, b=11, seed=3, scale=0.3, param="W", m=None):
+  """One block (the block axis last) with b not a multiple of the kernel's 8 lanes."""
+  data = data_lib.generate(data_lib.DataSpec(n=n, T=T, d=d), seed, np.arange(b))
+  last = lambda x: jnp.moveaxis(jnp.asarray(x), 0, -1)  # noqa: E731
+  X, Z, Y, v = last(data.X), last(data.Z), last(data.Y), last(data.v)
+  h = jnp.einsum("ntdb,db->ntb", X, v)
+  rng = np.random.default_rng(seed)
+  if param == "W":
+    params = {"W": jnp.asarray(rng.normal(size=(d, d, b)) * scale)}
+  else:
+    params = {k: jnp.asarray(rng.normal(size=(d, m or d, b)) * scale) for k in ("K", "Q")}
+  return params, X, Z, Y, h
+
+
+def _xla_steps(config, params, X, Z, Y, h, steps):
+  step = block_kernel.make_step(config)
+  return jax.jit(lambda p: jax.lax.fori_loop(0, steps, lambda i, p: step(p, X, Z, Y, h), p))(params)
+
+
+def _native_steps(config, params, X, Z, Y, h, steps, lam=0.0):
+  normalized = block_kernel.OPTIMIZERS[config.optimizer]
+  return jax.jit(lambda p: native_kernel.run_steps(p, X, Z, Y, h, param=config.param, lr=config.lr, ridge=lam,
+                                                   steps=steps, loss=config.loss, normalized=normalized))(params)
+
+
+def test_the_native_kernel_trains_where_it_can_be_built():
+  """On a CPU with g++ (this machine, CI's), the closed-form configurations train natively."""
+  if native_kernel._compiler() is None:
+    pytest.fail("no C++ compiler on this machine: the README's set-up installs g++ (build-essential)")
+  assert native_kernel.available(), native_kernel.why_not()
+  assert native_kernel.kernel_name() == "native-cpu"
+  assert block_kernel.uses_native(train_lib.TrainConfig(), np.float64)
+  assert not block_kernel.uses_native(train_lib.TrainConfig(), np.float32)      # float32: the XLA kernel
+  assert native_kernel.report() == {"gd_kernel": "native-cpu"}
+
+
+@pytest.mark.parametrize("param, optimizer, loss", [("W", "normalized_gd", "logistic"), ("KQ", "normalized_gd", "logistic"),
+                                                    ("W", "gd", "exponential"), ("KQ", "gd", "correlation")])
+def test_agrees_with_the_xla_block_kernel_to_rounding(param, optimizer, loss):
+  """The same 60 steps in both kernels, from the same point, on 11 data sets (a whole group of
+  8 lanes and a part-filled one). One step differs by a few ulps (measured at most 3e-15 of
+  max|p|); after 60 steps the difference is rounding amplified through the steps (measured
+  2e-16 for W, 2e-13 for (K,Q)). The bound 1e-9 is four orders of magnitude above that and
+  far below a wrong term of the gradient, which moves p by about lr per step."""
+  config = train_lib.TrainConfig(param=param, optimizer=optimizer, loss=loss, lr=0.05 if optimizer == "gd" else 0.1)
+  params, X, Z, Y, h = _block(param=param)
+  xla = _xla_steps(config, params, X, Z, Y, h, 60)
+  native = _native_steps(config, params, X, Z, Y, h, 60)
+  for k in params:
+    scale = np.max(np.abs(np.asarray(xla[k])), axis=(0, 1))
+    assert np.max(np.abs(np.asarray(native[k]) - np.asarray(xla[k])) / scale) < 1e-9, k
+    assert not np.array_equal(np.asarray(native[k]), np.asarray(params[k]))
+
+
+def test_ridge_and_a_rectangular_kq():
+  """(K,Q) of d x m with m != d and a ridge: the same as the XLA kernel to rounding."""
+  config = train_lib.TrainConfig(param="KQ", ridge=0.01, lr=0.1)
+  params, X, Z, Y, h = _block(d=5, n=3, T=4, param="KQ", m=3)
+  xla = _xla_steps(config, params, X, Z, Y, h, 30)
+  native = _native_steps(config, params, X, Z, Y, h, 30, lam=0.01)
+  for k in params:
+    scale = np.max(np.abs(np.asarray(xla[k])), axis=(0, 1))
+    assert np.max(np.abs(np.asarray(native[k]) - np.asarray(xla[k])) / scale) < 1e-9, k
+
+
+def test_a_lane_does_not_depend_on_its_neighbours():
+  """Bit for bit: data set 9 of a block of 11 (lane 1 of the second group of 8) equals the same
+  data set alone in a block of 1 (lane 0, the other lanes copies of it)."""
+  config = train_lib.TrainConfig(param="W", lr=0.1)
+  params, X, Z, Y, h = _block()
+  full = _native_steps(config, params, X, Z, Y, h, 25)
+  one = lambda x: x[..., 9:10]  # noqa: E731
+  alone = _native_steps(config, jax.tree_util.tree_map(one, params), one(X), one(Z), one(Y), one(h), 25)
+  np.testing.assert_array_equal(np.asarray(alone["W"])[..., 0], np.asarray(full["W"])[..., 9])
+
+
+def test_subnormals_flush_to_zero_as_in_xla():
+  """One sequence of two tokens x = 1, 0 (d = 1, z = 1, v = 1, y = 1) and W = w: logits w and 0,
+  the second token's softmax exp(-w) / (1 + exp(-w)). At w = 720 that is subnormal (2e-313),
+  which XLA:CPU flushes to 0: the softmax is exactly one-hot, the gradient exactly zero and
+  normalized GD does not move (a stalled run). The native kernel flushes too (XLA runs it on a
+  thread that flushes, and the kernel sets the flush itself as well), so it does not move
+  either; at w = 10 both move, by the same step to rounding."""
+  assert float(jax.jit(jnp.exp)(jnp.float64(-720.0))) == 0.0          # the engine's semantics
+  config = train_lib.TrainConfig(param="W", lr=0.1)
+  block = lambda a: jnp.asarray(np.array(a, dtype=np.float64))  # noqa: E731
+  X = block([[[1.0, 1.0]], [[0.0, 0.0]]])[None]      # (n=1, T=2, d=1, b=2)
+  Z = block([[[1.0, 1.0]]])                           # (n=1, d=1, b=2)
+  Y = block([1.0, 1.0])[None]                         # (n=1, b=2)
+  h = X[:, :, 0, :]                                   # h = X v with v = 1
+  params = {"W": block([[[720.0, 10.0]]])}            # (d=1, d=1, b=2)
+  xla = np.asarray(_xla_steps(config, params, X, Z, Y, h, 1)["W"])
+  native = np.asarray(_native_steps(config, params, X, Z, Y, h, 1)["W"])
+  assert xla[0, 0, 0] == 720.0 and native[0, 0, 0] == 720.0
+  assert xla[0, 0, 1] != 10.0 and abs(native[0, 0, 1] - xla[0, 0, 1]) < 1e-12
+
+
+def test_without_a_compiler_training_runs_the_xla_kernel_and_says_why(tmp_path):
+  """CXX pointing at a program that fails: no library, the XLA block kernel trains, and the
+  summary's environment records why."""
+  script = textwrap.dedent("""
+      import numpy as np
+      import svmattn
+      from svmattn.data import datasets as data_lib
+      from svmattn.train import block_kernel, native_kernel, loop as train_lib
+      config = train_lib.TrainConfig(steps=4, snapshot_every=2, chunk_steps=4)
+      data = data_lib.generate(data_lib.DataSpec(n=2, T=3, d=2), 0, np.arange(3))
+      out = train_lib.train(config, data, train_lib.init_keys(0, np.arange(3)))
+      assert np.all(np.isfinite(out.W))
+      assert not block_kernel.uses_native(config, np.float64)
+      print(native_kernel.report())
+  """)
+  env = {**os.environ, "CXX": "/bin/false", "JAX_PLATFORMS": "cpu", "SVMATTN_NATIVE_BUILD_DIR": str(tmp_path)}
+  proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "'gd_kernel': 'xla'" in proc.stdout and "/bin/false failed" in proc.stdout
+  assert not list(tmp_path.glob("*.so"))               # nothing half-written
