@@ -32,7 +32,8 @@ def _train(config, runs, kernel: bool, monkeypatch):
 SLOW = pytest.mark.slow     # (siblings of a fast case: with the slow tests)
 
 
-@pytest.mark.parametrize("param, optimizer, loss", [("W", "normalized_gd", "logistic"), ("KQ", "normalized_gd", "logistic"),
+@pytest.mark.parametrize("param, optimizer, loss", [("W", "normalized_gd", "logistic"),
+                                                    pytest.param("KQ", "normalized_gd", "logistic", marks=SLOW),
                                                     pytest.param("W", "gd", "exponential", marks=SLOW),
                                                     pytest.param("KQ", "gd", "correlation", marks=SLOW)])
 def test_matches_the_vmapped_program_to_rounding(param, optimizer, loss, monkeypatch):

@@ -34,13 +34,16 @@ ENABLED = True
 
 def supports(config) -> bool:
   """True when ``config`` trains with this kernel: the closed-form gradient's case of
-  ``models.attention.make_grad`` with a normalized GD or GD step and full batches."""
-  return (ENABLED and config.module is None and not config.train_head and not config.minibatch
-          and config.numerics == "exact" and config.model == "single_query" and config.head == "linear"
-          and config.param in ("W", "KQ") and isinstance(config.loss, str)
-          and config.loss in model_lib.LOSS_DERIVATIVES
-          and not isinstance(config.loss_scale, str) and config.loss_scale == 1.0
-          and optimizers.without_const_schedule(config.optimizer) in OPTIMIZERS)
+  ``models.attention.make_grad`` with a normalized GD or GD step and full batches; with the ReLU
+  head (on W) where the native kernel runs, which has that head's gradient too."""
+  closed_form = (ENABLED and config.module is None and not config.train_head and not config.minibatch
+                 and config.numerics == "exact" and config.model == "single_query"
+                 and isinstance(config.loss, str) and config.loss in model_lib.LOSS_DERIVATIVES
+                 and not isinstance(config.loss_scale, str) and config.loss_scale == 1.0
+                 and optimizers.without_const_schedule(config.optimizer) in OPTIMIZERS)
+  if config.head == "relu":           # the native kernel only (float32 data: the vmapped program, in make_advance)
+    return closed_form and config.param == "W" and config.loss in native_kernel.LOSSES and native_kernel.available()
+  return closed_form and config.head == "linear" and config.param in ("W", "KQ")
 
 
 def _last(x):
@@ -107,22 +110,26 @@ def make_advance(trainer, every: int, snapshots: int):
   times ``every`` steps then a snapshot, as ``jax.vmap(trainer.advance_one)`` returns it.
   The ``every`` steps run in the native CPU kernel where ``uses_native``, else in XLA."""
   config = trainer.config
-  step = make_step(config)
   observe = jax.vmap(trainer.observe)
   param = model_lib.get_parameterization(config.param)
   lam = param.ridge if config.ridge is None else config.ridge
   normalize = OPTIMIZERS[optimizers.without_const_schedule(config.optimizer)]
 
+  relu = config.head == "relu"
+  step = None if relu else make_step(config)
+
   def steps(params, X, Z, Y, h):
     if uses_native(config, X.dtype):
       return native_kernel.run_steps(params, X, Z, Y, h, param=param.name, lr=config.lr, ridge=lam or 0.0,
-                                     steps=every, loss=config.loss, normalized=normalize)
+                                     steps=every, loss=config.loss, normalized=normalize, head=config.head)
     params, _ = jax.lax.scan(lambda p, _: (step(p, X, Z, Y, h), None), params, None, length=every)
     return params
 
   def advance(state, data):
+    if relu and not uses_native(config, data.X.dtype):       # float32: the vmapped program, as without this kernel
+      return jax.vmap(lambda st, dt: trainer.advance_one(st, dt, every, snapshots))(state, data)
     X, Z, Y = _last(data.X), _last(data.Z), _last(data.Y)
-    h = jnp.einsum("ntdb,db->ntb", X, _last(data.v))
+    h = _last(data.v) if relu else jnp.einsum("ntdb,db->ntb", X, _last(data.v))     # V, or h = X v
 
     def outer(params, _):
       params = steps(params, X, Z, Y, h)

@@ -119,7 +119,7 @@ def _load():
         key = _key(compiler)
         lib = ctypes.cdll.LoadLibrary(str(_build(compiler, key)))
         targets = {}
-        for name, symbol in (("W", "SvmattnGdBlockW"), ("KQ", "SvmattnGdBlockKQ")):
+        for name, symbol in (("W", "SvmattnGdBlockW"), ("KQ", "SvmattnGdBlockKQ"), ("W_relu", "SvmattnGdBlockWRelu")):
           # the source's hash is in the target's name: a program compiled for another source
           # (the persistent compilation cache) never calls this one
           targets[name] = f"svmattn_gd_block_{name}_{key}"
@@ -161,11 +161,16 @@ def report() -> dict:
 
 
 def run_steps(params: dict, X, Z, Y, h, *, param: str, lr: float, ridge: float, steps: int, loss: str,
-              normalized: bool) -> dict:
-  """``steps`` steps of the kernel for one block (block axis last in every array)."""
+              normalized: bool, head: str = "linear") -> dict:
+  """``steps`` steps of the kernel for one block (block axis last in every array). head "linear":
+  h = X v (n,T,b); head "relu" (W only): h is the head's V (d,d,b)."""
   targets = _load()
   attrs = dict(lr=np.float64(lr), ridge=np.float64(ridge), steps=np.int64(steps), loss=np.int64(LOSSES[loss]),
                normalized=np.int64(1 if normalized else 0))
+  if head == "relu":
+    W = params["W"]
+    out = jax.ffi.ffi_call(targets["W_relu"], jax.ShapeDtypeStruct(W.shape, W.dtype))(W, X, Z, Y, h, **attrs)
+    return {"W": out}
   if param == "W":
     W = params["W"]
     out = jax.ffi.ffi_call(targets["W"], jax.ShapeDtypeStruct(W.shape, W.dtype))(W, X, Z, Y, h, **attrs)

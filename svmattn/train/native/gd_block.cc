@@ -146,7 +146,7 @@ struct Options {
 // One group of (up to) L data sets: lanes j < used are data sets j0 + j; the rest repeat the last.
 class Group {
  public:
-  Group(const Sizes& s, bool kq) : s_(s), kq_(kq) {
+  Group(const Sizes& s, bool kq, bool relu = false) : s_(s), kq_(kq), relu_(relu) {
     X_.resize(s.n * s.T * s.d);
     Z_.resize(s.n * s.d);
     Y_.resize(s.n);
@@ -155,7 +155,13 @@ class Group {
     G_.resize(s.d * s.d);
     q_.resize(s.n * s.d);
     e_.resize(s.n * s.T);
-    seq_.resize(6 * s.n);
+    seq_.resize(6 * s.n > 3 * s.n + s.T ? 6 * s.n : 3 * s.n + s.T);
+    if (relu) {
+      h_.resize(s.T * s.d);
+      V_.resize(s.d * s.d);
+      u_.resize(s.d);
+      r_.resize(s.d);
+    }
     R_.resize(s.n * s.d);
     if (kq) {
       K_.resize(s.d * s.m);
@@ -232,10 +238,71 @@ class Group {
       matvec(&G_[k * d], Z_.data(), 1, d, &R_[k], d, d, n);
   }
 
+  // dL/dW into G_ at the current W_ with the ReLU head h(r) = 1^T ReLU(V^T r) on the pooled token
+  // r_i = x_ref + sum_t s_it (x_it - x_ref), ref the most-attended token (models.attention.pooled_token,
+  // docs/science.md section 1), as reverse-mode differentiation of that objective computes it:
+  //   p = V^T r_i, f_i = sum_j max(p_j, 0), a_i = Y_i l'(Y_i f_i) / n,
+  //   u = V (a_i [p > 0]), g_t = (x_t - x_ref)^T u, dL/dlogit_t = s_t (g_t - sum_u s_u g_u).
+  // V_ holds the head (d x d), h_ the tokens' x_t - x_ref of one sequence (T x d) as scratch.
+  void gradient_relu(int64_t loss) {
+    const int64_t n = s_.n, T = s_.T, d = s_.d;
+    const double inv_n = 1.0 / static_cast<double>(n);
+    vd* mx = &seq_[0];
+    vd* sum = &seq_[n];
+    vd* best = &seq_[2 * n];
+    for (int64_t i = 0; i < n; ++i)                                       // q_i = W z_i
+      matvec(&q_[i * d], W_.data(), d, 1, &Z_[i * d], 1, d, d);
+    for (int64_t i = 0; i < n; ++i)                                       // logits X_i q_i
+      matvec(&e_[i * T], &X_[i * T * d], d, 1, &q_[i * d], 1, T, d);
+    for (int64_t i = 0; i < n; ++i) mx[i] = splat(-INFINITY), sum[i] = splat(0.0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < n; ++i) mx[i] = vmax(e_[i * T + t], mx[i]);
+    for (int64_t t = 0; t < T; ++t)                                       // softmax
+      for (int64_t i = 0; i < n; ++i) {
+        e_[i * T + t] = vexp(e_[i * T + t] - mx[i]);
+        sum[i] += e_[i * T + t];
+      }
+    for (int64_t i = 0; i < n; ++i) sum[i] = 1.0 / sum[i], best[i] = splat(-INFINITY);
+    for (int64_t i = 0; i < n; ++i) {
+      const vd* Xi = &X_[i * T * d];
+      vd* x_ref = r_.data();
+      vd* D = h_.data();
+      for (int64_t t = 0; t < T; ++t) {                                   // s, and x at the first argmax
+        vd st = e_[i * T + t] * sum[i];
+        e_[i * T + t] = st;
+        vl better = st > best[i];
+        best[i] = better ? st : best[i];
+        for (int64_t k = 0; k < d; ++k) x_ref[k] = better ? Xi[t * d + k] : (t ? x_ref[k] : splat(0.0));
+      }
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t k = 0; k < d; ++k) D[t * d + k] = Xi[t * d + k] - x_ref[k];
+      vd* r = &q_[i * d];                                                 // (q_i is no longer needed)
+      matvec(r, D, 1, d, &e_[i * T], 1, d, T);                            // sum_t s_t (x_t - x_ref)
+      for (int64_t k = 0; k < d; ++k) r[k] = x_ref[k] + r[k];
+      vd* p = u_.data();
+      matvec(p, V_.data(), 1, d, r, 1, d, d);                             // p = V^T r
+      vd f = splat(0.0);
+      for (int64_t j = 0; j < d; ++j) f += vmax(p[j], splat(0.0));
+      vd a = Y_[i] * loss_derivative(loss, Y_[i] * f) * inv_n;
+      for (int64_t j = 0; j < d; ++j) p[j] = p[j] > 0 ? a : splat(0.0);   // a [p > 0]
+      matvec(r, V_.data(), d, 1, p, 1, d, d);                             // u = V (a [p > 0])
+      vd* g = &seq_[3 * n];                                               // (T scratch entries after 3n)
+      matvec(g, D, d, 1, r, 1, T, d);                                     // g_t = (x_t - x_ref)^T u
+      vd sg = splat(0.0);
+      for (int64_t t = 0; t < T; ++t) sg += e_[i * T + t] * g[t];
+      for (int64_t t = 0; t < T; ++t) e_[i * T + t] = e_[i * T + t] * (g[t] - sg);   // dL/dlogits
+    }
+    for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
+      matvec(&R_[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
+    for (int64_t k = 0; k < d; ++k)                                       // G = sum_i r_i z_i^T
+      matvec(&G_[k * d], Z_.data(), 1, d, &R_[k], d, d, n);
+  }
+
   void step(const Options& o) {
     const int64_t d = s_.d, m = s_.m;
     if (!kq_) {
-      gradient(o.loss);
+      if (relu_) gradient_relu(o.loss);
+      else gradient(o.loss);
       update(W_.data(), G_.data(), d * d, o);
       return;
     }
@@ -257,11 +324,11 @@ class Group {
     for (int64_t i = 0; i < size; ++i) p[i] += (-o.lr) * g[i];
   }
 
-  std::vector<vd> X_, Z_, Y_, h_, W_, G_, q_, e_, R_, seq_, K_, Q_, gK_, gQ_;
+  std::vector<vd> X_, Z_, Y_, h_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, K_, Q_, gK_, gQ_;
 
  private:
   Sizes s_;
-  bool kq_;
+  bool kq_, relu_;
 };
 
 Options options(double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
@@ -298,6 +365,28 @@ ffi::Error GdBlockW(ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffe
   return ffi::Error::Success();
 }
 
+ffi::Error GdBlockWRelu(ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
+                        ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> V, ffi::ResultBuffer<ffi::F64> W_out,
+                        double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
+  if (X.dimensions().size() != 4) return ffi::Error::InvalidArgument("svmattn gd_block: X must be (n,T,d,b)");
+  Sizes s = sizes_of(X, 1);
+  if (auto err = check(s, steps, loss); err.failure()) return err;
+  Options o = options(lr, ridge, steps, loss, normalized);
+  FlushDenormals flush;
+  Group g(s, false, true);
+  for (int64_t j0 = 0; j0 < s.b; j0 += L) {
+    int used = static_cast<int>(s.b - j0 < L ? s.b - j0 : L);
+    Group::gather(X.typed_data(), s.n * s.T * s.d, s.b, j0, used, g.X_.data());
+    Group::gather(Z.typed_data(), s.n * s.d, s.b, j0, used, g.Z_.data());
+    Group::gather(Y.typed_data(), s.n, s.b, j0, used, g.Y_.data());
+    Group::gather(V.typed_data(), s.d * s.d, s.b, j0, used, g.V_.data());
+    Group::gather(W.typed_data(), s.d * s.d, s.b, j0, used, g.W_.data());
+    for (int64_t k = 0; k < steps; ++k) g.step(o);
+    Group::scatter(g.W_.data(), s.d * s.d, s.b, j0, used, W_out->typed_data());
+  }
+  return ffi::Error::Success();
+}
+
 ffi::Error GdBlockKQ(ffi::Buffer<ffi::F64> K, ffi::Buffer<ffi::F64> Q, ffi::Buffer<ffi::F64> X,
                      ffi::Buffer<ffi::F64> Z, ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> h,
                      ffi::ResultBuffer<ffi::F64> K_out, ffi::ResultBuffer<ffi::F64> Q_out,
@@ -324,6 +413,20 @@ ffi::Error GdBlockKQ(ffi::Buffer<ffi::F64> K, ffi::Buffer<ffi::F64> Q, ffi::Buff
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockW, GdBlockW,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Arg<ffi::Buffer<ffi::F64>>()
+                                  .Ret<ffi::Buffer<ffi::F64>>()
+                                  .Attr<double>("lr")
+                                  .Attr<double>("ridge")
+                                  .Attr<int64_t>("steps")
+                                  .Attr<int64_t>("loss")
+                                  .Attr<int64_t>("normalized"));
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockWRelu, GdBlockWRelu,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::Buffer<ffi::F64>>()
                                   .Arg<ffi::Buffer<ffi::F64>>()
