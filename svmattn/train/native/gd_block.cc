@@ -181,26 +181,22 @@ class Group {
       for (int j = 0; j < used; ++j) dst[i * b + j0 + j] = src[i][j];
   }
 
-  void load(const double* X, const double* Z, const double* Y, const double* h, int64_t j0, int used) {
+  // head: h = X v (n,T) with the linear head, V (d,d) with the ReLU head
+  void load(const double* X, const double* Z, const double* Y, const double* head, int64_t j0, int used) {
     const Sizes& s = s_;
     gather(X, s.n * s.T * s.d, s.b, j0, used, X_.data());
     gather(Z, s.n * s.d, s.b, j0, used, Z_.data());
     gather(Y, s.n, s.b, j0, used, Y_.data());
-    gather(h, s.n * s.T, s.b, j0, used, h_.data());
+    if (relu_) gather(head, s.d * s.d, s.b, j0, used, V_.data());
+    else gather(head, s.n * s.T, s.b, j0, used, h_.data());
   }
 
-  // dL/dW into G_ at the current W_ (docs/science.md section 4)
-  // Every stage runs over all n sequences with the sequence innermost: the sequences' chains of
-  // operations are independent, so they overlap in the core instead of waiting on each other.
-  void gradient(int64_t loss) {
+  // e_ (n,T) = exp(logit_it - max_t logit_it) with the logits X_i W z_i; seq_[n + i] = sum_t e_it
+  // (the softmax's numerator and denominator; q_ holds W z_i)
+  void exp_logits() {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
-    const double inv_n = 1.0 / static_cast<double>(n);
     vd* mx = &seq_[0];
     vd* sum = &seq_[n];
-    vd* best = &seq_[2 * n];
-    vd* h_ref = &seq_[3 * n];
-    vd* sd = &seq_[4 * n];
-    vd* a = &seq_[5 * n];
     for (int64_t i = 0; i < n; ++i)                                       // q_i = W z_i
       matvec(&q_[i * d], W_.data(), d, 1, &Z_[i * d], 1, d, d);
     for (int64_t i = 0; i < n; ++i)                                       // logits X_i q_i
@@ -213,6 +209,20 @@ class Group {
         e_[i * T + t] = vexp(e_[i * T + t] - mx[i]);
         sum[i] += e_[i * T + t];
       }
+  }
+
+  // dL/dW into G_ at the current W_ (docs/science.md section 4)
+  // Every stage runs over all n sequences with the sequence innermost: the sequences' chains of
+  // operations are independent, so they overlap in the core instead of waiting on each other.
+  void gradient(int64_t loss) {
+    const int64_t n = s_.n, T = s_.T, d = s_.d;
+    const double inv_n = 1.0 / static_cast<double>(n);
+    vd* sum = &seq_[n];
+    vd* best = &seq_[2 * n];
+    vd* h_ref = &seq_[3 * n];
+    vd* sd = &seq_[4 * n];
+    vd* a = &seq_[5 * n];
+    exp_logits();
     for (int64_t i = 0; i < n; ++i) sum[i] = 1.0 / sum[i], best[i] = splat(-INFINITY), h_ref[i] = splat(0.0);
     for (int64_t t = 0; t < T; ++t)                                       // s, and h at the first argmax
       for (int64_t i = 0; i < n; ++i) {
@@ -247,21 +257,9 @@ class Group {
   void gradient_relu(int64_t loss) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     const double inv_n = 1.0 / static_cast<double>(n);
-    vd* mx = &seq_[0];
     vd* sum = &seq_[n];
     vd* best = &seq_[2 * n];
-    for (int64_t i = 0; i < n; ++i)                                       // q_i = W z_i
-      matvec(&q_[i * d], W_.data(), d, 1, &Z_[i * d], 1, d, d);
-    for (int64_t i = 0; i < n; ++i)                                       // logits X_i q_i
-      matvec(&e_[i * T], &X_[i * T * d], d, 1, &q_[i * d], 1, T, d);
-    for (int64_t i = 0; i < n; ++i) mx[i] = splat(-INFINITY), sum[i] = splat(0.0);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < n; ++i) mx[i] = vmax(e_[i * T + t], mx[i]);
-    for (int64_t t = 0; t < T; ++t)                                       // softmax
-      for (int64_t i = 0; i < n; ++i) {
-        e_[i * T + t] = vexp(e_[i * T + t] - mx[i]);
-        sum[i] += e_[i * T + t];
-      }
+    exp_logits();
     for (int64_t i = 0; i < n; ++i) sum[i] = 1.0 / sum[i], best[i] = splat(-INFINITY);
     for (int64_t i = 0; i < n; ++i) {
       const vd* Xi = &X_[i * T * d];
@@ -346,45 +344,47 @@ Sizes sizes_of(ffi::Buffer<ffi::F64>& X, int64_t m) {
   return Sizes{dims[0], dims[1], dims[2], m, dims[3]};
 }
 
-ffi::Error GdBlockW(ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
-                    ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> h, ffi::ResultBuffer<ffi::F64> W_out,
-                    double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
+// `steps` steps for every group of (up to) L data sets of the block: `load` copies a group's data
+// and parameters into the Group, `store` writes its parameters back.
+template <class Load, class Store>
+ffi::Error run_block(const Sizes& s, bool kq, bool relu, const Options& o, Load load, Store store) {
+  FlushDenormals flush;
+  Group g(s, kq, relu);
+  for (int64_t j0 = 0; j0 < s.b; j0 += L) {
+    int used = static_cast<int>(s.b - j0 < L ? s.b - j0 : L);
+    load(g, j0, used);
+    for (int64_t k = 0; k < o.steps; ++k) g.step(o);
+    store(g, j0, used);
+  }
+  return ffi::Error::Success();
+}
+
+// W (d,d,b) with the linear head (head: h = X v, (n,T,b)) or the ReLU head (head: V, (d,d,b))
+ffi::Error gd_block_w(bool relu, ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
+                      ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> head, ffi::ResultBuffer<ffi::F64> W_out,
+                      double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
   if (X.dimensions().size() != 4) return ffi::Error::InvalidArgument("svmattn gd_block: X must be (n,T,d,b)");
   Sizes s = sizes_of(X, 1);
   if (auto err = check(s, steps, loss); err.failure()) return err;
-  Options o = options(lr, ridge, steps, loss, normalized);
-  FlushDenormals flush;
-  Group g(s, false);
-  for (int64_t j0 = 0; j0 < s.b; j0 += L) {
-    int used = static_cast<int>(s.b - j0 < L ? s.b - j0 : L);
-    g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), h.typed_data(), j0, used);
-    Group::gather(W.typed_data(), s.d * s.d, s.b, j0, used, g.W_.data());
-    for (int64_t k = 0; k < steps; ++k) g.step(o);
-    Group::scatter(g.W_.data(), s.d * s.d, s.b, j0, used, W_out->typed_data());
-  }
-  return ffi::Error::Success();
+  return run_block(
+      s, false, relu, options(lr, ridge, steps, loss, normalized),
+      [&](Group& g, int64_t j0, int used) {
+        g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), head.typed_data(), j0, used);
+        Group::gather(W.typed_data(), s.d * s.d, s.b, j0, used, g.W_.data());
+      },
+      [&](Group& g, int64_t j0, int used) { Group::scatter(g.W_.data(), s.d * s.d, s.b, j0, used, W_out->typed_data()); });
+}
+
+ffi::Error GdBlockW(ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
+                    ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> h, ffi::ResultBuffer<ffi::F64> W_out,
+                    double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
+  return gd_block_w(false, W, X, Z, Y, h, W_out, lr, ridge, steps, loss, normalized);
 }
 
 ffi::Error GdBlockWRelu(ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
                         ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> V, ffi::ResultBuffer<ffi::F64> W_out,
                         double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
-  if (X.dimensions().size() != 4) return ffi::Error::InvalidArgument("svmattn gd_block: X must be (n,T,d,b)");
-  Sizes s = sizes_of(X, 1);
-  if (auto err = check(s, steps, loss); err.failure()) return err;
-  Options o = options(lr, ridge, steps, loss, normalized);
-  FlushDenormals flush;
-  Group g(s, false, true);
-  for (int64_t j0 = 0; j0 < s.b; j0 += L) {
-    int used = static_cast<int>(s.b - j0 < L ? s.b - j0 : L);
-    Group::gather(X.typed_data(), s.n * s.T * s.d, s.b, j0, used, g.X_.data());
-    Group::gather(Z.typed_data(), s.n * s.d, s.b, j0, used, g.Z_.data());
-    Group::gather(Y.typed_data(), s.n, s.b, j0, used, g.Y_.data());
-    Group::gather(V.typed_data(), s.d * s.d, s.b, j0, used, g.V_.data());
-    Group::gather(W.typed_data(), s.d * s.d, s.b, j0, used, g.W_.data());
-    for (int64_t k = 0; k < steps; ++k) g.step(o);
-    Group::scatter(g.W_.data(), s.d * s.d, s.b, j0, used, W_out->typed_data());
-  }
-  return ffi::Error::Success();
+  return gd_block_w(true, W, X, Z, Y, V, W_out, lr, ridge, steps, loss, normalized);
 }
 
 ffi::Error GdBlockKQ(ffi::Buffer<ffi::F64> K, ffi::Buffer<ffi::F64> Q, ffi::Buffer<ffi::F64> X,
@@ -395,63 +395,40 @@ ffi::Error GdBlockKQ(ffi::Buffer<ffi::F64> K, ffi::Buffer<ffi::F64> Q, ffi::Buff
     return ffi::Error::InvalidArgument("svmattn gd_block: X must be (n,T,d,b), K and Q (d,m,b)");
   Sizes s = sizes_of(X, K.dimensions()[1]);
   if (auto err = check(s, steps, loss); err.failure()) return err;
-  Options o = options(lr, ridge, steps, loss, normalized);
-  FlushDenormals flush;
-  Group g(s, true);
-  for (int64_t j0 = 0; j0 < s.b; j0 += L) {
-    int used = static_cast<int>(s.b - j0 < L ? s.b - j0 : L);
-    g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), h.typed_data(), j0, used);
-    Group::gather(K.typed_data(), s.d * s.m, s.b, j0, used, g.K_.data());
-    Group::gather(Q.typed_data(), s.d * s.m, s.b, j0, used, g.Q_.data());
-    for (int64_t k = 0; k < steps; ++k) g.step(o);
-    Group::scatter(g.K_.data(), s.d * s.m, s.b, j0, used, K_out->typed_data());
-    Group::scatter(g.Q_.data(), s.d * s.m, s.b, j0, used, Q_out->typed_data());
-  }
-  return ffi::Error::Success();
+  return run_block(
+      s, true, false, options(lr, ridge, steps, loss, normalized),
+      [&](Group& g, int64_t j0, int used) {
+        g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), h.typed_data(), j0, used);
+        Group::gather(K.typed_data(), s.d * s.m, s.b, j0, used, g.K_.data());
+        Group::gather(Q.typed_data(), s.d * s.m, s.b, j0, used, g.Q_.data());
+      },
+      [&](Group& g, int64_t j0, int used) {
+        Group::scatter(g.K_.data(), s.d * s.m, s.b, j0, used, K_out->typed_data());
+        Group::scatter(g.Q_.data(), s.d * s.m, s.b, j0, used, Q_out->typed_data());
+      });
 }
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockW, GdBlockW,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Attr<double>("lr")
-                                  .Attr<double>("ridge")
-                                  .Attr<int64_t>("steps")
-                                  .Attr<int64_t>("loss")
-                                  .Attr<int64_t>("normalized"));
+#define SVMATTN_F64 ffi::Buffer<ffi::F64>
+#define SVMATTN_STEP_ATTRS                                                                      \
+  .Attr<double>("lr").Attr<double>("ridge").Attr<int64_t>("steps").Attr<int64_t>("loss").Attr<int64_t>( \
+      "normalized")
+// (W, X, Z, Y, h or V) -> W
+#define SVMATTN_W_BINDING                                                                                  \
+  ffi::Ffi::Bind().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>() \
+      .Ret<SVMATTN_F64>() SVMATTN_STEP_ATTRS
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockWRelu, GdBlockWRelu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Attr<double>("lr")
-                                  .Attr<double>("ridge")
-                                  .Attr<int64_t>("steps")
-                                  .Attr<int64_t>("loss")
-                                  .Attr<int64_t>("normalized"));
-
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockW, GdBlockW, SVMATTN_W_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockWRelu, GdBlockWRelu, SVMATTN_W_BINDING);
+// (K, Q, X, Z, Y, h) -> (K, Q)
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockKQ, GdBlockKQ,
                               ffi::Ffi::Bind()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Arg<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Ret<ffi::Buffer<ffi::F64>>()
-                                  .Attr<double>("lr")
-                                  .Attr<double>("ridge")
-                                  .Attr<int64_t>("steps")
-                                  .Attr<int64_t>("loss")
-                                  .Attr<int64_t>("normalized"));
+                                  .Arg<SVMATTN_F64>()
+                                  .Arg<SVMATTN_F64>()
+                                  .Arg<SVMATTN_F64>()
+                                  .Arg<SVMATTN_F64>()
+                                  .Arg<SVMATTN_F64>()
+                                  .Arg<SVMATTN_F64>()
+                                  .Ret<SVMATTN_F64>()
+                                  .Ret<SVMATTN_F64>() SVMATTN_STEP_ATTRS);
