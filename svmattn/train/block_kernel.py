@@ -42,7 +42,7 @@ def supports(config) -> bool:
                  and not isinstance(config.loss_scale, str) and config.loss_scale == 1.0
                  and optimizers.without_const_schedule(config.optimizer) in OPTIMIZERS)
   if config.head == "relu":           # the native kernel only (float32 data: the vmapped program, in make_advance)
-    return closed_form and config.param == "W" and config.loss in native_kernel.LOSSES and native_kernel.available()
+    return closed_form and config.param == "W" and uses_native(config, jnp.float64)
   return closed_form and config.head == "linear" and config.param in ("W", "KQ")
 
 
@@ -63,13 +63,18 @@ def _normalized(g):
   return jnp.where(peak > 0, u / jnp.where(norm > 0, norm, 1), jnp.zeros_like(g))
 
 
+def _settings(config):
+  """(parameterization, ridge, normalized) of the step that ``config`` trains with."""
+  param = model_lib.get_parameterization(config.param)
+  lam = param.ridge if config.ridge is None else config.ridge
+  return param, lam, OPTIMIZERS[optimizers.without_const_schedule(config.optimizer)]
+
+
 def make_step(config):
   """step(params, X, Z, Y, h) -> params, every array with the block axis last:
   X (n,T,d,b), Z (n,d,b), Y (n,b), h = X v (n,T,b), W (d,d,b) or K, Q (d,m,b)."""
-  param = model_lib.get_parameterization(config.param)
-  lam = param.ridge if config.ridge is None else config.ridge
+  param, lam, normalize = _settings(config)
   dl = model_lib.LOSS_DERIVATIVES[config.loss]
-  normalize = OPTIMIZERS[optimizers.without_const_schedule(config.optimizer)]
   lr = config.lr
 
   def grad(params, X, Z, Y, h):
@@ -111,10 +116,7 @@ def make_advance(trainer, every: int, snapshots: int):
   The ``every`` steps run in the native CPU kernel where ``uses_native``, else in XLA."""
   config = trainer.config
   observe = jax.vmap(trainer.observe)
-  param = model_lib.get_parameterization(config.param)
-  lam = param.ridge if config.ridge is None else config.ridge
-  normalize = OPTIMIZERS[optimizers.without_const_schedule(config.optimizer)]
-
+  param, lam, normalize = _settings(config)
   relu = config.head == "relu"
   step = None if relu else make_step(config)
 
