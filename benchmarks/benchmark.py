@@ -466,7 +466,7 @@ def nuclear_solvers():
   for n, T, d in NUCLEAR_SHAPES:
     batch = data_lib.generate(data_lib.DataSpec(n, T, d), 0, np.arange(60))
     X, Z = np.asarray(batch.X), np.asarray(batch.Z)
-    alpha = np.asarray(svm_rank.opt_tokens_fn()(batch.v, batch.X, batch.Y))      # E3's alpha = opt
+    alpha = svm_rank.opt_tokens(batch)      # E3's alpha = opt
     keep = np.flatnonzero(feas_lib.check(X, Z, alpha).feasible)[:max(10, FLAGS.svm_sets // 5)]
     entry = {"n": n, "T": T, "d": d, "sets": len(keep)}
     ref = {}

@@ -68,18 +68,37 @@ def test_each_run_alone_equals_the_batch_bit_for_bit():
           assert np.array_equal(a, b[runs[-size:][::-1]])
 
 
-def test_many_shapes_share_one_compiled_generator():
-  """Ten (n, T, d) shapes whose draws fall in the same size buckets compile one program."""
-  shapes = [(n, T, d) for n, T, d in [(4, 4, 4), (5, 3, 4), (4, 5, 3), (3, 4, 5), (5, 4, 3),
-                                      (6, 2, 5), (2, 6, 5), (5, 5, 2), (4, 3, 5), (3, 5, 4)]]
+def test_programs_per_draw_size_not_per_shape():
+  """The generator compiles a program per flat draw size (a power of two), not per (n, T, d):
+  ten shapes whose draws fall in the same size buckets share one key program, one normal
+  program per draw size and one label program, however many shapes there are."""
+  shapes = [(4, 4, 4), (5, 3, 4), (4, 5, 3), (3, 4, 5), (5, 4, 3),
+            (6, 2, 5), (2, 6, 5), (5, 5, 2), (4, 3, 5), (3, 5, 4)]
   buckets = {tuple(data_lib._bucket(c) for c in (n * T * d, n * d, n, d)) for n, T, d in shapes}
   assert len(buckets) == 1
-  data_lib._flat_draw_fn.cache_clear()
+  for fn in (data_lib._keys_fn, data_lib._normal_fn, data_lib._bits_fn):
+    fn.cache_clear()
   for i, (n, T, d) in enumerate(shapes):
     ds = data_lib.generate(data_lib.DataSpec(n, T, d), 0, np.arange(1 + i))
     assert ds.X.shape == (1 + i, n, T, d)
-  info = data_lib._flat_draw_fn.cache_info()
-  assert (info.currsize, info.misses) == (1, 1)
+  assert data_lib._keys_fn.cache_info().misses == 1
+  (nx, nz, _, nv), = buckets
+  assert data_lib._normal_fn.cache_info().misses == len({nx, nz, nv})
+  assert data_lib._bits_fn.cache_info().misses == 1
+
+
+def test_flat_draws_are_each_runs_own_draws():
+  """The per-size programs draw, for every run, the values of that run's own flat draws
+  (jax.random on its keys, one run at a time): the random values of numerics versions 2-5."""
+  from svmattn import rng
+  counts, runs = (3 * 4 * 5, 3 * 5, 3, 5), np.array([0, 9, 70, 4], np.uint32)
+  draws = data_lib._flat_draws(counts, 7, runs, np.float64)
+  for j, r in enumerate(runs):
+    kx, kz, ky, kv = jax.random.split(rng.split_run_key(rng.run_key(7, int(r)))[0], 4)
+    own = (jax.random.normal(kx, (counts[0],), np.float64), jax.random.normal(kz, (counts[1],), np.float64),
+           jax.random.bernoulli(ky, 0.5, (counts[2],)), jax.random.normal(kv, (counts[3],), np.float64))
+    for a, b, c in zip(draws, own, counts):
+      assert np.array_equal(a[j, :c], np.asarray(b))
 
 
 def _version1_generate(spec, seed, runs, head, dtype):

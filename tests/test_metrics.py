@@ -205,3 +205,23 @@ def test_norms_distances_and_bregman():
   assert metrics.bregman_lp(W, B, 3.0) > 0
   with pytest.raises(ValueError, match="unknown norm"):
     metrics.norm_value(W, "bogus")
+
+
+def test_linear_token_scores_agree_with_the_head_and_do_not_depend_on_the_batch(batch):
+  """The host token scores equal the model's (jax) scores to within the error bound of two dot
+  products of length d (each within d * eps * sum_k |v_k x_k| of the exact value), and a data
+  set's scores are bit for bit the same alone or in a batch."""
+  import jax
+  from conftest import host
+  from svmattn.models import heads
+  X, Y, Z, v = host(batch)
+  gamma = metrics.linear_token_scores(v, X, Y)
+  model = np.asarray(jax.vmap(lambda v, X, Y: heads.token_scores(heads.LINEAR, v, X, Y))(v, X, Y))
+  d = X.shape[-1]
+  bound = 2 * d * np.finfo(np.float64).eps * np.einsum("bntd,bd->bnt", np.abs(X), np.abs(v))
+  assert gamma.shape == X.shape[:3] and np.all(np.abs(gamma - model) <= bound)
+  for b in (0, len(X) - 1):
+    alone = metrics.linear_token_scores(v[b:b + 1], X[b:b + 1], Y[b:b + 1])
+    assert np.array_equal(alone[0], gamma[b])
+  g32 = metrics.linear_token_scores(v.astype(np.float32), X.astype(np.float32), Y.astype(np.float32))
+  assert g32.dtype == np.float32

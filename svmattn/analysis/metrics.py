@@ -28,6 +28,20 @@ def corr(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
 
 
+def linear_token_scores(v: np.ndarray, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+  """gamma_bit = Y_bi <v_b, x_bit>, the linear head's token scores of a batch of data sets,
+  on the host: v (B, d), X (B, n, T, d), Y (B, n) -> (B, n, T), in the arrays' dtype.
+
+  The dot product is summed one coordinate at a time, in order (plain IEEE products and sums,
+  no BLAS), so a data set's scores do not depend on the batch it is in, and no program is
+  compiled per shape (docs/science.md section 20)."""
+  X, Y, v = np.asarray(X), np.asarray(Y), np.asarray(v)
+  acc = X[..., 0] * v[:, None, None, 0]
+  for k in range(1, X.shape[-1]):
+    acc = acc + X[..., k] * v[:, None, None, k]
+  return Y[..., None] * acc
+
+
 def optimal_tokens(gamma: np.ndarray) -> np.ndarray:
   """opt_i = argmax_t gamma_it: (..., n, T) -> (..., n)."""
   return np.argmax(gamma, axis=-1)

@@ -8,8 +8,8 @@ A batch of data sets has the same fields with a leading axis B.
 Randomness: data set ``r`` of seed ``s`` is drawn from
 ``jax.random.fold_in(jax.random.PRNGKey(s), r)``, so it is the same data set
 whatever the batch it is drawn in. The paper's generator (``unit_gaussian``) draws its arrays as
-prefixes of flat draws of bucketed sizes, one compiled program per bucket rather than per (n, T, d),
-and normalizes on the host (see ``_unit_gaussian_flat``).
+prefixes of flat draws of bucketed sizes, one compiled program per draw size rather than per
+(n, T, d), and normalizes on the host (see ``_unit_gaussian_flat``).
 """
 from __future__ import annotations
 
@@ -99,20 +99,30 @@ Sampler = Callable[[jax.Array, DataSpec, heads.Head], Dataset]
 def generate(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
              head: heads.Head = heads.LINEAR, sampler: Sampler = unit_gaussian,
              dtype=jnp.float64) -> Dataset:
-  """A batch of data sets: entry b is run ``runs[b]`` of ``seed`` (leading axis B)."""
+  """A batch of data sets: entry b is run ``runs[b]`` of ``seed`` (leading axis B), as jax
+  arrays on the host CPU (``generate_host`` gives the same values as NumPy arrays)."""
+  data = generate_host(spec, seed, runs, head, sampler, dtype)
+  with jax.default_device(_host_device()):
+    return Dataset(*(jnp.asarray(a) for a in data))
+
+
+def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
+                  head: heads.Head = heads.LINEAR, sampler: Sampler = unit_gaussian,
+                  dtype=jnp.float64) -> Dataset:
+  """``generate`` as NumPy arrays: what the studies load, store and analyze on the host
+  (training moves them to its devices), without a round trip through device buffers."""
   spec.validate()
   runs = np.asarray(runs, dtype=np.uint32).reshape(-1)
   with jax.default_device(_host_device()):   # drawn on the host CPU: the same bits on every backend
     if sampler is unit_gaussian and head.init in _FLAT_HEADS:
-      out = _unit_gaussian_flat(spec, seed, runs, head, jnp.dtype(dtype))
-      return Dataset(*(jnp.asarray(a) for a in out))
+      return Dataset(*_unit_gaussian_flat(spec, seed, runs, head, jnp.dtype(dtype)))
     # Pad the run list to a power of two so that a few compiled generators serve every
     # batch size (data set r does not depend on the length of the list it is drawn in).
     size = 1 << max(int(len(runs)) - 1, 0).bit_length()
     padded = np.concatenate([runs, np.full(size - len(runs), runs[-1] if len(runs) else 0, np.uint32)])
     out = _generate_fn(spec, head, sampler, jnp.dtype(dtype))(jnp.asarray(seed, jnp.uint32), jnp.asarray(padded))
-    # sliced on the host (an eager slice would compile a program per shape), returned as jax arrays
-    return jax.tree_util.tree_map(lambda a: jnp.asarray(np.asarray(a)[:len(runs)]), out)
+    # sliced on the host (an eager slice would compile a program per shape)
+    return jax.tree_util.tree_map(lambda a: np.asarray(a)[:len(runs)], out)
 
 
 # ----------------------------------------------------------------------------
@@ -122,9 +132,11 @@ def generate(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
 # With JAX's partitionable threefry (its default), element i of a flat draw does not depend on the
 # draw's size: a flat draw of N values is the prefix of a flat draw of any larger size. So the
 # paper's generator draws each of its four flat arrays (tokens, queries, label bits, head) as the
-# prefix of a draw whose size is rounded up to a power of two (``_bucket``), in ONE jitted program
-# per (bucket sizes, dtype), for a fixed block of ``RUN_BLOCK`` runs at a time (the last block
-# padded): the drawn values are those of ``unit_gaussian``'s own draws, bit for bit. The shape
+# prefix of a draw whose size is rounded up to a power of two (``_bucket``), for a fixed block of
+# ``RUN_BLOCK`` runs at a time (the last block padded), in programs that serve every shape: one
+# for the keys, one per (draw size, dtype) for the normals, one per size for the label bits (all
+# element-wise over the block). The drawn values are those of ``unit_gaussian``'s own draws, bit
+# for bit. The shape
 # work (reshape, unit rows, signs of the labels, the head's scaling) is done on the host in NumPy,
 # one data set at a time, so a data set is the same whatever the batch it is drawn in. NumPy's
 # norms may round differently from XLA's: values move at the rounding level from numerics
@@ -146,22 +158,50 @@ def _head_size(head: heads.Head, d: int) -> int:
 _FLAT_HEADS = (heads._unit_vector, heads._unit_frobenius_matrix)   # head inits drawn as one flat normal
 
 
-@functools.lru_cache(maxsize=64)
-def _flat_draw_fn(sizes: tuple[int, int, int, int], dtype):
-  """One jitted program per (bucket sizes, dtype): for a block of runs, the flat draws of
-  ``unit_gaussian`` (normals for X, Z, v; label bits) from the keys it uses, each of its bucket's
-  size. lax.map compiles the body for one data set, so the bits do not depend on the block."""
-  nx, nz, ny, nv = sizes
+@functools.lru_cache(maxsize=None)
+def _keys_fn():
+  """One jitted program for every shape: the keys of ``unit_gaussian``'s four draws (X, Z, label
+  bits, head) for a block of runs, four arrays of keys. Key derivation is integer arithmetic, so a
+  run's keys do not depend on the block."""
 
-  def one(seed, r):
-    kx, kz, ky, kv = jax.random.split(split_run_key(run_key(seed, r))[0], 4)
-    return (jax.random.normal(kx, (nx,), dtype), jax.random.normal(kz, (nz,), dtype),
-            jax.random.bernoulli(ky, 0.5, (ny,)), jax.random.normal(kv, (nv,), dtype))
+  def keys(seed, runs):
+    k = jax.vmap(lambda r: jax.random.split(split_run_key(run_key(seed, r))[0], 4))(runs)
+    return k[:, 0], k[:, 1], k[:, 2], k[:, 3]
 
-  def flat_draws(seed, runs):
-    return jax.lax.map(lambda r: one(seed, r), runs)
+  return jax.jit(keys)
 
-  return jax.jit(flat_draws)
+
+@functools.lru_cache(maxsize=None)
+def _normal_fn(size: int, dtype):
+  """One jitted program per (flat size, dtype): a flat normal draw of ``size`` values from each
+  key of a block. Every operation is element-wise (threefry's integer rounds, then the inverse
+  error function), so a key's values do not depend on the others drawn with it."""
+  return jax.jit(jax.vmap(lambda k: jax.random.normal(k, (size,), dtype)))
+
+
+@functools.lru_cache(maxsize=None)
+def _bits_fn(size: int):
+  """One jitted program per flat size: ``size`` fair coin flips from each key of a block."""
+  return jax.jit(jax.vmap(lambda k: jax.random.bernoulli(k, 0.5, (size,))))
+
+
+def _flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, dtype) -> list[np.ndarray]:
+  """The flat draws of ``unit_gaussian`` (normals for X, Z, v; label bits) for every run of
+  ``runs``, each the prefix of its bucket's draw, as NumPy arrays (B, bucket). Blocks of
+  ``RUN_BLOCK`` runs (the last one padded); a program serves a bucket size, not a shape, so
+  experiments with many shapes share a handful of programs."""
+  nx, nz, ny, nv = (_bucket(c) for c in counts)
+  seed = jnp.asarray(seed, jnp.uint32)
+  parts = []
+  for start in range(0, len(runs), RUN_BLOCK):
+    block = runs[start:start + RUN_BLOCK]
+    padded = np.concatenate([block, np.full(RUN_BLOCK - len(block), block[-1], np.uint32)])
+    kx, kz, ky, kv = _keys_fn()(seed, jnp.asarray(padded))
+    draws = _normal_fn(nx, dtype)(kx), _normal_fn(nz, dtype)(kz), _bits_fn(ny)(ky), _normal_fn(nv, dtype)(kv)
+    parts.append([np.asarray(a)[:len(block)] for a in draws])
+  if not parts:
+    return [np.zeros((0, b), np.bool_ if i == 2 else dtype) for i, b in enumerate((nx, nz, ny, nv))]
+  return [np.concatenate(p) for p in zip(*parts)]
 
 
 def _np_unit_rows(a: np.ndarray) -> np.ndarray:
@@ -197,15 +237,7 @@ def _unit_gaussian_flat(spec: DataSpec, seed: int, runs: np.ndarray, head: heads
   """``unit_gaussian`` for every run of ``runs`` (NumPy arrays X, Y, Z, v with a leading axis)."""
   n, T, d = spec.n, spec.T, spec.d
   counts = (n * T * d, n * d, n, _head_size(head, d))
-  fn = _flat_draw_fn(tuple(_bucket(c) for c in counts), dtype)
-  seed = jnp.asarray(seed, jnp.uint32)
-  parts = []
-  for start in range(0, len(runs), RUN_BLOCK):
-    block = runs[start:start + RUN_BLOCK]
-    padded = np.concatenate([block, np.full(RUN_BLOCK - len(block), block[-1], np.uint32)])
-    parts.append([np.asarray(a)[:len(block)] for a in fn(seed, jnp.asarray(padded))])
-  fx, fz, fy, fv = ([np.concatenate(p) for p in zip(*parts)] if parts else
-                    [np.zeros((0, _bucket(c)), np.bool_ if i == 2 else dtype) for i, c in enumerate(counts)])
+  fx, fz, fy, fv = _flat_draws(counts, seed, runs, dtype)
   B = len(runs)
   X = _np_unit_rows(fx[:, :counts[0]].reshape(B, n, T, d))
   Z = X[:, :, spec.query_pos] if spec.attention == "self" else _np_unit_rows(fz[:, :counts[1]].reshape(B, n, d))

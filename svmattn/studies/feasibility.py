@@ -58,7 +58,7 @@ def _random_alphas_fn(n, T):
 
 def token_choices(spec, seed, runs, data) -> dict:
   """alpha = opt and a uniform random alpha (from each run's initialization key): (B, n) each."""
-  opt = svm_rank.opt_tokens_fn()(data.v, data.X, data.Y)
+  opt = svm_rank.opt_tokens(data)
   rnd = _random_alphas_fn(spec.n, spec.T)(jnp.asarray(seed, jnp.uint32), jnp.asarray(runs, jnp.uint32))
   return {"opt": np.asarray(opt), "random": np.asarray(rnd)}
 
@@ -72,7 +72,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   def load(cell, runs):
     label = cell.label
     spec = data_lib.DataSpec(label["n"], label["T"], label["d"]).validate()
-    data = data_lib.generate(spec, fl["seed"], runs)             # host-side float64 checks
+    data = data_lib.generate_host(spec, fl["seed"], runs)             # host-side float64 checks
     choice = token_choices(spec, fl["seed"], runs, data)
     return {"X": np.asarray(data.X, np.float64), "Z": np.asarray(data.Z, np.float64),
             **{f"alpha_{a}": choice[a] for a in dict.fromkeys(alphas)}}

@@ -125,7 +125,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     if file_data is not None:
       batch = data_lib.take(file_data, np.asarray(runs))
     else:
-      batch = data_lib.generate(spec, fl["seed"], runs, heads.lambda_head(cell.label["lam"]),
+      batch = data_lib.generate_host(spec, fl["seed"], runs, heads.lambda_head(cell.label["lam"]),
                                 sampler=orthonormal_tokens, dtype=dtype)
     return {**{f: np.asarray(a) for f, a in batch._asdict().items()}, **params}
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import numpy as np
 
 from svmattn import registry
@@ -23,7 +22,6 @@ from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
-from svmattn.models import heads
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.svm import att_svm as svm_lib
@@ -59,13 +57,10 @@ def setup(fl: dict):
   return spec, configs
 
 
-@jax.jit
-def _token_scores(v, X, Y):
-  return jax.vmap(lambda v, X, Y: heads.token_scores(heads.LINEAR, v, X, Y))(v, X, Y)
-
-
 def token_scores(batch: data_lib.Dataset) -> np.ndarray:
-  return np.asarray(_token_scores(batch.v, batch.X, batch.Y), np.float64)
+  """The linear head's token scores gamma (B, n, T) of a batch, computed on the host in the
+  batch's dtype (``analysis.metrics.linear_token_scores``), as float64."""
+  return np.asarray(metrics.linear_token_scores(batch.v, batch.X, batch.Y), np.float64)
 
 
 def batches(spec: data_lib.DataSpec, seed: int, dtype=np.float64, file_data: data_lib.Dataset | None = None):
@@ -76,7 +71,7 @@ def batches(spec: data_lib.DataSpec, seed: int, dtype=np.float64, file_data: dat
     if file_data is not None:
       batch = data_lib.take(file_data, runs)
     else:
-      batch = data_lib.generate(spec, seed, runs)
+      batch = data_lib.generate_host(spec, seed, runs)
       batch = data_lib.Dataset(*(np.asarray(a).astype(dtype) for a in batch))
     return {**{f: np.asarray(a) for f, a in batch._asdict().items()}, "gamma": token_scores(batch)}
   return load

@@ -158,7 +158,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
       batch = data_lib.take(file_data, np.asarray(runs))
     else:
       spec = data_lib.DataSpec(fl["n"], fl["T"], cell.label["d"]).validate()
-      batch = data_lib.generate(spec, fl["seed"], runs, heads.RELU, dtype=dtype)
+      batch = data_lib.generate_host(spec, fl["seed"], runs, heads.RELU, dtype=dtype)
     return {**{f: np.asarray(a) for f, a in batch._asdict().items()}, **taus}
 
   def enough(label, arrays):

@@ -53,7 +53,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
 
   def load(cell, runs):
     spec = data_lib.DataSpec(cell.label["n"], fl["T"], cell.label["d"]).validate()
-    data = data_lib.generate(spec, fl["seed"], runs)   # float64; --precision=float32 trains on it rounded
+    data = data_lib.generate_host(spec, fl["seed"], runs)   # float64; --precision=float32 trains on it rounded
     data = data_lib.Dataset(*(np.asarray(a) for a in data))
     return {**data._asdict(), "gamma": local_convergence.token_scores(data)}
 

@@ -90,7 +90,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     if file_data is not None:
       batch = data_lib.take(file_data, runs)
     else:   # drawn in the run's precision, as the E1 binary always did
-      batch = data_lib.generate(sp, fl["seed"], runs, heads.LINEAR, sampler=two_clusters, dtype=dtype)
+      batch = data_lib.generate_host(sp, fl["seed"], runs, heads.LINEAR, sampler=two_clusters, dtype=dtype)
     batch = data_lib.Dataset(*(np.asarray(a) for a in batch))
     return {**batch._asdict(), "gamma": local_convergence.token_scores(batch)}
 

@@ -126,7 +126,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     if file_data is not None:
       batch = data_lib.take(file_data, runs)
     else:   # drawn in float64 and rounded, so that float32 runs see the same data sets
-      batch = data_lib.generate(spec, fl["seed"], runs)
+      batch = data_lib.generate_host(spec, fl["seed"], runs)
       batch = data_lib.Dataset(*(np.asarray(a).astype(dtype) for a in batch))
     gamma = local_convergence.token_scores(batch)
     return {**batch._asdict(), "gamma": gamma, **svms(batch.X, batch.Z, metrics.optimal_tokens(gamma))}

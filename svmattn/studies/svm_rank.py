@@ -18,13 +18,10 @@ is min(n, d).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 
 from absl import logging as absl_logging
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from svmattn import registry
@@ -34,7 +31,6 @@ from svmattn.config import common
 from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.figures import svm_rank as figures
-from svmattn.models import heads
 from svmattn.study import pipeline
 from svmattn.study import sweep as sweep_lib
 from svmattn.svm import att_svm as svm_lib
@@ -77,11 +73,9 @@ def grid(fl: dict) -> tuple[list[tuple[int, int]], list[int], list[tuple[int, in
   return shapes, ds, [(*c["shape"], c["d"]) for c in sweep_lib.grid({"shape": shapes, "d": ds})]
 
 
-@functools.lru_cache(maxsize=None)
-def opt_tokens_fn():
-  """Jitted (v, X, Y) -> (B, n) alpha = opt, the tokens of largest score (E3 and E9)."""
-  score = jax.vmap(lambda v, X, Y: jnp.argmax(heads.token_scores(heads.LINEAR, v, X, Y), axis=-1))
-  return jax.jit(score)
+def opt_tokens(data: data_lib.Dataset) -> np.ndarray:
+  """(B, n) alpha = opt, the tokens of largest score (E3 and E9), computed on the host."""
+  return metrics.optimal_tokens(metrics.linear_token_scores(data.v, data.X, data.Y))
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
@@ -101,8 +95,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   def load(cell, runs):
     label = cell.label
     spec = data_lib.DataSpec(label["n"], label["T"], label["d"]).validate()
-    data = data_lib.generate(spec, fl["seed"], runs)             # float64: host-side SVMs
-    alpha = np.asarray(opt_tokens_fn()(data.v, data.X, data.Y))
+    data = data_lib.generate_host(spec, fl["seed"], runs)             # float64: host-side SVMs
+    alpha = opt_tokens(data)
     # the analysis options travel with the batch (analyze is a module-level function)
     return {"X": np.asarray(data.X, np.float64), "Z": np.asarray(data.Z, np.float64), "alpha": alpha,
             "rtol": np.array(rtol), "nuc_solver": np.array(nuc_solver)}
