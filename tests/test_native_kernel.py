@@ -198,3 +198,39 @@ def test_relu_head_a_data_set_does_not_depend_on_its_block():
   for at in (3, 66):
     np.testing.assert_array_equal(alone.W[0], batch.W[at])
     np.testing.assert_array_equal(alone.loss[0], batch.loss[at])
+
+
+@pytest.mark.parametrize("param, loss, ridge, head", [("W", "logistic", None, "linear"),
+                                                      ("KQ", "exponential", 0.05, "linear"),
+                                                      ("W", "correlation", 0.01, "linear"),
+                                                      ("W", "logistic", None, "relu")])
+def test_observations_agree_with_the_trainers_observe(param, loss, ridge, head):
+  """The kernel observes as it trains: at the starting parameters and after each snapshot's
+  steps, W, the mean largest attention, the loss (mean l(Y f) + lam ridge, from the kernel's
+  predictions f) and the final attention equal Trainer.observe at the same parameters to
+  rounding. Each is a handful of sums of at most max(T, d, n) terms of size <= 1 after an exp
+  within 1 ulp, so it is within about 100 eps of the XLA value here; the bound 1e-12 (relative)
+  is far below what a wrong term or a wrong token changes (order 1e-3 and more)."""
+  n, T, d, b = 4, 5, 6, 11
+  spec_head = heads.RELU if head == "relu" else heads.LINEAR
+  data = data_lib.generate_host(data_lib.DataSpec(n=n, T=T, d=d), 2, np.arange(b), spec_head)
+  config = train_lib.TrainConfig(param=param, loss=loss, ridge=ridge, head=head, lr=0.2, steps=30,
+                                 snapshot_every=10, chunk_steps=30).validate()
+  assert block_kernel.supports(config) and block_kernel.uses_native(config, np.float64)
+  trainer = train_lib.make_trainer(config)
+  state = jax.vmap(trainer.init_one)(train_lib.init_keys(2, np.arange(b)), data)
+  chunk = jax.jit(block_kernel.make_native_chunk(trainer, 10, 3, True))
+  after, start, snaps, attention = chunk(state, data)
+  observe = jax.jit(jax.vmap(trainer.observe))
+
+  def close(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape and np.all(np.abs(a - b) <= 1e-12 * np.maximum(np.abs(b), 1.0))
+
+  W0, p0, l0, _, _ = observe(state.params, data)
+  for got, want in zip(start[:3], (W0, p0, l0)):
+    close(got, want)
+  W1, p1, l1, s1, _ = observe(after.params, data)
+  for got, want in zip((snaps[0][:, -1], snaps[1][:, -1], snaps[2][:, -1], attention), (W1, p1, l1, s1)):
+    close(got, want)
+  assert not np.allclose(np.asarray(snaps[2][:, -1]), np.asarray(l0))      # it trained

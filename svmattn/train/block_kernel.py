@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from svmattn.models import attention as model_lib
+from svmattn.models import losses as losses_lib
 from svmattn.optim import optimizers
 from svmattn.train import native_kernel
 
@@ -108,6 +109,40 @@ def uses_native(config, dtype) -> bool:
   """True when ``config`` (which ``supports``) trains with the native CPU kernel
   (``train.native_kernel``) for data of ``dtype``; otherwise with ``make_step``'s XLA program."""
   return jnp.dtype(dtype) == jnp.float64 and config.loss in native_kernel.LOSSES and native_kernel.available()
+
+
+def make_native_chunk(trainer, every: int, snapshots: int, starts: bool):
+  """run(state, data) -> (state, the starting observation (None unless ``starts``), the
+  snapshots, the final attention) of ``train.loop._chunk_fn`` for a whole block (leading axis b),
+  where ``uses_native``: the steps, the snapshots' observations and the final attention all come
+  from one call of the native kernel (``native_kernel.run_chunk``); the loss of each observation
+  is the objective's, mean_i l(Y_i f_i) + lam ridge_sum, from the kernel's predictions f."""
+  config = trainer.config
+  param, lam, normalize = _settings(config)
+  ell = losses_lib.get_loss(config.loss)
+  relu = config.head == "relu"
+
+  def observations(obs, Y):
+    """(W (b,S,d,d), mean largest attention (b,S), loss (b,S)) of the kernel's observations."""
+    loss = jnp.mean(ell(Y[None] * obs["f"]), axis=1)                      # (S, b)
+    if lam:
+      loss = loss + lam * obs["ridge_sum"]
+    return jnp.moveaxis(obs["W"], -1, 0), _first(obs["max_prob"]), _first(loss)
+
+  def run(state, data):
+    X, Z, Y = _last(data.X), _last(data.Z), _last(data.Y)
+    h = _last(data.v) if relu else jnp.einsum("ntdb,db->ntb", X, _last(data.v))     # V, or h = X v
+    params, obs = native_kernel.run_chunk(
+        jax.tree_util.tree_map(_last, state.params), X, Z, Y, h, param=param.name, lr=config.lr, ridge=lam or 0.0,
+        every=every, snapshots=snapshots, start=starts, loss=config.loss, normalized=normalize, head=config.head)
+    W, p, loss = observations(obs, Y)
+    attention = _first(obs["attention"])
+    start = (W[:, 0], p[:, 0], loss[:, 0], attention, {}) if starts else None
+    k = 1 if starts else 0
+    out = (W[:, k:], p[:, k:], loss[:, k:], {})
+    return state._replace(params=jax.tree_util.tree_map(_first, params)), start, out, attention
+
+  return run
 
 
 def make_advance(trainer, every: int, snapshots: int):

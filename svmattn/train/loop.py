@@ -469,6 +469,12 @@ def _chunk_fn(trainer: Trainer, every: int, snapshots: int, starts: bool = True)
   advance = _advance_fn(trainer, every, snapshots)
 
   def run(first, state, data, keys, *step):
+    if block_kernel.supports(trainer.config) and block_kernel.uses_native(trainer.config, data.X.dtype):
+      # the native kernel observes as it trains: the chunk is one call per block
+      if starts:
+        state = jax.lax.cond(first, lambda: init(keys, data), lambda: state)
+      native = block_kernel.make_native_chunk(trainer, every, snapshots, starts)
+      return _blocked(native, block, whole_block=True)(state, data)
     start = None
     if starts:
       state = jax.lax.cond(first, lambda: init(keys, data), lambda: state)

@@ -1,7 +1,8 @@
 """The GD kernel of ``train.block_kernel`` as a native CPU custom call (``native/gd_block.cc``).
 
 XLA:CPU runs the block kernel's contractions of tiny matrices at a few GFLOP/s; the native kernel
-runs every step of a chunk for 8 data sets at once, one per lane of a vector of 8 doubles, with
+runs a whole training chunk (every step, and the observation after each snapshot's steps) for 8
+data sets at once, one per lane of a vector of 8 doubles, with
 the data of those 8 in the core's first-level cache. It computes the same gradient and step
 (docs/science.md section 20) with its own rounding, and every lane does the same operations in
 the same order, so a data set's trajectory depends on nothing else in its block.
@@ -160,22 +161,36 @@ def report() -> dict:
   return {"gd_kernel": "xla", "gd_kernel_why": why_not()}
 
 
+def run_chunk(params: dict, X, Z, Y, h, *, param: str, lr: float, ridge: float, every: int, snapshots: int,
+              start: bool, loss: str, normalized: bool, head: str = "linear") -> tuple[dict, dict]:
+  """One training chunk of the kernel for one block (block axis last in every array):
+  ``snapshots`` times ``every`` steps then an observation, after an observation of the starting
+  parameters when ``start``. head "linear": h = X v (n,T,b); head "relu" (W only): h is the
+  head's V (d,d,b). Returns (params, observations) with the observations
+  {"W": (S,d,d,b), "f": (S,n,b) predictions, "max_prob": (S,b), "ridge_sum": (S,b),
+  "attention": (n,T,b) the final attention}, S = snapshots (+ 1 with ``start``)."""
+  targets = _load()
+  n, T, d, b = X.shape
+  S = snapshots + (1 if start else 0)
+  attrs = dict(lr=np.float64(lr), ridge=np.float64(ridge), every=np.int64(every), snapshots=np.int64(snapshots),
+               start=np.int64(1 if start else 0), loss=np.int64(LOSSES[loss]), normalized=np.int64(1 if normalized else 0))
+  f64 = lambda *shape: jax.ShapeDtypeStruct(shape, X.dtype)  # noqa: E731
+  obs = (f64(S, d, d, b), f64(S, n, b), f64(S, b), f64(S, b), f64(n, T, b))
+  if param == "W" or head == "relu":
+    W = params["W"]
+    out = jax.ffi.ffi_call(targets["W_relu" if head == "relu" else "W"], (f64(*W.shape),) + obs)(W, X, Z, Y, h, **attrs)
+    new = {"W": out[0]}
+    rest = out[1:]
+  else:
+    K, Q = params["K"], params["Q"]
+    out = jax.ffi.ffi_call(targets["KQ"], (f64(*K.shape), f64(*Q.shape)) + obs)(K, Q, X, Z, Y, h, **attrs)
+    new = {"K": out[0], "Q": out[1]}
+    rest = out[2:]
+  return new, dict(zip(("W", "f", "max_prob", "ridge_sum", "attention"), rest))
+
+
 def run_steps(params: dict, X, Z, Y, h, *, param: str, lr: float, ridge: float, steps: int, loss: str,
               normalized: bool, head: str = "linear") -> dict:
-  """``steps`` steps of the kernel for one block (block axis last in every array). head "linear":
-  h = X v (n,T,b); head "relu" (W only): h is the head's V (d,d,b)."""
-  targets = _load()
-  attrs = dict(lr=np.float64(lr), ridge=np.float64(ridge), steps=np.int64(steps), loss=np.int64(LOSSES[loss]),
-               normalized=np.int64(1 if normalized else 0))
-  if head == "relu":
-    W = params["W"]
-    out = jax.ffi.ffi_call(targets["W_relu"], jax.ShapeDtypeStruct(W.shape, W.dtype))(W, X, Z, Y, h, **attrs)
-    return {"W": out}
-  if param == "W":
-    W = params["W"]
-    out = jax.ffi.ffi_call(targets["W"], jax.ShapeDtypeStruct(W.shape, W.dtype))(W, X, Z, Y, h, **attrs)
-    return {"W": out}
-  K, Q = params["K"], params["Q"]
-  shapes = (jax.ShapeDtypeStruct(K.shape, K.dtype), jax.ShapeDtypeStruct(Q.shape, Q.dtype))
-  K, Q = jax.ffi.ffi_call(targets["KQ"], shapes)(K, Q, X, Z, Y, h, **attrs)
-  return {"K": K, "Q": Q}
+  """``steps`` steps of the kernel for one block (``run_chunk`` with one snapshot): the parameters."""
+  return run_chunk(params, X, Z, Y, h, param=param, lr=lr, ridge=ridge, every=steps, snapshots=1, start=False,
+                   loss=loss, normalized=normalized, head=head)[0]

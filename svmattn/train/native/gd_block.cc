@@ -1,10 +1,12 @@
 // The GD kernel of the closed-form case on the CPU, as an XLA FFI custom call
 // (svmattn/train/native_kernel.py builds and registers it; docs/science.md section 20).
 //
-// It runs `steps` steps of normalized GD or GD on W or (K, Q) for a block of data sets, the
+// It runs a training chunk of normalized GD or GD on W or (K, Q) for a block of data sets, the
 // block axis last in every array (X (n,T,d,b), Z (n,d,b), Y (n,b), h = X v (n,T,b), W (d,d,b),
 // K and Q (d,m,b)), with the gradient of models.attention._linear_head_grad (docs/science.md
-// section 4). Eight data sets are computed at once, one per lane of a vector of 8 doubles; every
+// section 4): `snapshots` times `every` steps then an observation of the parameters (W, the
+// predictions f, the mean largest attention, the ridge sum), optionally an observation of the
+// starting parameters first, and the final attention. Eight data sets are computed at once, one per lane of a vector of 8 doubles; every
 // lane runs the same scalar operations in the same order and no operation mixes lanes, so a data
 // set's trajectory does not depend on the block, its position there or the lanes beside it.
 // No fast-math: the rounding is fixed by this source and the compiler's flags.
@@ -139,11 +141,10 @@ struct Sizes {
 
 struct Options {
   double lr, ridge;
-  int64_t steps, loss;
-  bool normalized;
+  int64_t every, snapshots, loss;
+  bool normalized, start;
 };
 
-// One group of (up to) L data sets: lanes j < used are data sets j0 + j; the rest repeat the last.
 class Group {
  public:
   Group(const Sizes& s, bool kq, bool relu = false) : s_(s), kq_(kq), relu_(relu) {
@@ -214,14 +215,15 @@ class Group {
   // dL/dW into G_ at the current W_ (docs/science.md section 4)
   // Every stage runs over all n sequences with the sequence innermost: the sequences' chains of
   // operations are independent, so they overlap in the core instead of waiting on each other.
-  void gradient(int64_t loss) {
-    const int64_t n = s_.n, T = s_.T, d = s_.d;
-    const double inv_n = 1.0 / static_cast<double>(n);
+  // The linear head's forward pass at the current W_: the attention s in e_ (n,T), its largest
+  // entry of every sequence in seq_[2n + i], h at the most-attended token in seq_[3n + i],
+  // sum_t s_it (h_it - h_ref) in seq_[4n + i] and the prediction f_i = h_ref + that sum in f[i].
+  void forward_linear(vd* f) {
+    const int64_t n = s_.n, T = s_.T;
     vd* sum = &seq_[n];
     vd* best = &seq_[2 * n];
     vd* h_ref = &seq_[3 * n];
     vd* sd = &seq_[4 * n];
-    vd* a = &seq_[5 * n];
     exp_logits();
     for (int64_t i = 0; i < n; ++i) sum[i] = 1.0 / sum[i], best[i] = splat(-INFINITY), h_ref[i] = splat(0.0);
     for (int64_t t = 0; t < T; ++t)                                       // s, and h at the first argmax
@@ -235,10 +237,18 @@ class Group {
     for (int64_t i = 0; i < n; ++i) sd[i] = splat(0.0);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < n; ++i) sd[i] += e_[i * T + t] * (h_[i * T + t] - h_ref[i]);
-    for (int64_t i = 0; i < n; ++i) {                                     // a_i = dL/df_i
-      vd f = h_ref[i] + sd[i];
-      a[i] = Y_[i] * loss_derivative(loss, Y_[i] * f) * inv_n;
-    }
+    for (int64_t i = 0; i < n; ++i) f[i] = h_ref[i] + sd[i];
+  }
+
+  void gradient(int64_t loss) {
+    const int64_t n = s_.n, T = s_.T, d = s_.d;
+    const double inv_n = 1.0 / static_cast<double>(n);
+    vd* h_ref = &seq_[3 * n];
+    vd* sd = &seq_[4 * n];
+    vd* a = &seq_[5 * n];
+    forward_linear(a);
+    for (int64_t i = 0; i < n; ++i)                                       // a_i = dL/df_i
+      a[i] = Y_[i] * loss_derivative(loss, Y_[i] * a[i]) * inv_n;
     for (int64_t t = 0; t < T; ++t)                                       // dL/dlogits
       for (int64_t i = 0; i < n; ++i)
         e_[i * T + t] = e_[i * T + t] * (a[i] * (h_[i * T + t] - h_ref[i]) - a[i] * sd[i]);
@@ -254,6 +264,33 @@ class Group {
   //   p = V^T r_i, f_i = sum_j max(p_j, 0), a_i = Y_i l'(Y_i f_i) / n,
   //   u = V (a_i [p > 0]), g_t = (x_t - x_ref)^T u, dL/dlogit_t = s_t (g_t - sum_u s_u g_u).
   // V_ holds the head (d x d), h_ the tokens' x_t - x_ref of one sequence (T x d) as scratch.
+  // The ReLU head's prediction for sequence i after exp_logits() and the reciprocals of the sums
+  // (seq_[n + i]): s_i into e_, its largest entry into seq_[2n + i], the pooled token into r (d),
+  // p = V^T r into p (d), the tokens' x_t - x_ref into h_ (T x d); returns f_i = sum_j max(p_j, 0).
+  vd relu_prediction(int64_t i, vd* r, vd* p) {
+    const int64_t n = s_.n, T = s_.T, d = s_.d;
+    vd* sum = &seq_[n];
+    vd* best = &seq_[2 * n];
+    const vd* Xi = &X_[i * T * d];
+    vd* x_ref = r_.data();
+    vd* D = h_.data();
+    for (int64_t t = 0; t < T; ++t) {                                     // s, and x at the first argmax
+      vd st = e_[i * T + t] * sum[i];
+      e_[i * T + t] = st;
+      vl better = st > best[i];
+      best[i] = better ? st : best[i];
+      for (int64_t k = 0; k < d; ++k) x_ref[k] = better ? Xi[t * d + k] : (t ? x_ref[k] : splat(0.0));
+    }
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < d; ++k) D[t * d + k] = Xi[t * d + k] - x_ref[k];
+    matvec(r, D, 1, d, &e_[i * T], 1, d, T);                              // sum_t s_t (x_t - x_ref)
+    for (int64_t k = 0; k < d; ++k) r[k] = x_ref[k] + r[k];
+    matvec(p, V_.data(), 1, d, r, 1, d, d);                               // p = V^T r
+    vd f = splat(0.0);
+    for (int64_t j = 0; j < d; ++j) f += vmax(p[j], splat(0.0));
+    return f;
+  }
+
   void gradient_relu(int64_t loss) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     const double inv_n = 1.0 / static_cast<double>(n);
@@ -262,25 +299,10 @@ class Group {
     exp_logits();
     for (int64_t i = 0; i < n; ++i) sum[i] = 1.0 / sum[i], best[i] = splat(-INFINITY);
     for (int64_t i = 0; i < n; ++i) {
-      const vd* Xi = &X_[i * T * d];
-      vd* x_ref = r_.data();
       vd* D = h_.data();
-      for (int64_t t = 0; t < T; ++t) {                                   // s, and x at the first argmax
-        vd st = e_[i * T + t] * sum[i];
-        e_[i * T + t] = st;
-        vl better = st > best[i];
-        best[i] = better ? st : best[i];
-        for (int64_t k = 0; k < d; ++k) x_ref[k] = better ? Xi[t * d + k] : (t ? x_ref[k] : splat(0.0));
-      }
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t k = 0; k < d; ++k) D[t * d + k] = Xi[t * d + k] - x_ref[k];
       vd* r = &q_[i * d];                                                 // (q_i is no longer needed)
-      matvec(r, D, 1, d, &e_[i * T], 1, d, T);                            // sum_t s_t (x_t - x_ref)
-      for (int64_t k = 0; k < d; ++k) r[k] = x_ref[k] + r[k];
       vd* p = u_.data();
-      matvec(p, V_.data(), 1, d, r, 1, d, d);                             // p = V^T r
-      vd f = splat(0.0);
-      for (int64_t j = 0; j < d; ++j) f += vmax(p[j], splat(0.0));
+      vd f = relu_prediction(i, r, p);
       vd a = Y_[i] * loss_derivative(loss, Y_[i] * f) * inv_n;
       for (int64_t j = 0; j < d; ++j) p[j] = p[j] > 0 ? a : splat(0.0);   // a [p > 0]
       matvec(r, V_.data(), d, 1, p, 1, d, d);                             // u = V (a [p > 0])
@@ -296,6 +318,37 @@ class Group {
       matvec(&G_[k * d], Z_.data(), 1, d, &R_[k], d, d, n);
   }
 
+  void kq_to_w() {                                                       // W = K Q^T
+    const int64_t d = s_.d, m = s_.m;
+    for (int64_t k = 0; k < d; ++k) matvec(&W_[k * d], Q_.data(), m, 1, &K_[k * m], 1, d, m);
+  }
+
+  // The observation of the current parameters (train.loop's Trainer.observe): W_ (K Q^T for
+  // (K, Q)), the attention s in e_, the predictions f (n), the mean over the sequences of the
+  // largest attention, and the ridge sum ||W||^2 (||K||^2 + ||Q||^2), every sum in index order.
+  void observe(vd* f, vd* max_prob, vd* ridge_sum) {
+    const int64_t n = s_.n, d = s_.d, m = s_.m;
+    if (kq_) kq_to_w();
+    if (relu_) {
+      exp_logits();
+      for (int64_t i = 0; i < n; ++i) seq_[n + i] = 1.0 / seq_[n + i], seq_[2 * n + i] = splat(-INFINITY);
+      for (int64_t i = 0; i < n; ++i) f[i] = relu_prediction(i, &q_[i * d], u_.data());
+    } else {
+      forward_linear(f);
+    }
+    vd mp = splat(0.0);
+    for (int64_t i = 0; i < n; ++i) mp += seq_[2 * n + i];
+    *max_prob = mp / static_cast<double>(n);
+    vd rs = splat(0.0);
+    if (kq_) {
+      for (int64_t i = 0; i < d * m; ++i) rs += K_[i] * K_[i];
+      for (int64_t i = 0; i < d * m; ++i) rs += Q_[i] * Q_[i];
+    } else {
+      for (int64_t i = 0; i < d * d; ++i) rs += W_[i] * W_[i];
+    }
+    *ridge_sum = rs;
+  }
+
   void step(const Options& o) {
     const int64_t d = s_.d, m = s_.m;
     if (!kq_) {
@@ -304,8 +357,7 @@ class Group {
       update(W_.data(), G_.data(), d * d, o);
       return;
     }
-    for (int64_t k = 0; k < d; ++k)                                       // W = K Q^T
-      matvec(&W_[k * d], Q_.data(), m, 1, &K_[k * m], 1, d, m);
+    kq_to_w();
     gradient(o.loss);
     for (int64_t k = 0; k < d; ++k)                                       // dK = G Q
       matvec(&gK_[k * m], Q_.data(), 1, m, &G_[k * d], 1, m, d);
@@ -329,13 +381,15 @@ class Group {
   bool kq_, relu_;
 };
 
-Options options(double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
-  return Options{lr, ridge, steps, loss, normalized != 0};
+Options options(double lr, double ridge, int64_t every, int64_t snapshots, int64_t start, int64_t loss,
+                int64_t normalized) {
+  return Options{lr, ridge, every, snapshots, loss, normalized != 0, start != 0};
 }
 
-ffi::Error check(const Sizes& s, int64_t steps, int64_t loss) {
-  if (s.n < 1 || s.T < 1 || s.d < 1 || s.m < 1 || s.b < 1 || steps < 0 || loss < 0 || loss > 2)
-    return ffi::Error::InvalidArgument("svmattn gd_block: bad sizes, steps or loss");
+ffi::Error check(const Sizes& s, const Options& o) {
+  if (s.n < 1 || s.T < 1 || s.d < 1 || s.m < 1 || s.b < 1 || o.every < 0 || o.snapshots < 0 || o.loss < 0 ||
+      o.loss > 2)
+    return ffi::Error::InvalidArgument("svmattn gd_block: bad sizes, steps, snapshots or loss");
   return ffi::Error::Success();
 }
 
@@ -344,16 +398,55 @@ Sizes sizes_of(ffi::Buffer<ffi::F64>& X, int64_t m) {
   return Sizes{dims[0], dims[1], dims[2], m, dims[3]};
 }
 
-// `steps` steps for every group of (up to) L data sets of the block: `load` copies a group's data
-// and parameters into the Group, `store` writes its parameters back.
+// What a chunk writes besides the parameters, the block axis last: per observation (the start's
+// when o.start, then one per snapshot) W (S,d,d,b), the predictions f (S,n,b), the mean largest
+// attention (S,b) and the ridge sum (S,b); the final attention s (n,T,b).
+struct Observations {
+  double *W, *f, *max_prob, *ridge_sum, *s;
+};
+
+ffi::Error check_observations(const Sizes& s, const Options& o, ffi::ResultBuffer<ffi::F64>& W,
+                              ffi::ResultBuffer<ffi::F64>& f, ffi::ResultBuffer<ffi::F64>& mp,
+                              ffi::ResultBuffer<ffi::F64>& rs, ffi::ResultBuffer<ffi::F64>& att) {
+  const int64_t S = o.snapshots + (o.start ? 1 : 0);
+  if (W->element_count() != S * s.d * s.d * s.b || f->element_count() != S * s.n * s.b ||
+      mp->element_count() != S * s.b || rs->element_count() != S * s.b || att->element_count() != s.n * s.T * s.b)
+    return ffi::Error::InvalidArgument("svmattn gd_block: observation buffers of the wrong size");
+  return ffi::Error::Success();
+}
+
+// A chunk for every group of (up to) L data sets of the block: `load` copies a group's data and
+// parameters into the Group, `store` writes its parameters back; the observations go to `obs`.
 template <class Load, class Store>
-ffi::Error run_block(const Sizes& s, bool kq, bool relu, const Options& o, Load load, Store store) {
+ffi::Error run_block(const Sizes& s, bool kq, bool relu, const Options& o, Load load, Store store,
+                     const Observations& obs) {
   FlushDenormals flush;
   Group g(s, kq, relu);
-  for (int64_t j0 = 0; j0 < s.b; j0 += L) {
-    int used = static_cast<int>(s.b - j0 < L ? s.b - j0 : L);
+  std::vector<vd> f(s.n);
+  const int64_t dd = s.d * s.d, b = s.b;
+  for (int64_t j0 = 0; j0 < b; j0 += L) {
+    int used = static_cast<int>(b - j0 < L ? b - j0 : L);
     load(g, j0, used);
-    for (int64_t k = 0; k < o.steps; ++k) g.step(o);
+    int64_t at = 0;                                                       // the next observation
+    auto observe = [&]() {
+      vd mp, rs;
+      g.observe(f.data(), &mp, &rs);
+      Group::scatter(g.W_.data(), dd, b, j0, used, obs.W + at * dd * b);
+      Group::scatter(f.data(), s.n, b, j0, used, obs.f + at * s.n * b);
+      Group::scatter(&mp, 1, b, j0, used, obs.max_prob + at * b);
+      Group::scatter(&rs, 1, b, j0, used, obs.ridge_sum + at * b);
+      ++at;
+    };
+    if (o.start) observe();
+    for (int64_t k = 0; k < o.snapshots; ++k) {
+      for (int64_t t = 0; t < o.every; ++t) g.step(o);
+      observe();
+    }
+    if (at == 0) {                                                        // (nothing observed: the attention)
+      vd mp, rs;
+      g.observe(f.data(), &mp, &rs);
+    }
+    Group::scatter(g.e_.data(), s.n * s.T, b, j0, used, obs.s);            // the final attention
     store(g, j0, used);
   }
   return ffi::Error::Success();
@@ -362,41 +455,51 @@ ffi::Error run_block(const Sizes& s, bool kq, bool relu, const Options& o, Load 
 // W (d,d,b) with the linear head (head: h = X v, (n,T,b)) or the ReLU head (head: V, (d,d,b))
 ffi::Error gd_block_w(bool relu, ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
                       ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> head, ffi::ResultBuffer<ffi::F64> W_out,
-                      double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
+                      ffi::ResultBuffer<ffi::F64> W_obs, ffi::ResultBuffer<ffi::F64> f,
+                      ffi::ResultBuffer<ffi::F64> max_prob, ffi::ResultBuffer<ffi::F64> ridge_sum,
+                      ffi::ResultBuffer<ffi::F64> attention, const Options& o) {
   if (X.dimensions().size() != 4) return ffi::Error::InvalidArgument("svmattn gd_block: X must be (n,T,d,b)");
   Sizes s = sizes_of(X, 1);
-  if (auto err = check(s, steps, loss); err.failure()) return err;
+  if (auto err = check(s, o); err.failure()) return err;
+  if (auto err = check_observations(s, o, W_obs, f, max_prob, ridge_sum, attention); err.failure()) return err;
   return run_block(
-      s, false, relu, options(lr, ridge, steps, loss, normalized),
+      s, false, relu, o,
       [&](Group& g, int64_t j0, int used) {
         g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), head.typed_data(), j0, used);
         Group::gather(W.typed_data(), s.d * s.d, s.b, j0, used, g.W_.data());
       },
-      [&](Group& g, int64_t j0, int used) { Group::scatter(g.W_.data(), s.d * s.d, s.b, j0, used, W_out->typed_data()); });
+      [&](Group& g, int64_t j0, int used) { Group::scatter(g.W_.data(), s.d * s.d, s.b, j0, used, W_out->typed_data()); },
+      Observations{W_obs->typed_data(), f->typed_data(), max_prob->typed_data(), ridge_sum->typed_data(),
+                   attention->typed_data()});
 }
 
-ffi::Error GdBlockW(ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
-                    ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> h, ffi::ResultBuffer<ffi::F64> W_out,
-                    double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
-  return gd_block_w(false, W, X, Z, Y, h, W_out, lr, ridge, steps, loss, normalized);
+#define SVMATTN_F64 ffi::Buffer<ffi::F64>
+#define SVMATTN_OUT ffi::ResultBuffer<ffi::F64>
+#define SVMATTN_OBS_PARAMS SVMATTN_OUT W_obs, SVMATTN_OUT f, SVMATTN_OUT mp, SVMATTN_OUT rs, SVMATTN_OUT att
+#define SVMATTN_ATTR_PARAMS \
+  double lr, double ridge, int64_t every, int64_t snapshots, int64_t start, int64_t loss, int64_t normalized
+#define SVMATTN_OPTIONS options(lr, ridge, every, snapshots, start, loss, normalized)
+
+ffi::Error GdBlockW(SVMATTN_F64 W, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 h, SVMATTN_OUT W_out,
+                    SVMATTN_OBS_PARAMS, SVMATTN_ATTR_PARAMS) {
+  return gd_block_w(false, W, X, Z, Y, h, W_out, W_obs, f, mp, rs, att, SVMATTN_OPTIONS);
 }
 
-ffi::Error GdBlockWRelu(ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
-                        ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> V, ffi::ResultBuffer<ffi::F64> W_out,
-                        double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
-  return gd_block_w(true, W, X, Z, Y, V, W_out, lr, ridge, steps, loss, normalized);
+ffi::Error GdBlockWRelu(SVMATTN_F64 W, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 V,
+                        SVMATTN_OUT W_out, SVMATTN_OBS_PARAMS, SVMATTN_ATTR_PARAMS) {
+  return gd_block_w(true, W, X, Z, Y, V, W_out, W_obs, f, mp, rs, att, SVMATTN_OPTIONS);
 }
 
-ffi::Error GdBlockKQ(ffi::Buffer<ffi::F64> K, ffi::Buffer<ffi::F64> Q, ffi::Buffer<ffi::F64> X,
-                     ffi::Buffer<ffi::F64> Z, ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> h,
-                     ffi::ResultBuffer<ffi::F64> K_out, ffi::ResultBuffer<ffi::F64> Q_out,
-                     double lr, double ridge, int64_t steps, int64_t loss, int64_t normalized) {
+ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 h,
+                     SVMATTN_OUT K_out, SVMATTN_OUT Q_out, SVMATTN_OBS_PARAMS, SVMATTN_ATTR_PARAMS) {
   if (X.dimensions().size() != 4 || K.dimensions().size() != 3)
     return ffi::Error::InvalidArgument("svmattn gd_block: X must be (n,T,d,b), K and Q (d,m,b)");
   Sizes s = sizes_of(X, K.dimensions()[1]);
-  if (auto err = check(s, steps, loss); err.failure()) return err;
+  Options o = SVMATTN_OPTIONS;
+  if (auto err = check(s, o); err.failure()) return err;
+  if (auto err = check_observations(s, o, W_obs, f, mp, rs, att); err.failure()) return err;
   return run_block(
-      s, true, false, options(lr, ridge, steps, loss, normalized),
+      s, true, false, o,
       [&](Group& g, int64_t j0, int used) {
         g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), h.typed_data(), j0, used);
         Group::gather(K.typed_data(), s.d * s.m, s.b, j0, used, g.K_.data());
@@ -405,23 +508,24 @@ ffi::Error GdBlockKQ(ffi::Buffer<ffi::F64> K, ffi::Buffer<ffi::F64> Q, ffi::Buff
       [&](Group& g, int64_t j0, int used) {
         Group::scatter(g.K_.data(), s.d * s.m, s.b, j0, used, K_out->typed_data());
         Group::scatter(g.Q_.data(), s.d * s.m, s.b, j0, used, Q_out->typed_data());
-      });
+      },
+      Observations{W_obs->typed_data(), f->typed_data(), mp->typed_data(), rs->typed_data(), att->typed_data()});
 }
 
 }  // namespace
 
-#define SVMATTN_F64 ffi::Buffer<ffi::F64>
-#define SVMATTN_STEP_ATTRS                                                                      \
-  .Attr<double>("lr").Attr<double>("ridge").Attr<int64_t>("steps").Attr<int64_t>("loss").Attr<int64_t>( \
-      "normalized")
-// (W, X, Z, Y, h or V) -> W
+#define SVMATTN_ATTRS                                                                                      \
+  .Attr<double>("lr").Attr<double>("ridge").Attr<int64_t>("every").Attr<int64_t>("snapshots").Attr<int64_t>( \
+      "start").Attr<int64_t>("loss").Attr<int64_t>("normalized")
+#define SVMATTN_OBS_RETS .Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>()
+// (W, X, Z, Y, h or V) -> (W, W per observation, f, max prob, ridge sum, final attention)
 #define SVMATTN_W_BINDING                                                                                  \
   ffi::Ffi::Bind().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>() \
-      .Ret<SVMATTN_F64>() SVMATTN_STEP_ATTRS
+      .Ret<SVMATTN_F64>() SVMATTN_OBS_RETS SVMATTN_ATTRS
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockW, GdBlockW, SVMATTN_W_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockWRelu, GdBlockWRelu, SVMATTN_W_BINDING);
-// (K, Q, X, Z, Y, h) -> (K, Q)
+// (K, Q, X, Z, Y, h) -> (K, Q, W per observation, f, max prob, ridge sum, final attention)
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockKQ, GdBlockKQ,
                               ffi::Ffi::Bind()
                                   .Arg<SVMATTN_F64>()
@@ -431,4 +535,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockKQ, GdBlockKQ,
                                   .Arg<SVMATTN_F64>()
                                   .Arg<SVMATTN_F64>()
                                   .Ret<SVMATTN_F64>()
-                                  .Ret<SVMATTN_F64>() SVMATTN_STEP_ATTRS);
+                                  .Ret<SVMATTN_F64>() SVMATTN_OBS_RETS SVMATTN_ATTRS);
