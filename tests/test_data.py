@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import RUNS, SEED, SPEC, host
+from svmattn import rng
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 
@@ -76,21 +77,20 @@ def test_programs_per_draw_size_not_per_shape():
             (6, 2, 5), (2, 6, 5), (5, 5, 2), (4, 3, 5), (3, 5, 4)]
   buckets = {tuple(data_lib._bucket(c) for c in (n * T * d, n * d, n, d)) for n, T, d in shapes}
   assert len(buckets) == 1
-  for fn in (data_lib._keys_fn, data_lib._normal_fn, data_lib._bits_fn):
+  for fn in (data_lib._keys_fn, rng.normal_fn, rng.bits_fn):
     fn.cache_clear()
   for i, (n, T, d) in enumerate(shapes):
     ds = data_lib.generate(data_lib.DataSpec(n, T, d), 0, np.arange(1 + i))
     assert ds.X.shape == (1 + i, n, T, d)
   assert data_lib._keys_fn.cache_info().misses == 1
   (nx, nz, _, nv), = buckets
-  assert data_lib._normal_fn.cache_info().misses == len({nx, nz, nv})
-  assert data_lib._bits_fn.cache_info().misses == 1
+  assert rng.normal_fn.cache_info().misses == len({nx, nz, nv})
+  assert rng.bits_fn.cache_info().misses == 1
 
 
 def test_flat_draws_are_each_runs_own_draws():
   """The per-size programs draw, for every run, the values of that run's own flat draws
   (jax.random on its keys, one run at a time): the random values of numerics versions 2-5."""
-  from svmattn import rng
   counts, runs = (3 * 4 * 5, 3 * 5, 3, 5), np.array([0, 9, 70, 4], np.uint32)
   draws = data_lib._flat_draws(counts, 7, runs, np.float64)
   for j, r in enumerate(runs):

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from svmattn.models import heads
+from svmattn import rng
 from svmattn.rng import normal, run_key, split_run_key, uniform  # noqa: F401  (part of this module's API)
 
 
@@ -142,13 +143,9 @@ def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
 # norms may round differently from XLA's: values move at the rounding level from numerics
 # version 1 (``_generate_fn`` with ``unit_gaussian``).
 
-RUN_BLOCK = 64       # runs per call of a flat-draw program (the last block padded)
-MIN_BUCKET = 64      # the smallest flat-draw size
-
-
-def _bucket(count: int) -> int:
-  """The flat-draw size serving ``count`` values: the next power of two, at least MIN_BUCKET."""
-  return max(MIN_BUCKET, 1 << max(int(count) - 1, 0).bit_length())
+RUN_BLOCK = rng.BLOCK        # runs per call of a flat-draw program (the last block padded)
+MIN_BUCKET = rng.MIN_BUCKET  # the smallest flat-draw size
+_bucket = rng.bucket
 
 
 def _head_size(head: heads.Head, d: int) -> int:
@@ -171,25 +168,11 @@ def _keys_fn():
   return jax.jit(keys)
 
 
-@functools.lru_cache(maxsize=None)
-def _normal_fn(size: int, dtype):
-  """One jitted program per (flat size, dtype): a flat normal draw of ``size`` values from each
-  key of a block. Every operation is element-wise (threefry's integer rounds, then the inverse
-  error function), so a key's values do not depend on the others drawn with it."""
-  return jax.jit(jax.vmap(lambda k: jax.random.normal(k, (size,), dtype)))
-
-
-@functools.lru_cache(maxsize=None)
-def _bits_fn(size: int):
-  """One jitted program per flat size: ``size`` fair coin flips from each key of a block."""
-  return jax.jit(jax.vmap(lambda k: jax.random.bernoulli(k, 0.5, (size,))))
-
-
 def _flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, dtype) -> list[np.ndarray]:
   """The flat draws of ``unit_gaussian`` (normals for X, Z, v; label bits) for every run of
-  ``runs``, each the prefix of its bucket's draw, as NumPy arrays (B, bucket). Blocks of
-  ``RUN_BLOCK`` runs (the last one padded); a program serves a bucket size, not a shape, so
-  experiments with many shapes share a handful of programs."""
+  ``runs``, each the prefix of its bucket's draw, as NumPy arrays (B, bucket), in blocks of
+  ``RUN_BLOCK`` runs (the last one padded): the programs serve a draw size (``rng.normal_fn``,
+  ``rng.bits_fn``), not a shape, so experiments with many shapes share a handful of them."""
   nx, nz, ny, nv = (_bucket(c) for c in counts)
   seed = jnp.asarray(seed, jnp.uint32)
   parts = []
@@ -197,7 +180,7 @@ def _flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, 
     block = runs[start:start + RUN_BLOCK]
     padded = np.concatenate([block, np.full(RUN_BLOCK - len(block), block[-1], np.uint32)])
     kx, kz, ky, kv = _keys_fn()(seed, jnp.asarray(padded))
-    draws = _normal_fn(nx, dtype)(kx), _normal_fn(nz, dtype)(kz), _bits_fn(ny)(ky), _normal_fn(nv, dtype)(kv)
+    draws = rng.normal_fn(nx, dtype)(kx), rng.normal_fn(nz, dtype)(kz), rng.bits_fn(ny)(ky), rng.normal_fn(nv, dtype)(kv)
     parts.append([np.asarray(a)[:len(block)] for a in draws])
   if not parts:
     return [np.zeros((0, b), np.bool_ if i == 2 else dtype) for i, b in enumerate((nx, nz, ny, nv))]

@@ -37,6 +37,7 @@ from svmattn.models import heads
 from svmattn.models import attention as model_lib
 from svmattn.optim import optimizers
 from svmattn.train import block_kernel
+from svmattn.train import host_init
 
 
 @dataclasses.dataclass(frozen=True)
@@ -468,16 +469,19 @@ def _chunk_fn(trainer: Trainer, every: int, snapshots: int, starts: bool = True)
   init, observe = _blocked(trainer.init_one, block), _blocked(trainer.observe, block)
   advance = _advance_fn(trainer, every, snapshots)
 
+  init_inside = not host_init.supports(trainer.config)   # else train() draws the start before the chunks
+
   def run(first, state, data, keys, *step):
     if block_kernel.supports(trainer.config) and block_kernel.uses_native(trainer.config, data.X.dtype):
       # the native kernel observes as it trains: the chunk is one call per block
-      if starts:
+      if starts and init_inside:
         state = jax.lax.cond(first, lambda: init(keys, data), lambda: state)
       native = block_kernel.make_native_chunk(trainer, every, snapshots, starts)
       return _blocked(native, block, whole_block=True)(state, data)
     start = None
     if starts:
-      state = jax.lax.cond(first, lambda: init(keys, data), lambda: state)
+      if init_inside:
+        state = jax.lax.cond(first, lambda: init(keys, data), lambda: state)
       start = observe(state.params, data)
     state, out = advance(state, data, *((keys,) + step if trainer.config.minibatch else ()))
     return state, start, out, observe(state.params, data)[3]
@@ -495,6 +499,14 @@ def _compiled(trainer: Trainer, kind: str, mesh, *static):
     fn = {"init": lambda: _blocked(trainer.init_one, block), "observe": lambda: _blocked(trainer.observe, block),
           "advance": lambda: _advance_fn(trainer, *static), "chunk": lambda: _chunk_fn(trainer, *static)}[kind]()
     _JIT_CACHE[key] = PerDevice(fn)
+  return _JIT_CACHE[key]
+
+
+def _compiled_opt_init(trainer: Trainer):
+  """The optimizer's starting state of a batch of parameters (jitted, cached per trainer)."""
+  key = (trainer.config, "opt_init")
+  if key not in _JIT_CACHE:
+    _JIT_CACHE[key] = jax.jit(jax.vmap(trainer.optimizer.init))
   return _JIT_CACHE[key]
 
 
@@ -605,7 +617,10 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
 
   t0 = time.perf_counter()
   shapes = jax.eval_shape(jax.vmap(trainer.init_one), keys, data)
-  if start is None:                 # any values: the first chunk initializes the state (``_chunk_fn``)
+  if start is None and host_init.supports(config):   # the start drawn before the chunks (``host_init``)
+    params = host_init.init_params_of(config, keys, data)
+    state = State(params, _host(_compiled_opt_init(trainer)(params)))
+  elif start is None:               # any values: the first chunk initializes the state (``_chunk_fn``)
     state = jax.tree_util.tree_map(lambda x: np.zeros(x.shape, x.dtype), shapes)
   else:
     state = pad_to_blocks(jax.tree_util.tree_map(np.asarray, start[1]), unit)

@@ -1,0 +1,73 @@
+"""The starting parameters of a batch of runs, drawn in programs that serve every shape.
+
+A run starts at ``Parameterization.init(key, d, m, dtype, scheme)`` of its initialization key
+(``models.attention``): uniform, normal or zero draws, flat and reshaped. Drawn inside each
+training chunk's program, those draws (threefry, and the normals' inverse error function) were
+compiled again for every shape and configuration, about 0.3 s each. Here they are drawn before
+training in ``rng``'s per-size programs (flat draws of a bucketed size, blocks of keys at a time),
+which a handful of programs serve for every shape; a flat draw is the prefix of any larger one,
+so every run starts where ``Parameterization.init`` puts it, bit for bit (tests/test_host_init.py).
+The built-in parameterizations (W, (K,Q), the prompt p) are drawn here; a flax module's own
+initialization stays in the training program (``train.loop``).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from svmattn import rng
+from svmattn.models import attention as model_lib
+
+PARAMS = ("W", "KQ", "p")
+
+
+def supports(config) -> bool:
+  """True when ``config``'s parameters are drawn here (a built-in parameterization)."""
+  return config.module is None and config.param in PARAMS
+
+
+def _draw(kind: str, keys: np.ndarray, count: int, bound: float | None = None, scale: float | None = None):
+  """(B, count) float64 flat draws of each key: "normal" (times ``scale``) or "uniform" on
+  [-bound, bound)."""
+  size = rng.bucket(count)
+  if kind == "normal":
+    out, = rng.in_blocks(rng.normal_fn(size, np.float64, scale), keys)
+  else:
+    out, = rng.in_blocks(rng.uniform_fn(size, np.float64), keys, np.float64(-bound), np.float64(bound))
+  return out[:, :count]
+
+
+def _matrix(scheme: str, keys: np.ndarray, shape: tuple[int, ...], bound: float, dtype, zero_scale=None):
+  B, count = len(keys), int(np.prod(shape))
+  if scheme == "zero" and zero_scale is None:
+    return np.zeros((B,) + shape, dtype)
+  if scheme == "normal" or zero_scale is not None:
+    x = _draw("normal", keys, count, scale=zero_scale)
+  else:
+    x = _draw("uniform", keys, count, bound)
+  return x.reshape((B,) + shape).astype(dtype)
+
+
+def init_params(param: str, scheme: str, keys: np.ndarray, d: int, m: int, dtype) -> dict:
+  """``model_lib.get_parameterization(param).init`` of every key (B, 2), as NumPy leaves (B, ...)."""
+  if scheme not in model_lib.INIT_SCHEMES:
+    raise ValueError(f"unknown init scheme {scheme!r}; known: {model_lib.INIT_SCHEMES}")
+  keys = np.asarray(keys, np.uint32)
+  bound = 1.0 / np.sqrt(np.float64(d))              # 1 / sqrt(d), as jnp computes it in the init
+  if param == "W":
+    return {"W": _matrix(scheme, keys, (d, d), bound, dtype)}
+  if param == "p":
+    return {"p": _matrix(scheme, keys, (d,), bound, dtype)}
+  kk, kq = rng.in_blocks(rng.split_fn(), keys)
+  if scheme == "zero":                              # Q = 0, K = 0.1 N(0, 1) (E1)
+    return {"K": _matrix(scheme, kk, (d, m), bound, dtype, zero_scale=0.1), "Q": np.zeros((len(keys), d, m), dtype)}
+  return {"K": _matrix(scheme, kk, (d, m), bound, dtype), "Q": _matrix(scheme, kq, (d, m), bound, dtype)}
+
+
+def init_params_of(config, keys, data) -> dict:
+  """The starting parameters of every run of ``config`` on ``data`` (NumPy leaves with a leading
+  axis B): the parameters of ``train.loop.Trainer.init_one``, drawn here."""
+  d = data.X.shape[-1]
+  params = init_params(config.param, config.init, np.asarray(keys), d, config.m or d, np.asarray(data.X).dtype)
+  if config.train_head:
+    params = {**params, model_lib.HEAD_KEY: np.asarray(data.v)}     # the data set's head is the start
+  return params
