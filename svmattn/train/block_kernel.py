@@ -148,25 +148,25 @@ def make_native_chunk(trainer, every: int, snapshots: int, starts: bool):
 def make_advance(trainer, every: int, snapshots: int):
   """advance(state, data) for a whole block (leading axis b on every field): ``snapshots``
   times ``every`` steps then a snapshot, as ``jax.vmap(trainer.advance_one)`` returns it.
-  The ``every`` steps run in the native CPU kernel where ``uses_native``, else in XLA."""
+  Where ``uses_native`` the native CPU kernel runs the steps and observes (``make_native_chunk``),
+  else the steps run in XLA and ``trainer.observe`` observes."""
   config = trainer.config
   observe = jax.vmap(trainer.observe)
-  param, lam, normalize = _settings(config)
   relu = config.head == "relu"
   step = None if relu else make_step(config)
 
   def steps(params, X, Z, Y, h):
-    if uses_native(config, X.dtype):
-      return native_kernel.run_steps(params, X, Z, Y, h, param=param.name, lr=config.lr, ridge=lam or 0.0,
-                                     steps=every, loss=config.loss, normalized=normalize, head=config.head)
     params, _ = jax.lax.scan(lambda p, _: (step(p, X, Z, Y, h), None), params, None, length=every)
     return params
 
   def advance(state, data):
-    if relu and not uses_native(config, data.X.dtype):       # float32: the vmapped program, as without this kernel
+    if uses_native(config, data.X.dtype):                    # one call: the steps and the observations
+      state, _, out, _ = make_native_chunk(trainer, every, snapshots, False)(state, data)
+      return state, out
+    if relu:                                                 # float32: the vmapped program, as without this kernel
       return jax.vmap(lambda st, dt: trainer.advance_one(st, dt, every, snapshots))(state, data)
     X, Z, Y = _last(data.X), _last(data.Z), _last(data.Y)
-    h = _last(data.v) if relu else jnp.einsum("ntdb,db->ntb", X, _last(data.v))     # V, or h = X v
+    h = jnp.einsum("ntdb,db->ntb", X, _last(data.v))                      # h = X v
 
     def outer(params, _):
       params = steps(params, X, Z, Y, h)

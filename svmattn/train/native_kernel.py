@@ -8,7 +8,7 @@ the data of those 8 in the core's first-level cache. It computes the same gradie
 the same order, so a data set's trajectory depends on nothing else in its block.
 
 The source is compiled once per source, compiler and CPU (``g++ -O3 -march=native``, no
-fast-math) into ``native/_build`` inside the package (or, where that is read-only, the user's
+fast-math, no contraction: its fused multiply-adds are written in the source) into ``native/_build`` inside the package (or, where that is read-only, the user's
 cache directory), under a file lock so that parallel processes build it once. Where no C++
 compiler is found, or on another platform than the CPU, training runs the XLA block kernel;
 ``kernel_name()`` says which one ran and every summary records it.
@@ -31,7 +31,9 @@ import numpy as np
 
 SOURCE = Path(__file__).with_name("native") / "gd_block.cc"
 LOSSES = {"logistic": 0, "exponential": 1, "correlation": 2}
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-w")
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off", "-w")
+# (-ffp-contract=off: GCC fuses a * b + c by default, where and when it chooses; the kernel's fused
+# multiply-adds are its own ``fmadd``, so that the rounding depends on the source alone)
 # SVMATTN_NATIVE_KERNEL=0 turns the native kernel off (training then runs the XLA block kernel).
 ENV = "SVMATTN_NATIVE_KERNEL"
 # False: the XLA block kernel for every configuration (the benchmark's side-by-side rows; programs

@@ -9,13 +9,14 @@
 // starting parameters first, and the final attention. Eight data sets are computed at once, one per lane of a vector of 8 doubles; every
 // lane runs the same scalar operations in the same order and no operation mixes lanes, so a data
 // set's trajectory does not depend on the block, its position there or the lanes beside it.
-// No fast-math: the rounding is fixed by this source and the compiler's flags.
+// No fast-math, and no contraction (-ffp-contract=off): the fused multiply-adds are the source's
+// own (fmadd), so the rounding is fixed by this source alone, whatever the compiler or processor.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include <xmmintrin.h>
+#include <immintrin.h>
 
 #include "xla/ffi/api/ffi.h"
 
@@ -33,6 +34,27 @@ typedef int64_t vl __attribute__((vector_size(L * sizeof(int64_t))));
 
 inline vd splat(double x) { return vd{} + x; }
 
+// a * b + c rounded once (fused multiply-add), lanewise: the same result on every processor
+// (the FMA instructions where the compiler targets them, the C library's exact fma elsewhere)
+inline vd fmadd(vd a, vd b, vd c) {
+#if defined(__AVX512F__) && LANES == 8
+  return (vd)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#elif defined(__FMA__) && LANES == 8
+  const __m256d* pa = reinterpret_cast<const __m256d*>(&a);
+  const __m256d* pb = reinterpret_cast<const __m256d*>(&b);
+  const __m256d* pc = reinterpret_cast<const __m256d*>(&c);
+  vd r;
+  __m256d* pr = reinterpret_cast<__m256d*>(&r);
+  pr[0] = _mm256_fmadd_pd(pa[0], pb[0], pc[0]);
+  pr[1] = _mm256_fmadd_pd(pa[1], pb[1], pc[1]);
+  return r;
+#else
+  vd r;
+  for (int j = 0; j < L; ++j) r[j] = std::fma(a[j], b[j], c[j]);
+  return r;
+#endif
+}
+
 inline vd vmax(vd a, vd b) { return a > b ? a : b; }     // a where a > b, else b (lanewise)
 inline vd vabs(vd a) { return a < 0 ? -a : a; }
 
@@ -49,12 +71,12 @@ inline vd vexp(vd x) {
   vd xc = x < -745.2 ? splat(-745.2) : x;
   xc = xc > 709.8 ? splat(709.8) : xc;
   vd k = (xc * 1.4426950408889634 + shifter) - shifter;             // round(x / ln 2)
-  vd r = xc - k * 0.693147180559945286226764;                        // ln 2, high part
-  r = r - k * 2.319046813846299558e-17;                              // ln 2, low part
+  vd r = fmadd(-k, splat(0.693147180559945286226764), xc);           // ln 2, high part
+  r = fmadd(-k, splat(2.319046813846299558e-17), r);                 // ln 2, low part
   vd p = splat(1.0 / 6227020800.0);                                  // 1/13!
   const double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
                       1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
-  for (double ci : c) p = p * r + ci;
+  for (double ci : c) p = fmadd(p, r, splat(ci));
   vd k1 = (k * 0.5 + shifter) - shifter;                             // k = k1 + k2, both in [-538, 513]
   vd k2 = k - k1;
   const vd two52 = splat(0x1p52);
@@ -88,11 +110,11 @@ void normalize(vd* g, int64_t size) {
   for (i = 0; i + 4 <= size; i += 4)
     for (int j = 0; j < 4; ++j) {
       vd u = g[i + j] * inv;
-      sq[j] += u * u;
+      sq[j] = fmadd(u, u, sq[j]);
     }
   for (; i < size; ++i) {
     vd u = g[i] * inv;
-    sq[0] += u * u;
+    sq[0] = fmadd(u, u, sq[0]);
   }
   vd norm = vsqrt((sq[0] + sq[1]) + (sq[2] + sq[3]));
   vd ninv = 1.0 / (norm > 0 ? norm : splat(1.0));
@@ -109,7 +131,7 @@ __attribute__((always_inline)) inline void matvec_tile(vd* out, const vd* a, int
   const vd* p = a + o0 * ao;
   for (int64_t k = 0; k < K; ++k, p += ak) {
     vd xv = x[k * xk];
-    for (int j = 0; j < N; ++j) c[j] += p[j * ao] * xv;
+    for (int j = 0; j < N; ++j) c[j] = fmadd(p[j * ao], xv, c[j]);
   }
   for (int j = 0; j < N; ++j) out[o0 + j] = c[j];
 }
@@ -236,7 +258,7 @@ class Group {
       }
     for (int64_t i = 0; i < n; ++i) sd[i] = splat(0.0);
     for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < n; ++i) sd[i] += e_[i * T + t] * (h_[i * T + t] - h_ref[i]);
+      for (int64_t i = 0; i < n; ++i) sd[i] = fmadd(e_[i * T + t], h_[i * T + t] - h_ref[i], sd[i]);
     for (int64_t i = 0; i < n; ++i) f[i] = h_ref[i] + sd[i];
   }
 
@@ -251,7 +273,7 @@ class Group {
       a[i] = Y_[i] * loss_derivative(loss, Y_[i] * a[i]) * inv_n;
     for (int64_t t = 0; t < T; ++t)                                       // dL/dlogits
       for (int64_t i = 0; i < n; ++i)
-        e_[i * T + t] = e_[i * T + t] * (a[i] * (h_[i * T + t] - h_ref[i]) - a[i] * sd[i]);
+        e_[i * T + t] = e_[i * T + t] * fmadd(a[i], h_[i * T + t] - h_ref[i], -(a[i] * sd[i]));
     for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
       matvec(&R_[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
     for (int64_t k = 0; k < d; ++k)                                       // G = sum_i r_i z_i^T
@@ -309,7 +331,7 @@ class Group {
       vd* g = &seq_[3 * n];                                               // (T scratch entries after 3n)
       matvec(g, D, d, 1, r, 1, T, d);                                     // g_t = (x_t - x_ref)^T u
       vd sg = splat(0.0);
-      for (int64_t t = 0; t < T; ++t) sg += e_[i * T + t] * g[t];
+      for (int64_t t = 0; t < T; ++t) sg = fmadd(e_[i * T + t], g[t], sg);
       for (int64_t t = 0; t < T; ++t) e_[i * T + t] = e_[i * T + t] * (g[t] - sg);   // dL/dlogits
     }
     for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
@@ -341,10 +363,10 @@ class Group {
     *max_prob = mp / static_cast<double>(n);
     vd rs = splat(0.0);
     if (kq_) {
-      for (int64_t i = 0; i < d * m; ++i) rs += K_[i] * K_[i];
-      for (int64_t i = 0; i < d * m; ++i) rs += Q_[i] * Q_[i];
+      for (int64_t i = 0; i < d * m; ++i) rs = fmadd(K_[i], K_[i], rs);
+      for (int64_t i = 0; i < d * m; ++i) rs = fmadd(Q_[i], Q_[i], rs);
     } else {
-      for (int64_t i = 0; i < d * d; ++i) rs += W_[i] * W_[i];
+      for (int64_t i = 0; i < d * d; ++i) rs = fmadd(W_[i], W_[i], rs);
     }
     *ridge_sum = rs;
   }
@@ -369,9 +391,9 @@ class Group {
 
   static void update(vd* p, vd* g, int64_t size, const Options& o) {
     if (o.ridge != 0.0)
-      for (int64_t i = 0; i < size; ++i) g[i] += (2.0 * o.ridge) * p[i];
+      for (int64_t i = 0; i < size; ++i) g[i] = fmadd(splat(2.0 * o.ridge), p[i], g[i]);
     if (o.normalized) normalize(g, size);
-    for (int64_t i = 0; i < size; ++i) p[i] += (-o.lr) * g[i];
+    for (int64_t i = 0; i < size; ++i) p[i] = fmadd(splat(-o.lr), g[i], p[i]);
   }
 
   std::vector<vd> X_, Z_, Y_, h_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, K_, Q_, gK_, gQ_;
