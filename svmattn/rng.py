@@ -54,25 +54,43 @@ def bucket(count: int) -> int:
   return max(MIN_BUCKET, 1 << max(int(count) - 1, 0).bit_length())
 
 
-@functools.lru_cache(maxsize=None)
+def check_partitionable() -> None:
+  """The flat draws below rely on JAX's partitionable threefry (its default): RuntimeError if off."""
+  if not jax.config.jax_threefry_partitionable:
+    raise RuntimeError("svmattn needs jax_threefry_partitionable=True (JAX's default): its random draws are "
+                       "prefixes of larger flat draws, which only that scheme guarantees")
+
+
 def normal_fn(size: int, dtype, scale: float | None = None):
   """Jitted keys (block, 2) -> (block, size) standard normals, flat, of each key (times the
   constant ``scale`` in the same program, where given: XLA folds it into the draw's own last
   multiplication, so a scaled draw rounds as ``scale * normal(...)`` does in any program)."""
+  return _normal_fn(int(size), np.dtype(dtype), scale)
+
+
+@functools.lru_cache(maxsize=None)
+def _normal_fn(size: int, dtype, scale):
+  check_partitionable()
   if scale is None:
     return jax.jit(jax.vmap(lambda k: jax.random.normal(k, (size,), dtype)))
   return jax.jit(jax.vmap(lambda k: scale * jax.random.normal(k, (size,), dtype)))
 
 
-@functools.lru_cache(maxsize=None)
 def uniform_fn(size: int, dtype):
   """Jitted (keys (block, 2), minval, maxval) -> (block, size) uniforms on [minval, maxval), flat."""
+  return _uniform_fn(int(size), np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _uniform_fn(size: int, dtype):
+  check_partitionable()
   return jax.jit(jax.vmap(lambda k, lo, hi: jax.random.uniform(k, (size,), dtype, lo, hi), (0, None, None)))
 
 
 @functools.lru_cache(maxsize=None)
 def bits_fn(size: int):
   """Jitted keys (block, 2) -> (block, size) fair coin flips of each key."""
+  check_partitionable()
   return jax.jit(jax.vmap(lambda k: jax.random.bernoulli(k, 0.5, (size,))))
 
 

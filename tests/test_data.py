@@ -77,14 +77,14 @@ def test_programs_per_draw_size_not_per_shape():
             (6, 2, 5), (2, 6, 5), (5, 5, 2), (4, 3, 5), (3, 5, 4)]
   buckets = {tuple(data_lib._bucket(c) for c in (n * T * d, n * d, n, d)) for n, T, d in shapes}
   assert len(buckets) == 1
-  for fn in (data_lib._keys_fn, rng.normal_fn, rng.bits_fn):
+  for fn in (data_lib._keys_fn, rng._normal_fn, rng.bits_fn):
     fn.cache_clear()
   for i, (n, T, d) in enumerate(shapes):
     ds = data_lib.generate(data_lib.DataSpec(n, T, d), 0, np.arange(1 + i))
     assert ds.X.shape == (1 + i, n, T, d)
   assert data_lib._keys_fn.cache_info().misses == 1
   (nx, nz, _, nv), = buckets
-  assert rng.normal_fn.cache_info().misses == len({nx, nz, nv})
+  assert rng._normal_fn.cache_info().misses == len({nx, nz, nv})
   assert rng.bits_fn.cache_info().misses == 1
 
 

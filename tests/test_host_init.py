@@ -31,11 +31,11 @@ def test_the_start_is_the_parameterizations_init_bit_for_bit(param, scheme, dtyp
 
 def test_shapes_share_the_draw_programs():
   """W's uniform start for d = 3..8 (9..64 values): one program of 64 uniforms serves all six."""
-  rng.uniform_fn.cache_clear()
+  rng._uniform_fn.cache_clear()
   keys = np.asarray(train_lib.init_keys(0, np.arange(3)))
   for d in range(3, 9):
     assert host_init.init_params("W", "uniform", keys, d, d, np.float64)["W"].shape == (3, d, d)
-  info = rng.uniform_fn.cache_info()
+  info = rng._uniform_fn.cache_info()
   assert (info.misses, info.currsize) == (1, 1)
 
 
@@ -49,3 +49,10 @@ def test_training_starts_from_the_drawn_parameters(batch):
   traj = train_lib.train(config, batch, keys)
   start = host_init.init_params("W", config.init, np.asarray(keys), batch.X.shape[-1], batch.X.shape[-1], np.float64)
   assert np.array_equal(traj.W[:, 0], start["W"])
+
+
+def test_one_program_per_size_whatever_the_dtype_spelling():
+  """np.float64, jnp.float64 and np.dtype("float64") name one program (the cache key is the dtype)."""
+  import jax.numpy as jnp
+  assert rng.normal_fn(64, np.float64) is rng.normal_fn(64, jnp.dtype("float64")) is rng.normal_fn(64, jnp.float64)
+  assert rng.uniform_fn(64, np.float64) is rng.uniform_fn(64, np.dtype("float64"))

@@ -234,3 +234,23 @@ def test_observations_agree_with_the_trainers_observe(param, loss, ridge, head):
   for got, want in zip((snaps[0][:, -1], snaps[1][:, -1], snaps[2][:, -1], attention), (W1, p1, l1, s1)):
     close(got, want)
   assert not np.allclose(np.asarray(snaps[2][:, -1]), np.asarray(l0))      # it trained
+
+
+def test_a_diverged_runs_observations_are_nan_as_in_xla():
+  """Non-finite parameters give NaN attention; the kernel's mean largest attention and loss are
+  then NaN, as jnp.max and jnp.mean give them in Trainer.observe (not -inf)."""
+  n, T, d, b = 3, 4, 5, 9
+  data = data_lib.generate_host(data_lib.DataSpec(n=n, T=T, d=d), 5, np.arange(b))
+  config = train_lib.TrainConfig(param="W", lr=0.1, steps=1, snapshot_every=1, chunk_steps=1).validate()
+  trainer = train_lib.make_trainer(config)
+  state = jax.vmap(trainer.init_one)(train_lib.init_keys(5, np.arange(b)), data)
+  W = np.array(state.params["W"])
+  W[2, 0, 0] = np.nan
+  W[4, 1, 1] = np.inf
+  state = state._replace(params={"W": jnp.asarray(W)})
+  _, start, _, _ = jax.jit(block_kernel.make_native_chunk(trainer, 1, 1, True))(state, data)
+  _, p_xla, l_xla, _, _ = jax.jit(jax.vmap(trainer.observe))(state.params, data)
+  for got, want in ((start[1], p_xla), (start[2], l_xla)):
+    got, want = np.asarray(got), np.asarray(want)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(got[2])
+    assert np.all(np.isfinite(got[[0, 1, 3]]))

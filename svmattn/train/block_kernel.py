@@ -137,7 +137,7 @@ def make_native_chunk(trainer, every: int, snapshots: int, starts: bool):
         every=every, snapshots=snapshots, start=starts, loss=config.loss, normalized=normalize, head=config.head)
     W, p, loss = observations(obs, Y)
     attention = _first(obs["attention"])
-    start = (W[:, 0], p[:, 0], loss[:, 0], attention, {}) if starts else None
+    start = (W[:, 0], p[:, 0], loss[:, 0], None, {}) if starts else None      # (no starting attention)
     k = 1 if starts else 0
     out = (W[:, k:], p[:, k:], loss[:, k:], {})
     return state._replace(params=jax.tree_util.tree_map(_first, params)), start, out, attention

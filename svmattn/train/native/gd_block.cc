@@ -70,7 +70,7 @@ inline vd vexp(vd x) {
   const vd shifter = splat(0x1.8p52);
   vd xc = x < -745.2 ? splat(-745.2) : x;
   xc = xc > 709.8 ? splat(709.8) : xc;
-  vd k = (xc * 1.4426950408889634 + shifter) - shifter;             // round(x / ln 2)
+  vd k = fmadd(xc, splat(1.4426950408889634), shifter) - shifter;  // round(x / ln 2)
   vd r = fmadd(-k, splat(0.693147180559945286226764), xc);           // ln 2, high part
   r = fmadd(-k, splat(2.319046813846299558e-17), r);                 // ln 2, low part
   vd p = splat(1.0 / 6227020800.0);                                  // 1/13!
@@ -358,8 +358,13 @@ class Group {
     } else {
       forward_linear(f);
     }
+    const int64_t T = s_.T;
     vd mp = splat(0.0);
-    for (int64_t i = 0; i < n; ++i) mp += seq_[2 * n + i];
+    for (int64_t i = 0; i < n; ++i) {                                     // (the max is NaN where s is, as in XLA)
+      vd best = seq_[2 * n + i];
+      for (int64_t t = 0; t < T; ++t) best = e_[i * T + t] != e_[i * T + t] ? e_[i * T + t] : best;
+      mp += best;
+    }
     *max_prob = mp / static_cast<double>(n);
     vd rs = splat(0.0);
     if (kq_) {
