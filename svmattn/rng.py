@@ -104,8 +104,9 @@ def split_fn():
 
 
 def in_blocks(fn, keys: np.ndarray, *args) -> list[np.ndarray]:
-  """``fn`` (a program of this section) on ``keys`` (B, 2) in blocks of BLOCK, the last padded:
-  its outputs for the B keys, as NumPy arrays."""
+  """``fn`` (a program of this section, or the data generator's key program) on ``keys`` (B, 2),
+  or run indices (B,), in blocks of BLOCK, the last padded: its outputs for the B entries, as
+  NumPy arrays."""
   keys = np.asarray(keys, np.uint32)
   parts = []
   for start in range(0, len(keys), BLOCK):

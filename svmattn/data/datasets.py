@@ -174,17 +174,12 @@ def _flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, 
   ``RUN_BLOCK`` runs (the last one padded): the programs serve a draw size (``rng.normal_fn``,
   ``rng.bits_fn``), not a shape, so experiments with many shapes share a handful of them."""
   nx, nz, ny, nv = (_bucket(c) for c in counts)
-  seed = jnp.asarray(seed, jnp.uint32)
-  parts = []
-  for start in range(0, len(runs), RUN_BLOCK):
-    block = runs[start:start + RUN_BLOCK]
-    padded = np.concatenate([block, np.full(RUN_BLOCK - len(block), block[-1], np.uint32)])
-    kx, kz, ky, kv = _keys_fn()(seed, jnp.asarray(padded))
-    draws = rng.normal_fn(nx, dtype)(kx), rng.normal_fn(nz, dtype)(kz), rng.bits_fn(ny)(ky), rng.normal_fn(nv, dtype)(kv)
-    parts.append([np.asarray(a)[:len(block)] for a in draws])
-  if not parts:
+  if not len(runs):
     return [np.zeros((0, b), np.bool_ if i == 2 else dtype) for i, b in enumerate((nx, nz, ny, nv))]
-  return [np.concatenate(p) for p in zip(*parts)]
+  seed = jnp.asarray(seed, jnp.uint32)
+  kx, kz, ky, kv = rng.in_blocks(lambda block: _keys_fn()(seed, block), runs)
+  return [rng.in_blocks(fn, k)[0] for fn, k in ((rng.normal_fn(nx, dtype), kx), (rng.normal_fn(nz, dtype), kz),
+                                                 (rng.bits_fn(ny), ky), (rng.normal_fn(nv, dtype), kv))]
 
 
 def _np_unit_rows(a: np.ndarray) -> np.ndarray:

@@ -36,15 +36,13 @@ def _draw(kind: str, keys: np.ndarray, count: int, bound: float | None = None, s
   return out[:, :count]
 
 
-def _matrix(scheme: str, keys: np.ndarray, shape: tuple[int, ...], bound: float, dtype, zero_scale=None):
+def _matrix(kind: str, keys: np.ndarray, shape: tuple[int, ...], dtype, bound=None, scale=None) -> np.ndarray:
+  """(B,) + shape: zeros, normals (times ``scale``) or uniforms on [-bound, bound) of every key,
+  drawn in float64 and rounded to ``dtype`` (as ``models.attention``'s inits do)."""
   B, count = len(keys), int(np.prod(shape))
-  if scheme == "zero" and zero_scale is None:
+  if kind == "zero":
     return np.zeros((B,) + shape, dtype)
-  if scheme == "normal" or zero_scale is not None:
-    x = _draw("normal", keys, count, scale=zero_scale)
-  else:
-    x = _draw("uniform", keys, count, bound)
-  return x.reshape((B,) + shape).astype(dtype)
+  return _draw(kind, keys, count, bound, scale).reshape((B,) + shape).astype(dtype)
 
 
 def init_params(param: str, scheme: str, keys: np.ndarray, d: int, m: int, dtype) -> dict:
@@ -54,13 +52,13 @@ def init_params(param: str, scheme: str, keys: np.ndarray, d: int, m: int, dtype
   keys = np.asarray(keys, np.uint32)
   bound = 1.0 / np.sqrt(np.float64(d))              # 1 / sqrt(d), as jnp computes it in the init
   if param == "W":
-    return {"W": _matrix(scheme, keys, (d, d), bound, dtype)}
+    return {"W": _matrix(scheme, keys, (d, d), dtype, bound)}
   if param == "p":
-    return {"p": _matrix(scheme, keys, (d,), bound, dtype)}
+    return {"p": _matrix(scheme, keys, (d,), dtype, bound)}
   kk, kq = rng.in_blocks(rng.split_fn(), keys)
   if scheme == "zero":                              # Q = 0, K = 0.1 N(0, 1) (E1)
-    return {"K": _matrix(scheme, kk, (d, m), bound, dtype, zero_scale=0.1), "Q": np.zeros((len(keys), d, m), dtype)}
-  return {"K": _matrix(scheme, kk, (d, m), bound, dtype), "Q": _matrix(scheme, kq, (d, m), bound, dtype)}
+    return {"K": _matrix("normal", kk, (d, m), dtype, scale=0.1), "Q": _matrix("zero", kq, (d, m), dtype)}
+  return {"K": _matrix(scheme, kk, (d, m), dtype, bound), "Q": _matrix(scheme, kq, (d, m), dtype, bound)}
 
 
 def init_params_of(config, keys, data) -> dict:
