@@ -254,3 +254,40 @@ def test_a_diverged_runs_observations_are_nan_as_in_xla():
     got, want = np.asarray(got), np.asarray(want)
     assert np.array_equal(np.isnan(got), np.isnan(want)) and np.isnan(got[2])
     assert np.all(np.isfinite(got[[0, 1, 3]]))
+
+
+def _chunk_with_lanes(lanes, tmp_path, monkeypatch, cases):
+  """run_chunk's outputs for each case, with the kernel built for ``lanes`` data sets per vector."""
+  monkeypatch.setattr(native_kernel, "FLAGS", native_kernel.FLAGS + (f"-DLANES={lanes}",))
+  monkeypatch.setattr(native_kernel, "_state", {})
+  monkeypatch.setenv("SVMATTN_NATIVE_BUILD_DIR", str(tmp_path / f"lanes{lanes}"))
+  assert native_kernel.available(), native_kernel.why_not()
+  outs = []
+  for param, head, loss, ridge, normalized in cases:
+    params, X, Z, Y, h = _block(n=4, T=5, d=6, b=13, param=param, m=4 if param == "KQ" else None)
+    if head == "relu":
+      h = jnp.asarray(np.random.default_rng(7).normal(size=(6, 6, 13)))
+    run = jax.jit(lambda p, param=param, head=head, loss=loss, ridge=ridge, normalized=normalized: native_kernel.run_chunk(
+        p, X, Z, Y, h, param=param, lr=0.1, ridge=ridge, every=7, snapshots=3, start=True, loss=loss,
+        normalized=normalized, head=head))
+    outs.append([np.asarray(x) for x in jax.tree_util.tree_leaves(run(params))])
+  return outs
+
+
+@pytest.mark.slow
+def test_the_results_do_not_depend_on_the_vector_width(tmp_path, monkeypatch):
+  """The kernel takes a vector register's worth of data sets (8 lanes with AVX-512, 4 with AVX2);
+  built for 8, 4 and 1 lane (1: the C library's fma, no vector instructions), it gives the same
+  parameters and observations bit for bit, for W, (K,Q) with a ridge, plain GD and the ReLU head,
+  on a block of 13 data sets (part-filled groups in every width)."""
+  cases = [("W", "linear", "logistic", 0.0, True), ("KQ", "linear", "exponential", 0.02, False),
+           ("W", "linear", "correlation", 0.01, False), ("W", "relu", "logistic", 0.0, True)]
+  ref = _chunk_with_lanes(8, tmp_path, monkeypatch, cases)
+  for lanes in (4, 1):
+    got = _chunk_with_lanes(lanes, tmp_path, monkeypatch, cases)
+    for case, a, b in zip(cases, ref, got):
+      assert len(a) == len(b) == 6 + (case[0] == "KQ")
+      for x, y in zip(a, b):
+        np.testing.assert_array_equal(x, y, err_msg=f"{case} with {lanes} lanes")
+  W_obs = ref[0][1]                                          # (S, d, d, b): it trained
+  assert np.all(np.isfinite(W_obs)) and not np.array_equal(W_obs[0], W_obs[-1])
