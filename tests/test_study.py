@@ -49,6 +49,29 @@ def test_cells_are_the_same_whatever_the_batch_size(tmp_path, batch_size):
   assert os.path.exists(tmp_path / "work" / "run.json")   # finish() removes it, not run()
 
 
+def test_default_workers_one_beside_training_one_per_core_without(monkeypatch):
+  """No --svm_workers: 1 beside training (the device's programs use the cores), one per usable
+  core (at most MAX_DEFAULT_WORKERS) for a study that trains nothing."""
+  assert pipeline.default_workers(True) == 1
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2})
+  assert pipeline.default_workers(False) == 3
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+  assert pipeline.default_workers(False) == pipeline.MAX_DEFAULT_WORKERS
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5})
+  assert pipeline.default_workers(False) == 1
+
+
+def test_a_study_that_trains_nothing_gives_the_same_cells_with_its_default_workers(tmp_path):
+  """workers=None (the default: a pool of one process per core here, the toy study trains
+  nothing) gives the cells of workers=0 (in the main process), early stop included."""
+  inline = pipeline.run(_toy(2, _enough, runs=20), str(tmp_path / "inline"), workers=0, show_progress=False)
+  pooled = pipeline.run(_toy(2, _enough, runs=20), str(tmp_path / "pooled"), workers=None, show_progress=False)
+  for a, b in zip(inline.cells, pooled.cells):
+    assert a.keys() == b.keys()
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k])
+
+
 @pytest.mark.parametrize("batch_size, workers", [(1, 0), (2, 0), (4, 2)])
 def test_early_stop_keeps_the_first_batches_that_suffice(tmp_path, batch_size, workers):
   """A cell stops at the first batch after which ``enough`` holds; extra batches trained while

@@ -65,7 +65,9 @@ def pipeline(batch_size: int = 1000, hosts: bool = True) -> F.Settings:
               sweepable=False),
         F.Bool("resume", False, "Continue the unfinished run in --out from its checkpoints (bit for bit the "
                "results of an uninterrupted run).", **op),
-        F.Int("svm_workers", 1, "Worker processes solving SVMs while the device trains (0: inline).", lower=0, **op),
+        F.Int("svm_workers", None, "Worker processes solving SVMs (0: inline). Default: 1 beside a study that "
+              "trains (the device uses the cores), one per core (at most 8) for a study that trains nothing.",
+              lower=0, **op),
         F.Int("keep_checkpoints", 3, "Checkpoints kept per batch and configuration.", lower=1, **op),
         F.Bool("keep_runs", True, "Keep every run's per-run arrays in OUT/runs/ (what replay compares a replayed "
                "data set with). --nokeep_runs writes only the results and runs/study.json.", **op)]

@@ -369,7 +369,7 @@ def run_study(study, values: dict, write):
   for cell in study.cells:
     if cell.runs < count:
       fail(f"{cell.runs} data sets cannot be shared by {count} processes")
-  options = runner.Options(values.get("resume", False), values.get("svm_workers", 1), values.get("progress", True),
+  options = runner.Options(values.get("resume", False), values.get("svm_workers"), values.get("progress", True),
                            values.get("keep_checkpoints", 3), index, count, keep_runs=values.get("keep_runs", True))
   try:
     with stop_on_signals():

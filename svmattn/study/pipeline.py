@@ -1,6 +1,6 @@
 """The one pipeline every study runs on: batches, checkpoints, resume, workers, hosts.
 
-    out = pipeline.run(study, OUT, resume=False, workers=1)
+    out = pipeline.run(study, OUT, resume=False, workers=None)
     out.cells[c]     # {name: per-run array} of cell c, in run order
     out.timings      # train / compile / svm / wall seconds
 
@@ -18,7 +18,8 @@ generator) are loaded on a thread while the current unit trains or waits for its
 
 Every file is written atomically; checkpoints of a stage are deleted once its arrays exist,
 stage and data files once the unit's results exist. While the device runs unit u+1, a pool of
-``workers`` processes analyzes unit u (0 workers: in the main process). With ``resume``,
+``workers`` processes analyzes unit u (0 workers: in the main process; None: ``default_workers``,
+one beside training, one per core when the study trains nothing). With ``resume``,
 finished units are read back, trained-but-unanalyzed ones analyzed, and the unit in progress
 continues from its newest checkpoint: the results are bit for bit those of an uninterrupted
 run. The run's identity (``study.identity``) is stored in OUT/work/run.json; resuming a
@@ -250,7 +251,23 @@ def _concat(parts: Sequence[dict]) -> dict:
   return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
 
 
-def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_progress: bool = True,
+MAX_DEFAULT_WORKERS = 8
+
+
+def default_workers(trains: bool) -> int:
+  """SVM worker processes when none are asked for: 1 beside training (the device's programs use
+  the cores), else one per core this process may use, at most ``MAX_DEFAULT_WORKERS``. Every
+  solve depends on its data set alone, so the count never changes the results."""
+  if trains:
+    return 1
+  try:
+    cores = len(os.sched_getaffinity(0))
+  except (AttributeError, OSError):
+    cores = os.cpu_count() or 1
+  return max(1, min(cores, MAX_DEFAULT_WORKERS))
+
+
+def run(study: Study, out: str, resume: bool = False, workers: int | None = None, show_progress: bool = True,
         keep_checkpoints: int = 3, process_index: int = 0, process_count: int = 1) -> Output:
   """Run every unit of ``study`` (this process's share); see the module docstring."""
   if study.enough is not None and process_count > 1:
@@ -264,6 +281,8 @@ def run(study: Study, out: str, resume: bool = False, workers: int = 1, show_pro
   if steps:
     counters = {"train": (steps, "steps"), **counters}
   bar = progress_lib.MultiProgress(counters, enabled=show_progress)
+  if workers is None:
+    workers = default_workers(steps > 0)
   pool = workers_lib.pool(workers) if workers > 0 and len(todo) > 1 else None
   pending: dict[Unit, concurrent.futures.Future] = {}
   timings = {"data_s": 0.0, "train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}

@@ -21,7 +21,7 @@ from svmattn.study import pipeline
 @dataclasses.dataclass(frozen=True)
 class Options:
   resume: bool = False
-  workers: int = 1             # SVM worker processes (0: in the main process)
+  workers: int | None = None   # SVM worker processes (0: in the main process; None: pipeline.default_workers)
   progress: bool = True
   keep_checkpoints: int = 3
   process_index: int = 0
