@@ -27,7 +27,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _block(n=6, T=8, d=10, b=11, seed=3, scale=0.3, param="W", m=None):
-  """One block (the block axis last) with b not a multiple of the kernel's 8 lanes."""
+  """One block (the block axis last) with b not a multiple of the kernel's lanes (8 or 4)."""
   data = data_lib.generate(data_lib.DataSpec(n=n, T=T, d=d), seed, np.arange(b))
   last = lambda x: jnp.moveaxis(jnp.asarray(x), 0, -1)  # noqa: E731
   X, Z, Y, v = last(data.X), last(data.Z), last(data.Y), last(data.v)
@@ -65,8 +65,8 @@ def test_the_native_kernel_trains_where_it_can_be_built():
 @pytest.mark.parametrize("param, optimizer, loss", [("W", "normalized_gd", "logistic"), ("KQ", "normalized_gd", "logistic"),
                                                     ("W", "gd", "exponential"), ("KQ", "gd", "correlation")])
 def test_agrees_with_the_xla_block_kernel_to_rounding(param, optimizer, loss):
-  """The same 60 steps in both kernels, from the same point, on 11 data sets (a whole group of
-  8 lanes and a part-filled one). One step differs by a few ulps (measured at most 3e-15 of
+  """The same 60 steps in both kernels, from the same point, on 11 data sets (whole groups of
+  lanes and a part-filled one). One step differs by a few ulps (measured at most 3e-15 of
   max|p|); after 60 steps the difference is rounding amplified through the steps (measured
   2e-16 for W, 2e-13 for (K,Q)). The bound 1e-9 is four orders of magnitude above that and
   far below a wrong term of the gradient, which moves p by about lr per step."""
@@ -92,7 +92,7 @@ def test_ridge_and_a_rectangular_kq():
 
 
 def test_a_lane_does_not_depend_on_its_neighbours():
-  """Bit for bit: data set 9 of a block of 11 (lane 1 of the second group of 8) equals the same
+  """Bit for bit: data set 9 of a block of 11 (lane 1 of the second group of 8 lanes, of the third group of 4) equals the same
   data set alone in a block of 1 (lane 0, the other lanes copies of it)."""
   config = train_lib.TrainConfig(param="W", lr=0.1)
   params, X, Z, Y, h = _block()
@@ -256,13 +256,16 @@ def test_a_diverged_runs_observations_are_nan_as_in_xla():
     assert np.all(np.isfinite(got[[0, 1, 3]]))
 
 
+BASE_FLAGS = native_kernel.FLAGS
+
+
 def _chunk_with_lanes(lanes, tmp_path, monkeypatch, cases):
   """run_chunk's outputs for each case, with the kernel built for ``lanes`` data sets per vector."""
-  monkeypatch.setattr(native_kernel, "FLAGS", native_kernel.FLAGS + (f"-DLANES={lanes}",))
+  monkeypatch.setattr(native_kernel, "FLAGS", BASE_FLAGS + (f"-DLANES={lanes}",))
   monkeypatch.setattr(native_kernel, "_state", {})
   monkeypatch.setenv("SVMATTN_NATIVE_BUILD_DIR", str(tmp_path / f"lanes{lanes}"))
   assert native_kernel.available(), native_kernel.why_not()
-  outs = []
+  outs = [native_kernel._state["targets"]["W"]]           # (the build's own target: its flags are in the name)
   for param, head, loss, ridge, normalized in cases:
     params, X, Z, Y, h = _block(n=4, T=5, d=6, b=13, param=param, m=4 if param == "KQ" else None)
     if head == "relu":
@@ -276,18 +279,21 @@ def _chunk_with_lanes(lanes, tmp_path, monkeypatch, cases):
 
 @pytest.mark.slow
 def test_the_results_do_not_depend_on_the_vector_width(tmp_path, monkeypatch):
-  """The kernel takes a vector register's worth of data sets (8 lanes with AVX-512, 4 with AVX2);
-  built for 8, 4 and 1 lane (1: the C library's fma, no vector instructions), it gives the same
-  parameters and observations bit for bit, for W, (K,Q) with a ridge, plain GD and the ReLU head,
-  on a block of 13 data sets (part-filled groups in every width)."""
+  """The kernel takes a vector register's worth of data sets (8 lanes with AVX-512, 4 otherwise);
+  built for 8, 4 and 1 lane (1: scalar fused multiply-adds through std::fma), three distinct
+  libraries give the same parameters and observations bit for bit, for W, (K,Q) with a ridge,
+  plain GD and the ReLU head, on a block of 13 data sets (a part-filled last group at 8 and 4)."""
   cases = [("W", "linear", "logistic", 0.0, True), ("KQ", "linear", "exponential", 0.02, False),
            ("W", "linear", "correlation", 0.01, False), ("W", "relu", "logistic", 0.0, True)]
-  ref = _chunk_with_lanes(8, tmp_path, monkeypatch, cases)
+  ref_target, *ref = _chunk_with_lanes(8, tmp_path, monkeypatch, cases)
+  targets = {ref_target}
   for lanes in (4, 1):
-    got = _chunk_with_lanes(lanes, tmp_path, monkeypatch, cases)
+    target, *got = _chunk_with_lanes(lanes, tmp_path, monkeypatch, cases)
+    targets.add(target)
     for case, a, b in zip(cases, ref, got):
       assert len(a) == len(b) == 6 + (case[0] == "KQ")
       for x, y in zip(a, b):
         np.testing.assert_array_equal(x, y, err_msg=f"{case} with {lanes} lanes")
+  assert len(targets) == 3                                   # three builds ran, not one cached
   W_obs = ref[0][1]                                          # (S, d, d, b): it trained
   assert np.all(np.isfinite(W_obs)) and not np.array_equal(W_obs[0], W_obs[-1])

@@ -255,16 +255,12 @@ MAX_DEFAULT_WORKERS = 8
 
 
 def default_workers(trains: bool) -> int:
-  """SVM worker processes when none are asked for: 1 beside training (the device's programs use
-  the cores), else one per core this process may use, at most ``MAX_DEFAULT_WORKERS``. Every
-  solve depends on its data set alone, so the count never changes the results."""
-  if trains:
-    return 1
-  try:
-    cores = len(os.sched_getaffinity(0))
-  except (AttributeError, OSError):
-    cores = os.cpu_count() or 1
-  return max(1, min(cores, MAX_DEFAULT_WORKERS))
+  """SVM worker processes when none are asked for: 1 beside training (on the CPU the device's
+  programs use the cores), else one per core this process may use, at most ``MAX_DEFAULT_WORKERS``
+  (each holds up to one batch in flight). Every solve depends on its data set alone, so the count
+  never changes the results."""
+  import svmattn
+  return 1 if trains else max(1, min(svmattn.usable_cores(), MAX_DEFAULT_WORKERS))
 
 
 def run(study: Study, out: str, resume: bool = False, workers: int | None = None, show_progress: bool = True,

@@ -47,11 +47,15 @@ inline vd fmadd(vd a, vd b, vd c) {
 #if defined(__AVX512F__) && LANES == 8
   return (vd)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
 #elif defined(__FMA__) && LANES == 8
-  __m256d lo = _mm256_fmadd_pd((__m256d)__builtin_shufflevector(a, a, 0, 1, 2, 3), (__m256d)__builtin_shufflevector(b, b, 0, 1, 2, 3),
-                               (__m256d)__builtin_shufflevector(c, c, 0, 1, 2, 3));
-  __m256d hi = _mm256_fmadd_pd((__m256d)__builtin_shufflevector(a, a, 4, 5, 6, 7), (__m256d)__builtin_shufflevector(b, b, 4, 5, 6, 7),
-                               (__m256d)__builtin_shufflevector(c, c, 4, 5, 6, 7));
-  return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7);
+  __m256d h[3][2], r[2];                                 // the halves (register moves at -O3)
+  std::memcpy(h[0], &a, sizeof a);
+  std::memcpy(h[1], &b, sizeof b);
+  std::memcpy(h[2], &c, sizeof c);
+  r[0] = _mm256_fmadd_pd(h[0][0], h[1][0], h[2][0]);
+  r[1] = _mm256_fmadd_pd(h[0][1], h[1][1], h[2][1]);
+  vd out;
+  std::memcpy(&out, r, sizeof out);
+  return out;
 #elif defined(__FMA__) && LANES == 4
   return (vd)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
 #else
