@@ -92,8 +92,9 @@ def test_ridge_and_a_rectangular_kq():
 
 
 def test_a_lane_does_not_depend_on_its_neighbours():
-  """Bit for bit: data set 9 of a block of 11 (lane 1 of the second group of 8 lanes, of the third group of 4) equals the same
-  data set alone in a block of 1 (lane 0, the other lanes copies of it)."""
+  """Bit for bit: data set 9 of a block of 11 (lane 1 of the second group of 8 lanes, or of the
+  third group of 4) equals the same data set alone in a block of 1 (lane 0, the other lanes
+  copies of it)."""
   config = train_lib.TrainConfig(param="W", lr=0.1)
   params, X, Z, Y, h = _block()
   full = _native_steps(config, params, X, Z, Y, h, 25)
@@ -270,10 +271,10 @@ def _chunk_with_lanes(lanes, tmp_path, monkeypatch, cases):
     params, X, Z, Y, h = _block(n=4, T=5, d=6, b=13, param=param, m=4 if param == "KQ" else None)
     if head == "relu":
       h = jnp.asarray(np.random.default_rng(7).normal(size=(6, 6, 13)))
-    run = jax.jit(lambda p, param=param, head=head, loss=loss, ridge=ridge, normalized=normalized: native_kernel.run_chunk(
-        p, X, Z, Y, h, param=param, lr=0.1, ridge=ridge, every=7, snapshots=3, start=True, loss=loss,
-        normalized=normalized, head=head))
-    outs.append([np.asarray(x) for x in jax.tree_util.tree_leaves(run(params))])
+    options = dict(param=param, lr=0.1, ridge=ridge, every=7, snapshots=3, start=True, loss=loss,
+                   normalized=normalized, head=head)
+    run = jax.jit(lambda p, X, Z, Y, h, options=options: native_kernel.run_chunk(p, X, Z, Y, h, **options))
+    outs.append([np.asarray(x) for x in jax.tree_util.tree_leaves(run(params, X, Z, Y, h))])
   return outs
 
 

@@ -49,6 +49,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+import svmattn
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import progress as progress_lib
 from svmattn.io import results as results_io
@@ -259,7 +260,6 @@ def default_workers(trains: bool) -> int:
   programs use the cores), else one per core this process may use, at most ``MAX_DEFAULT_WORKERS``
   (each holds up to one batch in flight). Every solve depends on its data set alone, so the count
   never changes the results."""
-  import svmattn
   return 1 if trains else max(1, min(svmattn.usable_cores(), MAX_DEFAULT_WORKERS))
 
 
