@@ -87,25 +87,68 @@ def _uniform_fn(size: int, dtype):
   return jax.jit(jax.vmap(lambda k, lo, hi: jax.random.uniform(k, (size,), dtype, lo, hi), (0, None, None)))
 
 
-@functools.lru_cache(maxsize=None)
-def bits_fn(size: int):
-  """Jitted keys (block, 2) -> (block, size) fair coin flips of each key."""
+# ----------------------------------------------------------------------------
+# Keys and coin flips on the host (NumPy), without a compiled program
+# ----------------------------------------------------------------------------
+#
+# Deriving keys (fold_in, split) and fair coin flips is integer arithmetic: JAX's threefry2x32 hash
+# (Salmon et al., 2011: 20 rounds of 32-bit additions, rotations and xors, with a key injection
+# every 4) on counters, which NumPy computes exactly as XLA does. Compiling those programs cost
+# 0.2 to 1 s each in a fresh process; here they cost nothing, and the values are JAX's bit for bit
+# (tests/test_rng.py compares them on many keys, sizes and seeds).
+
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = np.uint32(0x1BD11BDA)
+
+
+def threefry2x32(k1, k2, x1, x2) -> tuple[np.ndarray, np.ndarray]:
+  """The threefry2x32 hash of counters (x1, x2) under keys (k1, k2), element-wise (uint32 arrays,
+  broadcast together), as ``jax._src.random.threefry2x32``."""
+  k1, k2, x1, x2 = (np.asarray(a, np.uint32) for a in np.broadcast_arrays(k1, k2, x1, x2))
+  ks = (k1, k2, k1 ^ k2 ^ _PARITY)
+  a, b = x1 + ks[0], x2 + ks[1]
+  for i in range(5):
+    for r in _ROTATIONS[i % 2]:
+      a = a + b
+      b = (b << np.uint32(r)) | (b >> np.uint32(32 - r))
+      b = a ^ b
+    a = a + ks[(i + 1) % 3]
+    b = b + ks[(i + 2) % 3] + np.uint32(i + 1)
+  return a, b
+
+
+def run_keys(seed: int, runs) -> np.ndarray:
+  """(B, 2) ``run_key(seed, r)`` of every run r of ``runs``: fold_in(PRNGKey(seed), r)."""
+  runs = np.asarray(runs, np.uint32).reshape(-1)
+  seed = int(seed)
+  hi, lo = np.uint32((seed >> 32) & 0xFFFFFFFF), np.uint32(seed & 0xFFFFFFFF)
+  a, b = threefry2x32(hi, lo, np.zeros_like(runs), runs)
+  return np.stack([a, b], axis=-1)
+
+
+def split_host(keys, num: int = 2) -> np.ndarray:
+  """(B, num, 2) ``jax.random.split(key, num)`` of every key of ``keys`` (B, 2)."""
+  keys = np.asarray(keys, np.uint32).reshape(-1, 2)
+  count = np.arange(num, dtype=np.uint32)[None]
+  a, b = threefry2x32(keys[:, :1], keys[:, 1:], np.zeros_like(count), count)
+  return np.stack([a, b], axis=-1)
+
+
+def bits_host(keys, size: int) -> np.ndarray:
+  """(B, size) ``jax.random.bernoulli(key, 0.5, (size,))`` of every key of ``keys`` (B, 2). The flip
+  is uniform(key) < 0.5 with a float64 uniform built from the 64 random bits (hi, lo) of the hash
+  of each position, (bits >> 12) / 2^52, which is below 0.5 exactly when the top bit of hi is 0."""
   check_partitionable()
-  return jax.jit(jax.vmap(lambda k: jax.random.bernoulli(k, 0.5, (size,))))
-
-
-@functools.lru_cache(maxsize=None)
-def split_fn():
-  """Jitted keys (block, 2) -> the two halves of each key's split, (block, 2) each."""
-  def split(keys):
-    k = jax.vmap(jax.random.split)(keys)
-    return k[:, 0], k[:, 1]
-  return jax.jit(split)
+  if not jax.config.jax_enable_x64:
+    raise RuntimeError("bits_host needs jax_enable_x64 (svmattn turns it on): JAX's flips are float64 uniforms")
+  keys = np.asarray(keys, np.uint32).reshape(-1, 2)
+  count = np.arange(size, dtype=np.uint32)[None]
+  hi, _ = threefry2x32(keys[:, :1], keys[:, 1:], np.zeros_like(count), count)
+  return hi < np.uint32(1 << 31)
 
 
 def in_blocks(fn, keys: np.ndarray, *args) -> list[np.ndarray]:
-  """``fn`` (a program of this section, or the data generator's key program) on ``keys`` (B, 2),
-  or run indices (B,), in blocks of BLOCK, the last padded: its outputs for the B entries, as
+  """``fn`` (a program of this section) on ``keys`` (B, 2), in blocks of BLOCK, the last padded: its outputs for the B entries, as
   NumPy arrays."""
   keys = np.asarray(keys, np.uint32)
   parts = []

@@ -20,7 +20,9 @@ import pytest
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.train import block_kernel
+from svmattn.train import host_init
 from svmattn.train import native_kernel
+from svmattn.train import native_train
 from svmattn.train import loop as train_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,7 +39,7 @@ def _block(n=6, T=8, d=10, b=11, seed=3, scale=0.3, param="W", m=None):
     params = {"W": jnp.asarray(rng.normal(size=(d, d, b)) * scale)}
   else:
     params = {k: jnp.asarray(rng.normal(size=(d, m or d, b)) * scale) for k in ("K", "Q")}
-  return params, X, Z, Y, h
+  return params, X, Z, Y, h, v
 
 
 def _xla_steps(config, params, X, Z, Y, h, steps):
@@ -45,9 +47,10 @@ def _xla_steps(config, params, X, Z, Y, h, steps):
   return jax.jit(lambda p: jax.lax.fori_loop(0, steps, lambda i, p: step(p, X, Z, Y, h), p))(params)
 
 
-def _native_steps(config, params, X, Z, Y, h, steps, lam=0.0):
+def _native_steps(config, params, X, Z, Y, v, steps, lam=0.0):
+  """``steps`` steps of the native kernel (given the head v (d,b): it computes h = X v itself)."""
   normalized = block_kernel.OPTIMIZERS[config.optimizer]
-  return jax.jit(lambda p: native_kernel.run_steps(p, X, Z, Y, h, param=config.param, lr=config.lr, ridge=lam,
+  return jax.jit(lambda p: native_kernel.run_steps(p, X, Z, Y, v, param=config.param, lr=config.lr, ridge=lam,
                                                    steps=steps, loss=config.loss, normalized=normalized))(params)
 
 
@@ -71,9 +74,9 @@ def test_agrees_with_the_xla_block_kernel_to_rounding(param, optimizer, loss):
   2e-16 for W, 2e-13 for (K,Q)). The bound 1e-9 is four orders of magnitude above that and
   far below a wrong term of the gradient, which moves p by about lr per step."""
   config = train_lib.TrainConfig(param=param, optimizer=optimizer, loss=loss, lr=0.05 if optimizer == "gd" else 0.1)
-  params, X, Z, Y, h = _block(param=param)
+  params, X, Z, Y, h, v = _block(param=param)
   xla = _xla_steps(config, params, X, Z, Y, h, 60)
-  native = _native_steps(config, params, X, Z, Y, h, 60)
+  native = _native_steps(config, params, X, Z, Y, v, 60)
   for k in params:
     scale = np.max(np.abs(np.asarray(xla[k])), axis=(0, 1))
     assert np.max(np.abs(np.asarray(native[k]) - np.asarray(xla[k])) / scale) < 1e-9, k
@@ -83,9 +86,9 @@ def test_agrees_with_the_xla_block_kernel_to_rounding(param, optimizer, loss):
 def test_ridge_and_a_rectangular_kq():
   """(K,Q) of d x m with m != d and a ridge: the same as the XLA kernel to rounding."""
   config = train_lib.TrainConfig(param="KQ", ridge=0.01, lr=0.1)
-  params, X, Z, Y, h = _block(d=5, n=3, T=4, param="KQ", m=3)
+  params, X, Z, Y, h, v = _block(d=5, n=3, T=4, param="KQ", m=3)
   xla = _xla_steps(config, params, X, Z, Y, h, 30)
-  native = _native_steps(config, params, X, Z, Y, h, 30, lam=0.01)
+  native = _native_steps(config, params, X, Z, Y, v, 30, lam=0.01)
   for k in params:
     scale = np.max(np.abs(np.asarray(xla[k])), axis=(0, 1))
     assert np.max(np.abs(np.asarray(native[k]) - np.asarray(xla[k])) / scale) < 1e-9, k
@@ -96,10 +99,10 @@ def test_a_lane_does_not_depend_on_its_neighbours():
   third group of 4) equals the same data set alone in a block of 1 (lane 0, the other lanes
   copies of it)."""
   config = train_lib.TrainConfig(param="W", lr=0.1)
-  params, X, Z, Y, h = _block()
-  full = _native_steps(config, params, X, Z, Y, h, 25)
+  params, X, Z, Y, _, v = _block()
+  full = _native_steps(config, params, X, Z, Y, v, 25)
   one = lambda x: x[..., 9:10]  # noqa: E731
-  alone = _native_steps(config, jax.tree_util.tree_map(one, params), one(X), one(Z), one(Y), one(h), 25)
+  alone = _native_steps(config, jax.tree_util.tree_map(one, params), one(X), one(Z), one(Y), one(v), 25)
   np.testing.assert_array_equal(np.asarray(alone["W"])[..., 0], np.asarray(full["W"])[..., 9])
 
 
@@ -116,10 +119,11 @@ def test_subnormals_flush_to_zero_as_in_xla():
   X = block([[[1.0, 1.0]], [[0.0, 0.0]]])[None]      # (n=1, T=2, d=1, b=2)
   Z = block([[[1.0, 1.0]]])                           # (n=1, d=1, b=2)
   Y = block([1.0, 1.0])[None]                         # (n=1, b=2)
-  h = X[:, :, 0, :]                                   # h = X v with v = 1
+  v = block([[1.0, 1.0]])                             # (d=1, b=2)
+  h = X[:, :, 0, :]                                   # h = X v
   params = {"W": block([[[720.0, 10.0]]])}            # (d=1, d=1, b=2)
   xla = np.asarray(_xla_steps(config, params, X, Z, Y, h, 1)["W"])
-  native = np.asarray(_native_steps(config, params, X, Z, Y, h, 1)["W"])
+  native = np.asarray(_native_steps(config, params, X, Z, Y, v, 1)["W"])
   assert xla[0, 0, 0] == 720.0 and native[0, 0, 0] == 720.0
   assert xla[0, 0, 1] != 10.0 and abs(native[0, 0, 1] - xla[0, 0, 1]) < 1e-12
 
@@ -268,7 +272,7 @@ def _chunk_with_lanes(lanes, tmp_path, monkeypatch, cases):
   assert native_kernel.available(), native_kernel.why_not()
   outs = [native_kernel._state["targets"]["W"]]           # (the build's own target: its flags are in the name)
   for param, head, loss, ridge, normalized in cases:
-    params, X, Z, Y, h = _block(n=4, T=5, d=6, b=13, param=param, m=4 if param == "KQ" else None)
+    params, X, Z, Y, _, h = _block(n=4, T=5, d=6, b=13, param=param, m=4 if param == "KQ" else None)
     if head == "relu":
       h = jnp.asarray(np.random.default_rng(7).normal(size=(6, 6, 13)))
     options = dict(param=param, lr=0.1, ridge=ridge, every=7, snapshots=3, start=True, loss=loss,
@@ -298,3 +302,50 @@ def test_the_results_do_not_depend_on_the_vector_width(tmp_path, monkeypatch):
   assert len(targets) == 3                                   # three builds ran, not one cached
   W_obs = ref[0][1]                                          # (S, d, d, b): it trained
   assert np.all(np.isfinite(W_obs)) and not np.array_equal(W_obs[0], W_obs[-1])
+
+
+@pytest.mark.parametrize("param, loss, ridge, head", [("W", "logistic", None, "linear"),
+                                                      ("KQ", "exponential", 0.05, "linear"),
+                                                      ("W", "logistic", None, "relu")])
+def test_training_without_xla_equals_the_custom_call(param, loss, ridge, head):
+  """train() runs the kernel's C entry point on NumPy arrays (train.native_train), with no XLA
+  program: the parameters, every snapshot's W and mean largest attention, and the final attention
+  equal those of the kernel as an XLA custom call (block_kernel.make_native_chunk) bit for bit.
+  The loss is computed in NumPy there, in XLA here: within a few ulps (measured 4e-16 relative;
+  the bound 1e-14 is far below any change of the predictions f that it is computed from)."""
+  n, T, d, b = 4, 5, 6, 11
+  data = data_lib.generate_host(data_lib.DataSpec(n=n, T=T, d=d), 2, np.arange(b),
+                                heads.RELU if head == "relu" else heads.LINEAR)
+  config = train_lib.TrainConfig(param=param, loss=loss, ridge=ridge, head=head, lr=0.2, steps=30,
+                                 snapshot_every=10, chunk_steps=20).validate()
+  assert native_train.supports(config, np.float64)
+  keys = train_lib.init_keys(2, np.arange(b))
+  got = train_lib.train(config, data, keys)
+  assert not [key for key in train_lib._JIT_CACHE if key[0] == config and key[1] == "chunk"]   # no program
+  trainer = train_lib.make_trainer(config)
+  params = host_init.init_params_of(config, keys, data)
+  state = train_lib.State(params, jax.vmap(trainer.optimizer.init)(params))
+  after, start, snaps, attention = jax.jit(block_kernel.make_native_chunk(trainer, 10, 3, True))(state, data)
+  joined = lambda k: np.concatenate([np.asarray(start[k])[:, None], np.asarray(snaps[k])], axis=1)  # noqa: E731
+  np.testing.assert_array_equal(got.W, joined(0))
+  np.testing.assert_array_equal(got.max_prob, joined(1))
+  np.testing.assert_array_equal(got.attention, np.asarray(attention))
+  for k in got.params:
+    np.testing.assert_array_equal(got.params[k], np.asarray(after.params[k]))
+  np.testing.assert_allclose(got.loss, joined(2), rtol=1e-14, atol=0)
+  assert not np.array_equal(got.W[:, 0], got.W[:, -1])
+
+
+def test_training_without_xla_does_not_depend_on_the_shares():
+  """The batch is cut into one share per device, each run on a thread: one share or two give the
+  same trajectories bit for bit (and the same as each data set alone)."""
+  data = data_lib.generate_host(data_lib.DataSpec(n=3, T=4, d=5), 4, np.arange(9))
+  config = train_lib.TrainConfig(param="KQ", lr=0.1, steps=12, snapshot_every=4, chunk_steps=8).validate()
+  keys = train_lib.init_keys(4, np.arange(9))
+  one = train_lib.train(config, data, keys, mesh=train_lib.data_mesh(jax.local_devices()[:1]))
+  two = train_lib.train(config, data, keys, mesh=train_lib.data_mesh(jax.local_devices()[:2]))
+  alone = train_lib.train(config, data_lib.Dataset(*(a[5:6] for a in data)), keys[5:6])
+  for a in (two, alone):
+    sl = slice(None) if a is two else slice(5, 6)
+    for name in ("W", "max_prob", "loss", "attention"):
+      np.testing.assert_array_equal(getattr(one, name)[sl], getattr(a, name))

@@ -23,6 +23,7 @@ from conftest import REPO_ROOT
 from svmattn.config import common
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.train import loop as train_lib
+from svmattn.train import native_kernel
 
 # ----------------------------------------------------------------------------
 # train(): interrupted after k chunks, resumed from the checkpoints
@@ -88,7 +89,10 @@ def test_train_interrupted_and_resumed_is_bit_identical(request, tmp_path, param
 def test_resumed_at_a_chunk_of_another_shape_runs_the_same_programs(batch, keys, tmp_path, monkeypatch):
   """Schedule [(10, 2), (10, 2), (10, 1)]: the last chunk has its own compiled shape, which never
   starts a run. Resumed there, the run uses the programs of the uninterrupted run (XLA may round one
-  computation differently in programs holding different parts), and ends bit-identical."""
+  computation differently in programs holding different parts), and ends bit-identical. (The XLA
+  programs: with the native kernel, train.native_train compiles none.)"""
+  monkeypatch.setattr(native_kernel, "ENABLED", False)
+  monkeypatch.setattr(train_lib, "_JIT_CACHE", {})
   config = train_lib.TrainConfig(param="W", steps=50, snapshot_every=10, chunk_steps=20, block_size=3)
   plan = train_lib.schedule(config.steps, config.snapshot_every, config.chunk_steps)
   assert plan == [(10, 2), (10, 2), (10, 1)]

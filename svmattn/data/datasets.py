@@ -135,8 +135,8 @@ def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
 # paper's generator draws each of its four flat arrays (tokens, queries, label bits, head) as the
 # prefix of a draw whose size is rounded up to a power of two (``_bucket``), for a fixed block of
 # ``RUN_BLOCK`` runs at a time (the last block padded), in programs that serve every shape: one
-# for the keys, one per (draw size, dtype) for the normals, one per size for the label bits (all
-# element-wise over the block). The drawn values are those of ``unit_gaussian``'s own draws, bit
+# per (draw size, dtype) for the normals (element-wise over the block); the keys and the label bits
+# are computed on the host without a program (``rng``: threefry in NumPy, JAX's values bit for bit). The drawn values are those of ``unit_gaussian``'s own draws, bit
 # for bit. The shape
 # work (reshape, unit rows, signs of the labels, the head's scaling) is done on the host in NumPy,
 # one data set at a time, so a data set is the same whatever the batch it is drawn in. NumPy's
@@ -155,31 +155,19 @@ def _head_size(head: heads.Head, d: int) -> int:
 _FLAT_HEADS = (heads._unit_vector, heads._unit_frobenius_matrix)   # head inits drawn as one flat normal
 
 
-@functools.lru_cache(maxsize=None)
-def _keys_fn():
-  """One jitted program for every shape: the keys of ``unit_gaussian``'s four draws (X, Z, label
-  bits, head) for a block of runs, four arrays of keys. Key derivation is integer arithmetic, so a
-  run's keys do not depend on the block."""
-
-  def keys(seed, runs):
-    k = jax.vmap(lambda r: jax.random.split(split_run_key(run_key(seed, r))[0], 4))(runs)
-    return k[:, 0], k[:, 1], k[:, 2], k[:, 3]
-
-  return jax.jit(keys)
-
-
 def _flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, dtype) -> list[np.ndarray]:
   """The flat draws of ``unit_gaussian`` (normals for X, Z, v; label bits) for every run of
   ``runs``, each the prefix of its bucket's draw, as NumPy arrays (B, bucket), in blocks of
-  ``RUN_BLOCK`` runs (the last one padded): the programs serve a draw size (``rng.normal_fn``,
-  ``rng.bits_fn``), not a shape, so experiments with many shapes share a handful of them."""
+  ``RUN_BLOCK`` runs (the last one padded): the programs serve a draw size (``rng.normal_fn``),
+  not a shape, so experiments with many shapes share a handful of them; the keys and the label
+  bits are integer arithmetic, computed on the host (``rng.run_keys``, ``rng.bits_host``)."""
   nx, nz, ny, nv = (_bucket(c) for c in counts)
   if not len(runs):
     return [np.zeros((0, b), np.bool_ if i == 2 else dtype) for i, b in enumerate((nx, nz, ny, nv))]
-  seed = jnp.asarray(seed, jnp.uint32)
-  kx, kz, ky, kv = rng.in_blocks(lambda block: _keys_fn()(seed, block), runs)
-  return [rng.in_blocks(fn, k)[0] for fn, k in ((rng.normal_fn(nx, dtype), kx), (rng.normal_fn(nz, dtype), kz),
-                                                 (rng.bits_fn(ny), ky), (rng.normal_fn(nv, dtype), kv))]
+  # the keys of the four draws: split(split_run_key(run_key(seed, r))[0], 4), on the host (rng)
+  kx, kz, ky, kv = np.moveaxis(rng.split_host(rng.split_host(rng.run_keys(seed, runs))[:, 0], 4), 1, 0)
+  return [rng.in_blocks(rng.normal_fn(nx, dtype), kx)[0], rng.in_blocks(rng.normal_fn(nz, dtype), kz)[0],
+          rng.bits_host(ky, ny), rng.in_blocks(rng.normal_fn(nv, dtype), kv)[0]]
 
 
 def _np_unit_rows(a: np.ndarray) -> np.ndarray:

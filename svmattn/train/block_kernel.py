@@ -131,7 +131,7 @@ def make_native_chunk(trainer, every: int, snapshots: int, starts: bool):
 
   def run(state, data):
     X, Z, Y = _last(data.X), _last(data.Z), _last(data.Y)
-    h = _last(data.v) if relu else jnp.einsum("ntdb,db->ntb", X, _last(data.v))     # V, or h = X v
+    h = _last(data.v)                                                     # V, or v (the kernel computes X v)
     params, obs = native_kernel.run_chunk(
         jax.tree_util.tree_map(_last, state.params), X, Z, Y, h, param=param.name, lr=config.lr, ridge=lam or 0.0,
         every=every, snapshots=snapshots, start=starts, loss=config.loss, normalized=normalize, head=config.head)

@@ -23,7 +23,7 @@ working set in cache for large batches.
 from __future__ import annotations
 
 import dataclasses
-import functools
+import sys
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -32,12 +32,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from svmattn import rng
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.models import attention as model_lib
 from svmattn.optim import optimizers
 from svmattn.train import block_kernel
 from svmattn.train import host_init
+from svmattn.train import native_train
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,14 +361,10 @@ def start_state(config: TrainConfig, params: dict) -> tuple[int, State]:
   return 0, _host(State(params, jax.vmap(trainer.optimizer.init)(params)))
 
 
-def init_keys(seed: int, runs) -> jax.Array:
-  """Initialization keys (B,) of the given runs: the second half of each run key."""
-  return _init_keys(int(seed), jnp.asarray(np.asarray(runs, dtype=np.uint32)))
-
-
-@functools.partial(jax.jit, static_argnums=0)   # one program (eager vmap compiles every primitive)
-def _init_keys(seed: int, runs: jax.Array) -> jax.Array:
-  return jax.vmap(lambda r: data_lib.split_run_key(data_lib.run_key(seed, r))[1])(runs)
+def init_keys(seed: int, runs) -> np.ndarray:
+  """Initialization keys (B, 2) of the given runs: the second half of each run key's split
+  (``data_lib.split_run_key(data_lib.run_key(seed, r))[1]``, computed on the host: ``rng``)."""
+  return rng.split_host(rng.run_keys(seed, np.asarray(runs, dtype=np.uint32)))[:, 1]
 
 
 # jitted, blocked functions cached per trainer (the shapes are the jit cache key)
@@ -472,12 +470,6 @@ def _chunk_fn(trainer: Trainer, every: int, snapshots: int, starts: bool = True)
   init_inside = not host_init.supports(trainer.config)   # else train() draws the start before the chunks
 
   def run(first, state, data, keys, *step):
-    if block_kernel.supports(trainer.config) and block_kernel.uses_native(trainer.config, data.X.dtype):
-      # the native kernel observes as it trains: the chunk is one call per block
-      if starts and init_inside:
-        state = jax.lax.cond(first, lambda: init(keys, data), lambda: state)
-      native = block_kernel.make_native_chunk(trainer, every, snapshots, starts)
-      return _blocked(native, block, whole_block=True)(state, data)
     start = None
     if starts:
       if init_inside:
@@ -605,6 +597,9 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   if mesh is None and optimizers.uses_decompositions(config.optimizer) and jax.default_backend() == "cpu":
     mesh = data_mesh(jax.local_devices()[:1])   # see optim.optimizers.DECOMPOSING: XLA:CPU may deadlock
   mesh = batch_mesh(B, config.block_size, mesh)
+  if native_train.supports(config, data.X.dtype):    # the native kernel's C entry point: no XLA program
+    return native_train.train(config, trainer, data, np.asarray(keys), progress, checkpoints, start, mesh,
+                              loop=sys.modules[__name__])
   unit = config.block_size * mesh.size
   data, keys = pad_to_blocks((data, keys), unit)
   first_step = 0 if start is None else int(start[0])

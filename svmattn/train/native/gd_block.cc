@@ -2,7 +2,7 @@
 // (svmattn/train/native_kernel.py builds and registers it; docs/science.md section 20).
 //
 // It runs a training chunk of normalized GD or GD on W or (K, Q) for a block of data sets, the
-// block axis last in every array (X (n,T,d,b), Z (n,d,b), Y (n,b), h = X v (n,T,b), W (d,d,b),
+// block axis last in every array (X (n,T,d,b), Z (n,d,b), Y (n,b), the head v (d,b), W (d,d,b),
 // K and Q (d,m,b)), with the gradient of models.attention._linear_head_grad (docs/science.md
 // section 4): `snapshots` times `every` steps then an observation of the parameters (W, the
 // predictions f, the mean largest attention, the ridge sum), optionally an observation of the
@@ -184,6 +184,7 @@ class Group {
     Z_.resize(s.n * s.d);
     Y_.resize(s.n);
     h_.resize(s.n * s.T);
+    v_.resize(s.d);
     W_.resize(s.d * s.d);
     G_.resize(s.d * s.d);
     q_.resize(s.n * s.d);
@@ -214,14 +215,19 @@ class Group {
       for (int j = 0; j < used; ++j) dst[i * b + j0 + j] = src[i][j];
   }
 
-  // head: h = X v (n,T) with the linear head, V (d,d) with the ReLU head
+  // head: v (d) with the linear head, whose h = X v (n,T) is computed here once (each h_it a chain
+  // of fused multiply-adds over k in index order); V (d,d) with the ReLU head
   void load(const double* X, const double* Z, const double* Y, const double* head, int64_t j0, int used) {
     const Sizes& s = s_;
     gather(X, s.n * s.T * s.d, s.b, j0, used, X_.data());
     gather(Z, s.n * s.d, s.b, j0, used, Z_.data());
     gather(Y, s.n, s.b, j0, used, Y_.data());
-    if (relu_) gather(head, s.d * s.d, s.b, j0, used, V_.data());
-    else gather(head, s.n * s.T, s.b, j0, used, h_.data());
+    if (relu_) {
+      gather(head, s.d * s.d, s.b, j0, used, V_.data());
+    } else {
+      gather(head, s.d, s.b, j0, used, v_.data());
+      matvec(h_.data(), X_.data(), s.d, 1, v_.data(), 1, s.n * s.T, s.d);
+    }
   }
 
   // e_ (n,T) = exp(logit_it - max_t logit_it) with the logits X_i W z_i; seq_[n + i] = sum_t e_it
@@ -411,7 +417,7 @@ class Group {
     for (int64_t i = 0; i < size; ++i) p[i] = fmadd(splat(-o.lr), g[i], p[i]);
   }
 
-  std::vector<vd> X_, Z_, Y_, h_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, K_, Q_, gK_, gQ_;
+  std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, K_, Q_, gK_, gQ_;
 
  private:
   Sizes s_;
@@ -489,7 +495,7 @@ ffi::Error run_block(const Sizes& s, bool kq, bool relu, const Options& o, Load 
   return ffi::Error::Success();
 }
 
-// W (d,d,b) with the linear head (head: h = X v, (n,T,b)) or the ReLU head (head: V, (d,d,b))
+// W (d,d,b) with the linear head (head: v, (d,b)) or the ReLU head (head: V, (d,d,b))
 ffi::Error gd_block_w(bool relu, ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
                       ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> head, ffi::ResultBuffer<ffi::F64> W_out,
                       ffi::ResultBuffer<ffi::F64> W_obs, ffi::ResultBuffer<ffi::F64> f,
@@ -517,9 +523,9 @@ ffi::Error gd_block_w(bool relu, ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> 
   double lr, double ridge, int64_t every, int64_t snapshots, int64_t start, int64_t loss, int64_t normalized
 #define SVMATTN_OPTIONS options(lr, ridge, every, snapshots, start, loss, normalized)
 
-ffi::Error GdBlockW(SVMATTN_F64 W, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 h, SVMATTN_OUT W_out,
+ffi::Error GdBlockW(SVMATTN_F64 W, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 v, SVMATTN_OUT W_out,
                     SVMATTN_OBS_PARAMS, SVMATTN_ATTR_PARAMS) {
-  return gd_block_w(false, W, X, Z, Y, h, W_out, W_obs, f, mp, rs, att, SVMATTN_OPTIONS);
+  return gd_block_w(false, W, X, Z, Y, v, W_out, W_obs, f, mp, rs, att, SVMATTN_OPTIONS);
 }
 
 ffi::Error GdBlockWRelu(SVMATTN_F64 W, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 V,
@@ -527,7 +533,7 @@ ffi::Error GdBlockWRelu(SVMATTN_F64 W, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64
   return gd_block_w(true, W, X, Z, Y, V, W_out, W_obs, f, mp, rs, att, SVMATTN_OPTIONS);
 }
 
-ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 h,
+ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 v,
                      SVMATTN_OUT K_out, SVMATTN_OUT Q_out, SVMATTN_OBS_PARAMS, SVMATTN_ATTR_PARAMS) {
   if (X.dimensions().size() != 4 || K.dimensions().size() != 3)
     return ffi::Error::InvalidArgument("svmattn gd_block: X must be (n,T,d,b), K and Q (d,m,b)");
@@ -538,7 +544,7 @@ ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z,
   return run_block(
       s, true, false, o,
       [&](Group& g, int64_t j0, int used) {
-        g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), h.typed_data(), j0, used);
+        g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), v.typed_data(), j0, used);
         Group::gather(K.typed_data(), s.d * s.m, s.b, j0, used, g.K_.data());
         Group::gather(Q.typed_data(), s.d * s.m, s.b, j0, used, g.Q_.data());
       },
@@ -551,18 +557,48 @@ ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z,
 
 }  // namespace
 
+// The same chunks without XLA, for train.native_kernel.run_chunk_host (NumPy arrays through
+// ctypes, block axis last, C order): 0 on success, 1 for bad sizes or options.
+// kind 0: W with the linear head (head: v (d,b)), 1: W with the ReLU head (head: V (d,d,b)),
+// 2: (K, Q) with the linear head (params[0] = K, params[1] = Q (d,m,b); outputs likewise).
+// out_obs: W per observation (S,d,d,b), f (S,n,b), mean largest attention (S,b), ridge sum (S,b),
+// the final attention (n,T,b).
+extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, double ridge, const int64_t* counts,
+                              const double* const* params, const double* X, const double* Z, const double* Y,
+                              const double* head, double* const* out_params, double* const* out_obs) {
+  if (kind < 0 || kind > 2) return 1;
+  const bool kq = kind == 2, relu = kind == 1;
+  Sizes s{sizes[0], sizes[1], sizes[2], kq ? sizes[3] : 1, sizes[4]};
+  Options o = options(lr, ridge, counts[0], counts[1], counts[2], counts[3], counts[4]);
+  if (check(s, o).failure()) return 1;
+  const int64_t pk = kq ? s.d * s.m : s.d * s.d;
+  ffi::Error err = run_block(
+      s, kq, relu, o,
+      [&](Group& g, int64_t j0, int used) {
+        g.load(X, Z, Y, head, j0, used);
+        Group::gather(params[0], pk, s.b, j0, used, kq ? g.K_.data() : g.W_.data());
+        if (kq) Group::gather(params[1], pk, s.b, j0, used, g.Q_.data());
+      },
+      [&](Group& g, int64_t j0, int used) {
+        Group::scatter(kq ? g.K_.data() : g.W_.data(), pk, s.b, j0, used, out_params[0]);
+        if (kq) Group::scatter(g.Q_.data(), pk, s.b, j0, used, out_params[1]);
+      },
+      Observations{out_obs[0], out_obs[1], out_obs[2], out_obs[3], out_obs[4]});
+  return err.failure() ? 1 : 0;
+}
+
 #define SVMATTN_ATTRS                                                                                      \
   .Attr<double>("lr").Attr<double>("ridge").Attr<int64_t>("every").Attr<int64_t>("snapshots").Attr<int64_t>( \
       "start").Attr<int64_t>("loss").Attr<int64_t>("normalized")
 #define SVMATTN_OBS_RETS .Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>()
-// (W, X, Z, Y, h or V) -> (W, W per observation, f, max prob, ridge sum, final attention)
+// (W, X, Z, Y, v or V) -> (W, W per observation, f, max prob, ridge sum, final attention)
 #define SVMATTN_W_BINDING                                                                                  \
   ffi::Ffi::Bind().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>().Arg<SVMATTN_F64>() \
       .Ret<SVMATTN_F64>() SVMATTN_OBS_RETS SVMATTN_ATTRS
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockW, GdBlockW, SVMATTN_W_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockWRelu, GdBlockWRelu, SVMATTN_W_BINDING);
-// (K, Q, X, Z, Y, h) -> (K, Q, W per observation, f, max prob, ridge sum, final attention)
+// (K, Q, X, Z, Y, v) -> (K, Q, W per observation, f, max prob, ridge sum, final attention)
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockKQ, GdBlockKQ,
                               ffi::Ffi::Bind()
                                   .Arg<SVMATTN_F64>()

@@ -1,0 +1,164 @@
+"""``train.loop.train`` for the configurations of the native CPU kernel, without XLA programs.
+
+Where the native kernel runs (``block_kernel.uses_native``) and the starting parameters are drawn
+on the host (``host_init``), a training chunk is one call of the kernel's C entry point
+(``native_kernel.run_chunk_host``) per device's share of the batch, on NumPy arrays with the data
+sets on the last axis, the shares on threads (the call releases the GIL). Nothing is compiled per
+shape: XLA compiled a wrapper program around the kernel for every shape and chunk length (0.2 to
+0.5 s each; E4 compiled 55 of them), which an empty compilation cache paid again on every run.
+
+The kernel computes every data set on its own lane with the same operations in the same order,
+so a data set's trajectory does not depend on the batch, its share or the number of shares:
+resume, replay, any batch size and any device count stay bit for bit the same. The loss of an
+observation is mean_i l(Y_i f_i) + lam ||W||^2 from the kernel's predictions f, computed here in
+NumPy (the sum over the sequences in index order), as the XLA wrapper computed it in its program
+up to the rounding of l (numerics version 6).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import jax
+import numpy as np
+
+from svmattn.train import block_kernel
+from svmattn.train import host_init
+from svmattn.train import native_kernel
+
+# l(u) of models.losses in NumPy (the recorded loss only: the kernel differentiates its own l')
+LOSSES = {
+    "logistic": lambda u: np.logaddexp(0.0, -u),
+    "exponential": lambda u: np.exp(-u),
+    "correlation": lambda u: -u,
+}
+
+
+def supports(config, dtype) -> bool:
+  """True when ``train`` runs ``config`` here: the native kernel's case with a host-drawn start."""
+  return (block_kernel.supports(config) and block_kernel.uses_native(config, dtype)
+          and host_init.supports(config) and not config.train_head)
+
+
+def _last(x: np.ndarray) -> np.ndarray:
+  return np.ascontiguousarray(np.moveaxis(x, 0, -1))
+
+
+def _first(x: np.ndarray) -> np.ndarray:
+  return np.moveaxis(x, -1, 0)
+
+
+def _loss(name: str, Y: np.ndarray, f: np.ndarray, lam: float, ridge_sum: np.ndarray) -> np.ndarray:
+  """(S, b) mean_i l(Y_i f_i) (+ lam ridge_sum) of predictions f (S, n, b), labels Y (n, b)."""
+  with np.errstate(invalid="ignore", over="ignore"):   # a diverged run's loss is NaN or inf, as in XLA
+    ell = LOSSES[name](Y[None] * f)
+  total = ell[:, 0]
+  for i in range(1, ell.shape[1]):          # in index order, whatever the shape
+    total = total + ell[:, i]
+  loss = total / ell.shape[1]
+  return loss + lam * ridge_sum if lam else loss
+
+
+class _Share:
+  """One device's share of the batch (runs lo..hi-1), its data laid out for the kernel."""
+
+  def __init__(self, data, lo: int, hi: int, relu: bool):
+    self.lo, self.hi = lo, hi
+    self.X, self.Z, self.Y = (_last(np.asarray(a[lo:hi], np.float64)) for a in (data.X, data.Z, data.Y))
+    self.head = _last(np.asarray(data.v[lo:hi], np.float64))     # v (d, b), or the ReLU head's V (d, d, b)
+
+
+def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, loop):
+  """``loop.train``'s result (a ``loop.Trajectory``) for ``supports(config)``; ``loop`` is the
+  calling module (its State, Trajectory, schedules and optimizer init)."""
+  param, lam, normalize = block_kernel._settings(config)
+  relu = config.head == "relu"
+  B = data.X.shape[0]
+  first_step = 0 if start is None else int(start[0])
+  if not 0 <= first_step <= config.steps:
+    raise ValueError(f"train: start step {first_step} outside [0, {config.steps}]")
+  plan = loop.schedule(config.steps - first_step, config.snapshot_every, config.chunk_steps)
+  steps = first_step + loop.snapshot_steps(plan)
+
+  t0 = time.perf_counter()
+  shapes = jax.eval_shape(jax.vmap(trainer.init_one), keys, data)
+  treedef = jax.tree_util.tree_structure(shapes)
+  if start is None:
+    params = host_init.init_params_of(config, keys, data)
+    state = loop.State(params, loop._host(loop._compiled_opt_init(trainer)(params)))
+  else:
+    state = jax.tree_util.tree_map(np.asarray, start[1])
+  d = data.X.shape[-1]
+  snaps = {"W": np.zeros((B, len(steps), d, d)), "max_prob": np.zeros((B, len(steps))),
+           "loss": np.zeros((B, len(steps)))}
+  begin = 0
+  if checkpoints is not None:
+    template = {"state": {str(i): np.zeros(x.shape, x.dtype) for i, x in enumerate(jax.tree_util.tree_leaves(shapes))},
+                "snapshots": snaps, "chunk": np.zeros((), np.int64)}
+    found = checkpoints.restore_latest(template)
+    if found is not None:
+      _, tree = found
+      begin = int(tree["chunk"])
+      state = jax.tree_util.tree_unflatten(treedef, [np.asarray(tree["state"][str(i)])
+                                                     for i in range(treedef.num_leaves)])
+      snaps = {k: np.array(v) for k, v in tree["snapshots"].items()}
+  count = min(mesh.size, B)
+  bounds = np.linspace(0, B, count + 1).round().astype(int)
+  shares = [_Share(data, lo, hi, relu) for lo, hi in zip(bounds[:-1], bounds[1:])]
+  names = sorted(state.params)
+  held = [{k: _last(np.asarray(state.params[k][s.lo:s.hi], np.float64)) for k in names} for s in shares]
+  compile_seconds = time.perf_counter() - t0
+
+  t0 = time.perf_counter()
+  runs = plan or [(1, 0)]           # no step to take: one chunk of no snapshot (initial state, attention)
+  if progress is not None and begin:
+    progress(sum(every * k for every, k in plan[:begin]))
+  pos = 1 + sum(k for _, k in plan[:begin])
+  attention = None
+  pool = concurrent.futures.ThreadPoolExecutor(len(shares)) if len(shares) > 1 else None
+  try:
+    for chunk in range(begin, len(runs)):
+      every, k = runs[chunk]
+      observe_start = chunk == begin and pos == 1    # the starting state's observation is snapshot 0
+
+      def run(j, every=every, k=k, observe_start=observe_start):
+        s = shares[j]
+        return native_kernel.run_chunk_host(
+            held[j], s.X, s.Z, s.Y, s.head, param=param.name, lr=config.lr, ridge=lam or 0.0, every=every,
+            snapshots=k, start=observe_start, loss=config.loss, normalized=normalize, head=config.head)
+
+      results = list(pool.map(run, range(len(shares)))) if pool else [run(0)]
+      for j, (s, (new, obs)) in enumerate(zip(shares, results)):
+        held[j] = new
+        loss = _loss(config.loss, s.Y, obs["f"], lam, obs["ridge_sum"])
+        W, p, loss = np.moveaxis(obs["W"], -1, 0), _first(obs["max_prob"]), _first(loss)
+        if observe_start:
+          snaps["W"][s.lo:s.hi, 0], snaps["max_prob"][s.lo:s.hi, 0], snaps["loss"][s.lo:s.hi, 0] = W[:, 0], p[:, 0], loss[:, 0]
+        o = 1 if observe_start else 0
+        snaps["W"][s.lo:s.hi, pos:pos + k] = W[:, o:]
+        snaps["max_prob"][s.lo:s.hi, pos:pos + k] = p[:, o:]
+        snaps["loss"][s.lo:s.hi, pos:pos + k] = loss[:, o:]
+        if chunk + 1 == len(runs):
+          part = np.moveaxis(obs["attention"], -1, 0)
+          if attention is None:
+            attention = np.zeros((B,) + part.shape[1:])
+          attention[s.lo:s.hi] = part
+      pos += k
+      if checkpoints is not None and chunk + 1 < len(plan):   # (after the last chunk the caller saves results)
+        leaves = jax.tree_util.tree_leaves(_state(state, held, names))
+        checkpoints.save(chunk + 1, {"state": {str(i): x for i, x in enumerate(leaves)},
+                                     "snapshots": snaps, "chunk": np.asarray(chunk + 1, np.int64)})
+      if progress is not None and k:
+        progress(every * k)
+  finally:
+    if pool is not None:
+      pool.shutdown()
+  state = _state(state, held, names)
+  return loop.Trajectory(steps, snaps["W"], snaps["max_prob"], snaps["loss"], attention, state.params,
+                         compile_seconds, time.perf_counter() - t0)
+
+
+def _state(state, held: list, names: list):
+  """``state`` with the parameters the shares hold (joined, the batch axis first)."""
+  params = {k: np.concatenate([_first(h[k]) for h in held]) for k in names}
+  return state._replace(params={**state.params, **params})
