@@ -36,9 +36,13 @@ ENABLED = True
 def supports(config) -> bool:
   """True when ``config`` trains with this kernel: the closed-form gradient's case of
   ``models.attention.make_grad`` with a normalized GD or GD step and full batches; with the ReLU
-  head (on W) where the native kernel runs, which has that head's gradient too."""
+  head (on W) where the native kernel runs, which has that head's gradient too, in the exact
+  numerics and in the authors' (X^T s pooling, g / (||g|| + eps))."""
+  # (the authors' normalized GD is normalized_gd / ngd, optim.optimizers.get_optimizer)
+  authors_relu = (config.numerics == "authors" and config.head == "relu"
+                  and config.optimizer in ("normalized_gd", "ngd", "gd"))
   closed_form = (ENABLED and config.module is None and not config.train_head and not config.minibatch
-                 and config.numerics == "exact" and config.model == "single_query"
+                 and (config.numerics == "exact" or authors_relu) and config.model == "single_query"
                  and isinstance(config.loss, str) and config.loss in model_lib.LOSS_DERIVATIVES
                  and not isinstance(config.loss_scale, str) and config.loss_scale == 1.0
                  and optimizers.without_const_schedule(config.optimizer) in OPTIMIZERS)
@@ -134,7 +138,8 @@ def make_native_chunk(trainer, every: int, snapshots: int, starts: bool):
     h = _last(data.v)                                                     # V, or v (the kernel computes X v)
     params, obs = native_kernel.run_chunk(
         jax.tree_util.tree_map(_last, state.params), X, Z, Y, h, param=param.name, lr=config.lr, ridge=lam or 0.0,
-        every=every, snapshots=snapshots, start=starts, loss=config.loss, normalized=normalize, head=config.head)
+        every=every, snapshots=snapshots, start=starts, loss=config.loss, normalized=normalize, head=config.head,
+        authors=config.numerics == "authors")
     W, p, loss = observations(obs, Y)
     attention = _first(obs["attention"])
     start = (W[:, 0], p[:, 0], loss[:, 0], None, {}) if starts else None      # (no starting attention)

@@ -175,18 +175,21 @@ def report() -> dict:
 
 
 def run_chunk(params: dict, X, Z, Y, h, *, param: str, lr: float, ridge: float, every: int, snapshots: int,
-              start: bool, loss: str, normalized: bool, head: str = "linear") -> tuple[dict, dict]:
+              start: bool, loss: str, normalized: bool, head: str = "linear",
+              authors: bool = False) -> tuple[dict, dict]:
   """One training chunk of the kernel for one block (block axis last in every array), as an
   XLA custom call: ``snapshots`` times ``every`` steps then an observation, after an observation
   of the starting parameters when ``start``. head "linear": h is the head's v (d,b) (the kernel
-  computes X v); head "relu" (W only): h is the head's V (d,d,b). Returns (params, observations) with the observations
+  computes X v); head "relu" (W only): h is the head's V (d,d,b). authors (ReLU head only): the
+  authors' numerics, the pooled token X^T s and g / (||g||_F + eps) (docs/science.md section 20). Returns (params, observations) with the observations
   {"W": (S,d,d,b), "f": (S,n,b) predictions, "max_prob": (S,b), "ridge_sum": (S,b),
   "attention": (n,T,b) the final attention}, S = snapshots (+ 1 with ``start``)."""
   targets = _load()
   n, T, d, b = X.shape
   S = snapshots + (1 if start else 0)
   attrs = dict(lr=np.float64(lr), ridge=np.float64(ridge), every=np.int64(every), snapshots=np.int64(snapshots),
-               start=np.int64(1 if start else 0), loss=np.int64(LOSSES[loss]), normalized=np.int64(1 if normalized else 0))
+               start=np.int64(1 if start else 0), loss=np.int64(LOSSES[loss]), normalized=np.int64(1 if normalized else 0),
+               authors=np.int64(1 if authors else 0))
   f64 = lambda *shape: jax.ShapeDtypeStruct(shape, X.dtype)  # noqa: E731
   obs = (f64(S, d, d, b), f64(S, n, b), f64(S, b), f64(S, b), f64(n, T, b))
   if param == "W" or head == "relu":
@@ -203,15 +206,15 @@ def run_chunk(params: dict, X, Z, Y, h, *, param: str, lr: float, ridge: float, 
 
 
 def run_steps(params: dict, X, Z, Y, h, *, param: str, lr: float, ridge: float, steps: int, loss: str,
-              normalized: bool, head: str = "linear") -> dict:
+              normalized: bool, head: str = "linear", authors: bool = False) -> dict:
   """``steps`` steps of the kernel for one block (``run_chunk`` with one snapshot): the parameters."""
   return run_chunk(params, X, Z, Y, h, param=param, lr=lr, ridge=ridge, every=steps, snapshots=1, start=False,
-                   loss=loss, normalized=normalized, head=head)[0]
+                   loss=loss, normalized=normalized, head=head, authors=authors)[0]
 
 
 def run_chunk_host(params: dict, X: np.ndarray, Z: np.ndarray, Y: np.ndarray, h: np.ndarray, *, param: str,
                    lr: float, ridge: float, every: int, snapshots: int, start: bool, loss: str, normalized: bool,
-                   head: str = "linear") -> tuple[dict, dict]:
+                   head: str = "linear", authors: bool = False) -> tuple[dict, dict]:
   """``run_chunk`` on NumPy arrays (float64, block axis last), through the kernel's C entry point
   instead of an XLA program: the same computation, bit for bit, with nothing to compile (XLA
   compiled a wrapper program per shape, 0.2-0.5 s each). Returns NumPy (params, observations)."""
@@ -228,10 +231,11 @@ def run_chunk_host(params: dict, X: np.ndarray, Z: np.ndarray, Y: np.ndarray, h:
   obs = [np.empty((S, d, d, b)), np.empty((S, n, b)), np.empty((S, b)), np.empty((S, b)), np.empty((n, T, b))]
   kind = 2 if kq else (1 if head == "relu" else 0)
   sizes = (ctypes.c_int64 * 5)(n, T, d, m, b)
-  counts = (ctypes.c_int64 * 5)(every, snapshots, 1 if start else 0, LOSSES[loss], 1 if normalized else 0)
+  counts = (ctypes.c_int64 * 6)(every, snapshots, 1 if start else 0, LOSSES[loss], 1 if normalized else 0,
+                                1 if authors else 0)
   addr = lambda arrays: (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))  # noqa: E731
   if fn(kind, sizes, float(lr), float(ridge), counts, addr(ins), X.ctypes.data, Z.ctypes.data, Y.ctypes.data,
         h.ctypes.data, addr(outs), addr(obs)):
     raise ValueError(f"native kernel: bad sizes or options (n={n} T={T} d={d} m={m} b={b}, every={every}, "
-                     f"snapshots={snapshots})")
+                     f"snapshots={snapshots}, head={head}, authors={authors})")
   return dict(zip(names, outs)), dict(zip(("W", "f", "max_prob", "ridge_sum", "attention"), obs))

@@ -125,7 +125,8 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
         s = shares[j]
         return native_kernel.run_chunk_host(
             held[j], s.X, s.Z, s.Y, s.head, param=param.name, lr=config.lr, ridge=lam or 0.0, every=every,
-            snapshots=k, start=observe_start, loss=config.loss, normalized=normalize, head=config.head)
+            snapshots=k, start=observe_start, loss=config.loss, normalized=normalize, head=config.head,
+            authors=config.numerics == "authors")
 
       results = list(pool.map(run, range(len(shares)))) if pool else [run(0)]
       for j, (s, (new, obs)) in enumerate(zip(shares, results)):

@@ -131,6 +131,16 @@ void normalize(vd* g, int64_t size) {
   for (i = 0; i < size; ++i) g[i] = peak > 0 ? (g[i] * inv) * ninv : splat(0.0);
 }
 
+// g / (||g||_F + eps) with eps the float64 machine epsilon, the sum of squares in index order, as
+// the authors' code normalizes (optim.optimizers.normalize_plus_eps): no rescaling, so a gradient
+// below about 1e-154 squares to zero, and below eps the step shrinks (a frozen run)
+void normalize_plus_eps(vd* g, int64_t size) {
+  vd sq = splat(0.0);
+  for (int64_t i = 0; i < size; ++i) sq = fmadd(g[i], g[i], sq);
+  vd den = vsqrt(sq) + 2.220446049250313e-16;
+  for (int64_t i = 0; i < size; ++i) g[i] = g[i] / den;
+}
+
 // out[o] = sum over k < K, in the order of k, of a[o * ao + k * ak] * x[k * xk], for o0 <= o < o0 + N:
 // N outputs at a time in registers, N independent chains of fused multiply-adds.
 template <int N>
@@ -175,11 +185,13 @@ struct Options {
   double lr, ridge;
   int64_t every, snapshots, loss;
   bool normalized, start;
+  bool authors;  // the authors' numerics (ReLU head): pooled token X^T s, g / (||g||_F + eps)
 };
 
 class Group {
  public:
-  Group(const Sizes& s, bool kq, bool relu = false) : s_(s), kq_(kq), relu_(relu) {
+  Group(const Sizes& s, bool kq, bool relu = false, bool authors = false)
+      : s_(s), kq_(kq), relu_(relu), authors_(authors) {
     X_.resize(s.n * s.T * s.d);
     Z_.resize(s.n * s.d);
     Y_.resize(s.n);
@@ -319,10 +331,14 @@ class Group {
       best[i] = better ? st : best[i];
       for (int64_t k = 0; k < d; ++k) x_ref[k] = better ? Xi[t * d + k] : (t ? x_ref[k] : splat(0.0));
     }
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t k = 0; k < d; ++k) D[t * d + k] = Xi[t * d + k] - x_ref[k];
-    matvec(r, D, 1, d, &e_[i * T], 1, d, T);                              // sum_t s_t (x_t - x_ref)
-    for (int64_t k = 0; k < d; ++k) r[k] = x_ref[k] + r[k];
+    if (authors_) {                                                       // r = X_i^T s as written
+      matvec(r, Xi, 1, d, &e_[i * T], 1, d, T);
+    } else {
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t k = 0; k < d; ++k) D[t * d + k] = Xi[t * d + k] - x_ref[k];
+      matvec(r, D, 1, d, &e_[i * T], 1, d, T);                            // sum_t s_t (x_t - x_ref)
+      for (int64_t k = 0; k < d; ++k) r[k] = x_ref[k] + r[k];
+    }
     matvec(p, V_.data(), 1, d, r, 1, d, d);                               // p = V^T r
     vd f = splat(0.0);
     for (int64_t j = 0; j < d; ++j) f += vmax(p[j], splat(0.0));
@@ -345,7 +361,7 @@ class Group {
       for (int64_t j = 0; j < d; ++j) p[j] = p[j] > 0 ? a : splat(0.0);   // a [p > 0]
       matvec(r, V_.data(), d, 1, p, 1, d, d);                             // u = V (a [p > 0])
       vd* g = &seq_[3 * n];                                               // (T scratch entries after 3n)
-      matvec(g, D, d, 1, r, 1, T, d);                                     // g_t = (x_t - x_ref)^T u
+      matvec(g, authors_ ? &X_[i * T * d] : D, d, 1, r, 1, T, d);         // g_t = (x_t - x_ref)^T u (x_t^T u)
       vd sg = splat(0.0);
       for (int64_t t = 0; t < T; ++t) sg = fmadd(e_[i * T + t], g[t], sg);
       for (int64_t t = 0; t < T; ++t) e_[i * T + t] = e_[i * T + t] * (g[t] - sg);   // dL/dlogits
@@ -413,7 +429,8 @@ class Group {
   static void update(vd* p, vd* g, int64_t size, const Options& o) {
     if (o.ridge != 0.0)
       for (int64_t i = 0; i < size; ++i) g[i] = fmadd(splat(2.0 * o.ridge), p[i], g[i]);
-    if (o.normalized) normalize(g, size);
+    if (o.normalized && o.authors) normalize_plus_eps(g, size);
+    else if (o.normalized) normalize(g, size);
     for (int64_t i = 0; i < size; ++i) p[i] = fmadd(splat(-o.lr), g[i], p[i]);
   }
 
@@ -421,12 +438,12 @@ class Group {
 
  private:
   Sizes s_;
-  bool kq_, relu_;
+  bool kq_, relu_, authors_;
 };
 
 Options options(double lr, double ridge, int64_t every, int64_t snapshots, int64_t start, int64_t loss,
-                int64_t normalized) {
-  return Options{lr, ridge, every, snapshots, loss, normalized != 0, start != 0};
+                int64_t normalized, int64_t authors) {
+  return Options{lr, ridge, every, snapshots, loss, normalized != 0, start != 0, authors != 0};
 }
 
 ffi::Error check(const Sizes& s, const Options& o) {
@@ -464,7 +481,7 @@ template <class Load, class Store>
 ffi::Error run_block(const Sizes& s, bool kq, bool relu, const Options& o, Load load, Store store,
                      const Observations& obs) {
   FlushDenormals flush;
-  Group g(s, kq, relu);
+  Group g(s, kq, relu, o.authors);
   std::vector<vd> f(s.n);
   const int64_t dd = s.d * s.d, b = s.b;
   for (int64_t j0 = 0; j0 < b; j0 += L) {
@@ -504,6 +521,7 @@ ffi::Error gd_block_w(bool relu, ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> 
   if (X.dimensions().size() != 4) return ffi::Error::InvalidArgument("svmattn gd_block: X must be (n,T,d,b)");
   Sizes s = sizes_of(X, 1);
   if (auto err = check(s, o); err.failure()) return err;
+  if (o.authors && !relu) return ffi::Error::InvalidArgument("svmattn gd_block: the authors' numerics need the ReLU head");
   if (auto err = check_observations(s, o, W_obs, f, max_prob, ridge_sum, attention); err.failure()) return err;
   return run_block(
       s, false, relu, o,
@@ -520,8 +538,9 @@ ffi::Error gd_block_w(bool relu, ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> 
 #define SVMATTN_OUT ffi::ResultBuffer<ffi::F64>
 #define SVMATTN_OBS_PARAMS SVMATTN_OUT W_obs, SVMATTN_OUT f, SVMATTN_OUT mp, SVMATTN_OUT rs, SVMATTN_OUT att
 #define SVMATTN_ATTR_PARAMS \
-  double lr, double ridge, int64_t every, int64_t snapshots, int64_t start, int64_t loss, int64_t normalized
-#define SVMATTN_OPTIONS options(lr, ridge, every, snapshots, start, loss, normalized)
+  double lr, double ridge, int64_t every, int64_t snapshots, int64_t start, int64_t loss, int64_t normalized, \
+      int64_t authors
+#define SVMATTN_OPTIONS options(lr, ridge, every, snapshots, start, loss, normalized, authors)
 
 ffi::Error GdBlockW(SVMATTN_F64 W, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 v, SVMATTN_OUT W_out,
                     SVMATTN_OBS_PARAMS, SVMATTN_ATTR_PARAMS) {
@@ -540,6 +559,7 @@ ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z,
   Sizes s = sizes_of(X, K.dimensions()[1]);
   Options o = SVMATTN_OPTIONS;
   if (auto err = check(s, o); err.failure()) return err;
+  if (o.authors) return ffi::Error::InvalidArgument("svmattn gd_block: the authors' numerics need the ReLU head");
   if (auto err = check_observations(s, o, W_obs, f, mp, rs, att); err.failure()) return err;
   return run_block(
       s, true, false, o,
@@ -558,7 +578,8 @@ ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z,
 }  // namespace
 
 // The same chunks without XLA, for train.native_kernel.run_chunk_host (NumPy arrays through
-// ctypes, block axis last, C order): 0 on success, 1 for bad sizes or options.
+// ctypes, block axis last, C order): 0 on success, 1 for bad sizes or options. counts: every,
+// snapshots, start, loss, normalized, authors (the authors' numerics: the ReLU head only).
 // kind 0: W with the linear head (head: v (d,b)), 1: W with the ReLU head (head: V (d,d,b)),
 // 2: (K, Q) with the linear head (params[0] = K, params[1] = Q (d,m,b); outputs likewise).
 // out_obs: W per observation (S,d,d,b), f (S,n,b), mean largest attention (S,b), ridge sum (S,b),
@@ -569,7 +590,8 @@ extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, dou
   if (kind < 0 || kind > 2) return 1;
   const bool kq = kind == 2, relu = kind == 1;
   Sizes s{sizes[0], sizes[1], sizes[2], kq ? sizes[3] : 1, sizes[4]};
-  Options o = options(lr, ridge, counts[0], counts[1], counts[2], counts[3], counts[4]);
+  Options o = options(lr, ridge, counts[0], counts[1], counts[2], counts[3], counts[4], counts[5]);
+  if (o.authors && !relu) return 1;
   if (check(s, o).failure()) return 1;
   const int64_t pk = kq ? s.d * s.m : s.d * s.d;
   ffi::Error err = run_block(
@@ -589,7 +611,7 @@ extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, dou
 
 #define SVMATTN_ATTRS                                                                                      \
   .Attr<double>("lr").Attr<double>("ridge").Attr<int64_t>("every").Attr<int64_t>("snapshots").Attr<int64_t>( \
-      "start").Attr<int64_t>("loss").Attr<int64_t>("normalized")
+      "start").Attr<int64_t>("loss").Attr<int64_t>("normalized").Attr<int64_t>("authors")
 #define SVMATTN_OBS_RETS .Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>()
 // (W, X, Z, Y, v or V) -> (W, W per observation, f, max prob, ridge sum, final attention)
 #define SVMATTN_W_BINDING                                                                                  \
