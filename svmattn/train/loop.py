@@ -541,6 +541,29 @@ def pad_to_blocks(tree, block: int):
       lambda x: np.concatenate([np.asarray(x), np.repeat(np.asarray(x)[-1:], extra, axis=0)]), tree)
 
 
+def restore_chunk(checkpoints, shapes, snaps: dict):
+  """(chunks done, State, snapshots) of the newest checkpoint in ``checkpoints`` (None: none, or
+  no checkpoints); ``shapes`` gives the state's structure, ``snaps`` the snapshots' shapes."""
+  if checkpoints is None:
+    return None
+  treedef = jax.tree_util.tree_structure(shapes)
+  template = {"state": {str(i): np.zeros(x.shape, x.dtype) for i, x in enumerate(jax.tree_util.tree_leaves(shapes))},
+              "snapshots": snaps, "chunk": np.zeros((), np.int64)}
+  found = checkpoints.restore_latest(template)
+  if found is None:
+    return None
+  _, tree = found
+  state = jax.tree_util.tree_unflatten(treedef, [np.asarray(tree["state"][str(i)]) for i in range(treedef.num_leaves)])
+  return int(tree["chunk"]), state, {k: np.array(v) for k, v in tree["snapshots"].items()}
+
+
+def save_chunk(checkpoints, chunk: int, state, snaps: dict) -> None:
+  """Checkpoint the state (host arrays) and the snapshots after ``chunk`` chunks."""
+  leaves = jax.tree_util.tree_leaves(state)
+  checkpoints.save(chunk, {"state": {str(i): x for i, x in enumerate(leaves)}, "snapshots": snaps,
+                           "chunk": np.asarray(chunk, np.int64)})
+
+
 def schedule(steps: int, every: int, chunk_steps: int) -> list[tuple[int, int]]:
   """The (every, snapshots) calls that advance ``steps`` steps, snapshot each ``every``."""
   per_chunk = max(1, chunk_steps // every)
@@ -633,19 +656,12 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   named = lambda extra: {("kq__" + k if config.module is not None else k): v for k, v in extra.items()}  # noqa: E731
   first = {"W": W0, "max_prob": p0, "loss": l0, **named(extra0)}
   snaps = {k: np.zeros((x.shape[0], len(steps)) + x.shape[1:], x.dtype) for k, x in first.items()}
-  treedef = jax.tree_util.tree_structure(shapes)
-  n_leaves = treedef.num_leaves
   begin, initialize = 0, start is None
-  if checkpoints is not None:
-    template = {"state": {str(i): np.zeros(x.shape, x.dtype) for i, x in enumerate(jax.tree_util.tree_leaves(shapes))},
-                "snapshots": snaps, "chunk": np.zeros((), np.int64)}
-    found = checkpoints.restore_latest(template)
-    if found is not None:
-      _, tree = found
-      begin, initialize = int(tree["chunk"]), False
-      state = jax.tree_util.tree_unflatten(treedef, [np.asarray(tree["state"][str(i)]) for i in range(n_leaves)])
-      state_p = place(state, mesh)
-      snaps = {k: np.array(v) for k, v in tree["snapshots"].items()}
+  found = restore_chunk(checkpoints, shapes, snaps)
+  if found is not None:
+    begin, state, snaps = found
+    initialize = False
+    state_p = place(state, mesh)
   # the first chunk's shape starts the run (initializes and observes); any other shape only advances.
   # A resumed run compiles each shape as the uninterrupted run does (XLA may round one computation
   # differently in programs that hold different parts), so resuming stays bit-identical.
@@ -673,9 +689,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
       snaps[name][:, pos:pos + k] = x
     pos += k
     if checkpoints is not None and chunk + 1 < len(plan):   # (after the last chunk the caller saves results)
-      leaves = jax.tree_util.tree_leaves(_host(state_p))
-      checkpoints.save(chunk + 1, {"state": {str(i): x for i, x in enumerate(leaves)},
-                                   "snapshots": snaps, "chunk": np.asarray(chunk + 1, np.int64)})
+      save_chunk(checkpoints, chunk + 1, _host(state_p), snaps)
     if progress is not None and k:
       progress(every * k)
     if chunk + 1 == len(runs):

@@ -82,7 +82,6 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
 
   t0 = time.perf_counter()
   shapes = jax.eval_shape(jax.vmap(trainer.init_one), keys, data)
-  treedef = jax.tree_util.tree_structure(shapes)
   if start is None:
     params = host_init.init_params_of(config, keys, data)
     state = loop.State(params, loop._host(loop._compiled_opt_init(trainer)(params)))
@@ -92,16 +91,9 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
   snaps = {"W": np.zeros((B, len(steps), d, d)), "max_prob": np.zeros((B, len(steps))),
            "loss": np.zeros((B, len(steps)))}
   begin = 0
-  if checkpoints is not None:
-    template = {"state": {str(i): np.zeros(x.shape, x.dtype) for i, x in enumerate(jax.tree_util.tree_leaves(shapes))},
-                "snapshots": snaps, "chunk": np.zeros((), np.int64)}
-    found = checkpoints.restore_latest(template)
-    if found is not None:
-      _, tree = found
-      begin = int(tree["chunk"])
-      state = jax.tree_util.tree_unflatten(treedef, [np.asarray(tree["state"][str(i)])
-                                                     for i in range(treedef.num_leaves)])
-      snaps = {k: np.array(v) for k, v in tree["snapshots"].items()}
+  found = loop.restore_chunk(checkpoints, shapes, snaps)
+  if found is not None:
+    begin, state, snaps = found
   count = min(mesh.size, B)
   bounds = np.linspace(0, B, count + 1).round().astype(int)
   shares = [_Share(data, lo, hi, relu) for lo, hi in zip(bounds[:-1], bounds[1:])]
@@ -146,9 +138,7 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
           attention[s.lo:s.hi] = part
       pos += k
       if checkpoints is not None and chunk + 1 < len(plan):   # (after the last chunk the caller saves results)
-        leaves = jax.tree_util.tree_leaves(_state(state, held, names))
-        checkpoints.save(chunk + 1, {"state": {str(i): x for i, x in enumerate(leaves)},
-                                     "snapshots": snaps, "chunk": np.asarray(chunk + 1, np.int64)})
+        loop.save_chunk(checkpoints, chunk + 1, _state(state, held, names), snaps)
       if progress is not None and k:
         progress(every * k)
   finally:
