@@ -119,6 +119,7 @@ def threefry2x32(k1, k2, x1, x2) -> tuple[np.ndarray, np.ndarray]:
 
 def run_keys(seed: int, runs) -> np.ndarray:
   """(B, 2) ``run_key(seed, r)`` of every run r of ``runs``: fold_in(PRNGKey(seed), r)."""
+  check_partitionable()
   runs = np.asarray(runs, np.uint32).reshape(-1)
   seed = int(seed)
   hi, lo = np.uint32((seed >> 32) & 0xFFFFFFFF), np.uint32(seed & 0xFFFFFFFF)
@@ -128,6 +129,7 @@ def run_keys(seed: int, runs) -> np.ndarray:
 
 def split_host(keys, num: int = 2) -> np.ndarray:
   """(B, num, 2) ``jax.random.split(key, num)`` of every key of ``keys`` (B, 2)."""
+  check_partitionable()
   keys = np.asarray(keys, np.uint32).reshape(-1, 2)
   count = np.arange(num, dtype=np.uint32)[None]
   a, b = threefry2x32(keys[:, :1], keys[:, 1:], np.zeros_like(count), count)

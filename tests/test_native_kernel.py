@@ -362,16 +362,38 @@ def test_training_without_xla_equals_the_custom_call(param, loss, ridge, head):
   assert not np.array_equal(got.W[:, 0], got.W[:, -1])
 
 
-def test_training_without_xla_does_not_depend_on_the_shares():
+def test_training_without_xla_does_not_depend_on_the_shares(monkeypatch):
   """The batch is cut into one share per device, each run on a thread: one share or two give the
   same trajectories bit for bit (and the same as each data set alone)."""
   data = data_lib.generate_host(data_lib.DataSpec(n=3, T=4, d=5), 4, np.arange(9))
-  config = train_lib.TrainConfig(param="KQ", lr=0.1, steps=12, snapshot_every=4, chunk_steps=8).validate()
+  config = train_lib.TrainConfig(param="KQ", lr=0.1, steps=12, snapshot_every=4, chunk_steps=8,
+                                 block_size=1).validate()
   keys = train_lib.init_keys(4, np.arange(9))
+  shares = []
+  real = native_train._Share
+  monkeypatch.setattr(native_train, "_Share", lambda *a: shares.append(a[1:3]) or real(*a))
   one = train_lib.train(config, data, keys, mesh=train_lib.data_mesh(jax.local_devices()[:1]))
+  assert shares == [(0, 9)]
   two = train_lib.train(config, data, keys, mesh=train_lib.data_mesh(jax.local_devices()[:2]))
+  assert shares[1:] == [(0, 4), (4, 9)] or shares[1:] == [(0, 5), (5, 9)]
   alone = train_lib.train(config, data_lib.Dataset(*(a[5:6] for a in data)), keys[5:6])
   for a in (two, alone):
     sl = slice(None) if a is two else slice(5, 6)
     for name in ("W", "max_prob", "loss", "attention"):
       np.testing.assert_array_equal(getattr(one, name)[sl], getattr(a, name))
+
+
+def test_training_without_xla_refuses_a_start_of_the_wrong_shape():
+  """A starting state whose leaves do not match the batch (here for 4 data sets, the batch holds 6)
+  is refused with one error naming the array, before the kernel reads or writes by those sizes."""
+  data = data_lib.generate_host(data_lib.DataSpec(n=3, T=4, d=5), 1, np.arange(6))
+  config = train_lib.TrainConfig(param="W", lr=0.1, steps=4, snapshot_every=2, chunk_steps=4).validate()
+  keys = train_lib.init_keys(1, np.arange(6))
+  trainer = train_lib.make_trainer(config)
+  small = host_init.init_params_of(config, keys[:4], data_lib.Dataset(*(a[:4] for a in data)))
+  start = (0, train_lib.State(small, jax.vmap(trainer.optimizer.init)(small)))
+  with pytest.raises(ValueError, match=r"starting state.*W.*shape \(4, 5, 5\), expected \(6, 5, 5\)"):
+    train_lib.train(config, data, keys, start=start)
+  bad = data_lib.Dataset(data.X, data.Y, data.Z, data.v[:, :4])
+  with pytest.raises(ValueError, match=r"data\.v has shape \(6, 4\), expected \(6, 5\)"):
+    train_lib.train(config, bad, keys)

@@ -226,6 +226,12 @@ def run_chunk_host(params: dict, X: np.ndarray, Z: np.ndarray, Y: np.ndarray, h:
   ins = [c(params[k]) for k in names]
   X, Z, Y, h = c(X), c(Z), c(Y), c(h)
   m = ins[0].shape[1] if kq else 1
+  want = {"Z": (Z.shape, (n, d, b)), "Y": (Y.shape, (n, b)),
+          "head": (h.shape, (d, d, b) if head == "relu" else (d, b)),
+          **{k: (a.shape, (d, m if kq else d, b)) for k, a in zip(names, ins)}}
+  for name, (got, expected) in want.items():       # the kernel reads and writes by these sizes
+    if got != expected:
+      raise ValueError(f"native kernel: {name} has shape {got}, expected {expected} for X of shape {X.shape}")
   S = snapshots + (1 if start else 0)
   outs = [np.empty_like(a) for a in ins]
   obs = [np.empty((S, d, d, b)), np.empty((S, n, b)), np.empty((S, b)), np.empty((S, b)), np.empty((n, T, b))]
@@ -234,8 +240,11 @@ def run_chunk_host(params: dict, X: np.ndarray, Z: np.ndarray, Y: np.ndarray, h:
   counts = (ctypes.c_int64 * 6)(every, snapshots, 1 if start else 0, LOSSES[loss], 1 if normalized else 0,
                                 1 if authors else 0)
   addr = lambda arrays: (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))  # noqa: E731
-  if fn(kind, sizes, float(lr), float(ridge), counts, addr(ins), X.ctypes.data, Z.ctypes.data, Y.ctypes.data,
-        h.ctypes.data, addr(outs), addr(obs)):
+  rc = fn(kind, sizes, float(lr), float(ridge), counts, addr(ins), X.ctypes.data, Z.ctypes.data, Y.ctypes.data,
+          h.ctypes.data, addr(outs), addr(obs))
+  if rc == 2:
+    raise MemoryError(f"native kernel: out of memory for a block of n={n} T={T} d={d}")
+  if rc:
     raise ValueError(f"native kernel: bad sizes or options (n={n} T={T} d={d} m={m} b={b}, every={every}, "
                      f"snapshots={snapshots}, head={head}, authors={authors})")
   return dict(zip(names, outs)), dict(zip(("W", "f", "max_prob", "ridge_sum", "attention"), obs))

@@ -5,7 +5,7 @@ on the host (``host_init``), a training chunk is one call of the kernel's C entr
 (``native_kernel.run_chunk_host``) per device's share of the batch, on NumPy arrays with the data
 sets on the last axis, the shares on threads (the call releases the GIL). Nothing is compiled per
 shape: XLA compiled a wrapper program around the kernel for every shape and chunk length (0.2 to
-0.5 s each; E4 compiled 55 of them), which an empty compilation cache paid again on every run.
+0.5 s each; about 40 in E4), which an empty compilation cache paid again on every run.
 
 The kernel computes every data set on its own lane with the same operations in the same order,
 so a data set's trajectory does not depend on the batch, its share or the number of shares:
@@ -52,11 +52,26 @@ def _loss(name: str, Y: np.ndarray, f: np.ndarray, lam: float, ridge_sum: np.nda
   """(S, b) mean_i l(Y_i f_i) (+ lam ridge_sum) of predictions f (S, n, b), labels Y (n, b)."""
   with np.errstate(invalid="ignore", over="ignore"):   # a diverged run's loss is NaN or inf, as in XLA
     ell = LOSSES[name](Y[None] * f)
-  total = ell[:, 0]
-  for i in range(1, ell.shape[1]):          # in index order, whatever the shape
-    total = total + ell[:, i]
-  loss = total / ell.shape[1]
-  return loss + lam * ridge_sum if lam else loss
+    total = ell[:, 0]
+    for i in range(1, ell.shape[1]):          # in index order, whatever the shape
+      total = total + ell[:, i]
+    loss = total / ell.shape[1]
+    return loss + lam * ridge_sum if lam else loss
+
+
+def _check_shapes(state, shapes, data, relu: bool) -> None:
+  """ValueError naming the first array whose shape does not match the batch's (the kernel reads
+  and writes by these sizes)."""
+  B, n, T, d = data.X.shape
+  want = {"Y": (B, n), "Z": (B, n, d), "v": (B, d, d) if relu else (B, d)}
+  for name, shape in want.items():
+    if np.shape(getattr(data, name)) != shape:
+      raise ValueError(f"train: data.{name} has shape {np.shape(getattr(data, name))}, expected {shape} "
+                       f"for X of shape {data.X.shape}")
+  for (path, leaf), ref in zip(jax.tree_util.tree_leaves_with_path(state), jax.tree_util.tree_leaves(shapes)):
+    if np.shape(leaf) != ref.shape:
+      raise ValueError(f"train: the starting state's {jax.tree_util.keystr(path)} has shape {np.shape(leaf)}, "
+                       f"expected {ref.shape}")
 
 
 class _Share:
@@ -94,6 +109,7 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
   found = loop.restore_chunk(checkpoints, shapes, snaps)
   if found is not None:
     begin, state, snaps = found
+  _check_shapes(state, shapes, data, relu)
   count = min(mesh.size, B)
   bounds = np.linspace(0, B, count + 1).round().astype(int)
   shares = [_Share(data, lo, hi, relu) for lo, hi in zip(bounds[:-1], bounds[1:])]

@@ -578,7 +578,8 @@ ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z,
 }  // namespace
 
 // The same chunks without XLA, for train.native_kernel.run_chunk_host (NumPy arrays through
-// ctypes, block axis last, C order): 0 on success, 1 for bad sizes or options. counts: every,
+// ctypes, block axis last, C order): 0 on success, 1 for bad sizes or options, 2 when it could not
+// allocate its buffers. counts: every,
 // snapshots, start, loss, normalized, authors (the authors' numerics: the ReLU head only).
 // kind 0: W with the linear head (head: v (d,b)), 1: W with the ReLU head (head: V (d,d,b)),
 // 2: (K, Q) with the linear head (params[0] = K, params[1] = Q (d,m,b); outputs likewise).
@@ -594,6 +595,7 @@ extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, dou
   if (o.authors && !relu) return 1;
   if (check(s, o).failure()) return 1;
   const int64_t pk = kq ? s.d * s.m : s.d * s.d;
+  try {                                                                   // (no exception crosses into C)
   ffi::Error err = run_block(
       s, kq, relu, o,
       [&](Group& g, int64_t j0, int used) {
@@ -607,6 +609,9 @@ extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, dou
       },
       Observations{out_obs[0], out_obs[1], out_obs[2], out_obs[3], out_obs[4]});
   return err.failure() ? 1 : 0;
+  } catch (...) {                                                         // (out of memory)
+    return 2;
+  }
 }
 
 #define SVMATTN_ATTRS                                                                                      \
