@@ -217,7 +217,7 @@ def test_relu_head_with_the_authors_numerics_agrees_with_the_autodiff_program():
   assert not np.array_equal(exact.W[:, -1], new.W[:, -1])         # the option reaches the kernel
 
 
-@pytest.mark.parametrize("numerics", ["exact", "authors"])
+@pytest.mark.parametrize("numerics", ["exact", pytest.param("authors", marks=pytest.mark.slow)])
 def test_relu_head_a_data_set_does_not_depend_on_its_block(numerics):
   """Bit for bit with the ReLU head: run 3 trained alone equals run 3 at position 3 (first block,
   lane 3) and at position 66 (second block, lane 2) of one batch of 67 data sets."""
@@ -330,9 +330,10 @@ def test_the_results_do_not_depend_on_the_vector_width(tmp_path, monkeypatch):
   assert np.all(np.isfinite(W_obs)) and not np.array_equal(W_obs[0], W_obs[-1])
 
 
-@pytest.mark.parametrize("param, loss, ridge, head", [("W", "logistic", None, "linear"),
-                                                      ("KQ", "exponential", 0.05, "linear"),
-                                                      ("W", "logistic", None, "relu")])
+@pytest.mark.parametrize("param, loss, ridge, head", [
+    ("W", "logistic", None, "linear"),
+    pytest.param("KQ", "exponential", 0.05, "linear", marks=pytest.mark.slow),   # (siblings: slow tests)
+    pytest.param("W", "logistic", None, "relu", marks=pytest.mark.slow)])
 def test_training_without_xla_equals_the_custom_call(param, loss, ridge, head):
   """train() runs the kernel's C entry point on NumPy arrays (train.native_train), with no XLA
   program: the parameters, every snapshot's W and mean largest attention, and the final attention
