@@ -28,7 +28,8 @@ print(json.dumps({"devices": len(jax.local_devices()), "W": traj.W.tolist(), "ru
 
 
 def _run(tmp_path, mode):
-  env = {**os.environ, "SVMATTN_CPU_DEVICES": "2", "PYTHONPATH": REPO_ROOT}
+  # the XLA block kernel's programs (with the native kernel, train.native_train compiles none)
+  env = {**os.environ, "SVMATTN_CPU_DEVICES": "2", "PYTHONPATH": REPO_ROOT, "SVMATTN_NATIVE_KERNEL": "0"}
   out = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "cache"), mode], env=env,
                        capture_output=True, text=True, check=True)
   return json.loads(out.stdout.strip().splitlines()[-1])
