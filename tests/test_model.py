@@ -117,7 +117,8 @@ def test_unknown_names():
 
 
 @pytest.mark.parametrize("param_name", ["W", "KQ"])
-@pytest.mark.parametrize("loss", ["logistic", "exponential", "correlation"])
+@pytest.mark.parametrize("loss", ["logistic", pytest.param("exponential", marks=pytest.mark.slow),
+                                  pytest.param("correlation", marks=pytest.mark.slow)])   # (siblings: slow tests)
 def test_closed_form_gradient_equals_autodiff(param_name, loss):
   import jax
   from svmattn.models import heads

@@ -66,8 +66,10 @@ def test_the_native_kernel_trains_where_it_can_be_built():
   assert native_kernel.report() == {"gd_kernel": "native-cpu"}
 
 
-@pytest.mark.parametrize("param, optimizer, loss", [("W", "normalized_gd", "logistic"), ("KQ", "normalized_gd", "logistic"),
-                                                    ("W", "gd", "exponential"), ("KQ", "gd", "correlation")])
+@pytest.mark.parametrize("param, optimizer, loss", [
+    ("W", "normalized_gd", "logistic"), ("KQ", "normalized_gd", "logistic"),
+    pytest.param("W", "gd", "exponential", marks=pytest.mark.slow),        # (siblings: slow tests)
+    pytest.param("KQ", "gd", "correlation", marks=pytest.mark.slow)])
 def test_agrees_with_the_xla_block_kernel_to_rounding(param, optimizer, loss):
   """The same 60 steps in both kernels, from the same point, on 11 data sets (whole groups of
   lanes and a part-filled one). One step differs by a few ulps (measured at most 3e-15 of
@@ -230,10 +232,11 @@ def test_relu_head_a_data_set_does_not_depend_on_its_block(numerics):
     np.testing.assert_array_equal(alone.loss[0], batch.loss[at])
 
 
-@pytest.mark.parametrize("param, loss, ridge, head", [("W", "logistic", None, "linear"),
-                                                      ("KQ", "exponential", 0.05, "linear"),
-                                                      ("W", "correlation", 0.01, "linear"),
-                                                      ("W", "logistic", None, "relu")])
+@pytest.mark.parametrize("param, loss, ridge, head", [
+    ("W", "logistic", None, "linear"),
+    pytest.param("KQ", "exponential", 0.05, "linear", marks=pytest.mark.slow),   # (siblings: slow tests)
+    pytest.param("W", "correlation", 0.01, "linear", marks=pytest.mark.slow),
+    ("W", "logistic", None, "relu")])
 def test_observations_agree_with_the_trainers_observe(param, loss, ridge, head):
   """The kernel observes as it trains: at the starting parameters and after each snapshot's
   steps, W, the mean largest attention, the loss (mean l(Y f) + lam ridge, from the kernel's

@@ -15,20 +15,24 @@ from svmattn.train import loop as train_lib
 RUNS = np.concatenate([np.arange(0, 2000, 7), [2**31 - 1, 2**31, 2**32 - 1]]).astype(np.uint32)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 12345, 2**31, 2**32 - 1])
+SLOW = pytest.mark.slow   # (each case compiles JAX's reference; the siblings run with the slow tests)
+
+
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=SLOW), pytest.param(12345, marks=SLOW),
+                                  pytest.param(2**31, marks=SLOW), 2**32 - 1])
 def test_run_keys_are_jax_fold_in(seed):
   ref = np.asarray(jax.vmap(lambda r: rng.run_key(seed, r))(jnp.asarray(RUNS)))
   np.testing.assert_array_equal(rng.run_keys(seed, RUNS), ref)
 
 
-@pytest.mark.parametrize("num", [1, 2, 4, 5])
+@pytest.mark.parametrize("num", [pytest.param(1, marks=SLOW), 2, 4, pytest.param(5, marks=SLOW)])
 def test_split_is_jax_split(num):
   keys = rng.run_keys(3, RUNS)
   ref = np.asarray(jax.vmap(lambda k: jax.random.split(k, num))(jnp.asarray(keys)))
   np.testing.assert_array_equal(rng.split_host(keys, num), ref)
 
 
-@pytest.mark.parametrize("size", [1, 6, 64, 129])
+@pytest.mark.parametrize("size", [pytest.param(1, marks=SLOW), 6, pytest.param(64, marks=SLOW), 129])
 def test_coin_flips_are_jax_bernoulli(size):
   keys = rng.run_keys(5, RUNS)
   ref = np.asarray(jax.vmap(lambda k: jax.random.bernoulli(k, 0.5, (size,)))(jnp.asarray(keys)))
