@@ -140,13 +140,10 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
       for j, (s, (new, obs)) in enumerate(zip(shares, results)):
         held[j] = new
         loss = _loss(config.loss, s.Y, obs["f"], lam, obs["ridge_sum"])
-        W, p, loss = np.moveaxis(obs["W"], -1, 0), _first(obs["max_prob"]), _first(loss)
-        if observe_start:
-          snaps["W"][s.lo:s.hi, 0], snaps["max_prob"][s.lo:s.hi, 0], snaps["loss"][s.lo:s.hi, 0] = W[:, 0], p[:, 0], loss[:, 0]
-        o = 1 if observe_start else 0
-        snaps["W"][s.lo:s.hi, pos:pos + k] = W[:, o:]
-        snaps["max_prob"][s.lo:s.hi, pos:pos + k] = p[:, o:]
-        snaps["loss"][s.lo:s.hi, pos:pos + k] = loss[:, o:]
+        first = pos - 1 if observe_start else pos     # (the start's observation: snapshot 0)
+        for name, x in (("W", np.moveaxis(obs["W"], -1, 0)), ("max_prob", _first(obs["max_prob"])),
+                        ("loss", _first(loss))):
+          snaps[name][s.lo:s.hi, first:pos + k] = x
         if chunk + 1 == len(runs):
           part = np.moveaxis(obs["attention"], -1, 0)
           if attention is None:
