@@ -1,6 +1,7 @@
 """The study pipeline (svmattn.study): grids of cells, early stops, workers that die with their
 parent, flags checked before any work, and E4 (a grid with training) killed and resumed or
 shared by two processes, equal to one uninterrupted process."""
+import dataclasses
 import json
 import os
 import random
@@ -83,6 +84,41 @@ def test_early_stop_keeps_the_first_batches_that_suffice(tmp_path, batch_size, w
     third = int(np.flatnonzero(x > 0)[2])           # the run at which 3 positives are reached
     end = -(-(third + 1) // batch_size) * batch_size  # the end of that run's batch
     np.testing.assert_array_equal(arrays["run"], np.arange(min(end, 40)))
+
+
+def test_growing_batches_cover_every_run_once_and_replay_finds_them():
+  """Study.grow: GROWTH_START batches of batch_size, then doubling up to GROWTH_CAP times it;
+  the batches tile the runs in order, and unit_of finds each run's batch and row."""
+  study = dataclasses.replace(_toy(3, _enough, runs=500), grow=True)
+  todo = [u for u in pipeline.units(study) if u.cell == 0]
+  sizes = [len(u.runs) for u in todo]
+  start = pipeline.GROWTH_START
+  assert sizes[:start] == [3] * start
+  assert sizes[start:start + 3] == [6, 12, 24]
+  assert max(sizes) == 3 * pipeline.GROWTH_CAP and sizes[-2] == 3 * pipeline.GROWTH_CAP
+  np.testing.assert_array_equal(np.concatenate([u.runs for u in todo]), np.arange(500))
+  for u in todo:
+    for row, run in enumerate(u.runs):
+      assert pipeline.unit_of(study, 0, int(run)) == (u.batch, row)
+  plain = _toy(3, _enough, runs=500)
+  assert pipeline.identity(study) != pipeline.identity(plain)   # a resume never mixes the two layouts
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_growing_batches_give_the_cells_of_fixed_ones(tmp_path, workers):
+  """A growing study's cells hold the runs of the fixed-batch study up to the end of the batch that
+  completed them: the same per-run results, whatever the batching."""
+  def enough(label, arrays):          # about 20 of 200 runs qualify: the cell needs several batches
+    return int(np.sum(arrays["x"] > 1.3)) >= 8
+  fixed = pipeline.run(_toy(5, enough, runs=200), str(tmp_path / "fixed"), workers=workers, show_progress=False)
+  study = dataclasses.replace(_toy(5, enough, runs=200), grow=True)
+  grown = pipeline.run(study, str(tmp_path / "grown"), workers=workers, show_progress=False)
+  for c, (a, b) in enumerate(zip(fixed.cells, grown.cells)):
+    ends = [int(u.runs[-1]) + 1 for u in pipeline.units(study) if u.cell == c]
+    end = next(e for e in ends if e >= len(a["run"]))   # the growing batch holding fixed's last run
+    assert len(a["run"]) < 200 and len(ends) > pipeline.GROWTH_START
+    np.testing.assert_array_equal(b["run"], np.arange(end))
+    np.testing.assert_array_equal(b["x"][:len(a["x"])], a["x"])
 
 
 def test_output_counts_the_work_done(tmp_path):

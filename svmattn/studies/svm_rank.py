@@ -5,7 +5,7 @@ set r of a cell is run r of the paper's unit-Gaussian generator (linear head) wi
 shape; alpha = opt (the tokens of largest score gamma_it = Y_i v^T x_it). A cell draws its
 data sets in run order until ``runs`` of them have a feasible Att-SVM(opt)
 (``svm.feasibility.check``), at most ``max_draws_factor * runs`` (the cell's ``runs`` in the
-pipeline; it stops early through ``Study.enough``). The host analysis of a batch checks the
+pipeline; it stops early through ``Study.enough``, in growing batches: ``Study.grow``). The host analysis of a batch checks the
 feasibility of every data set and, where feasible, solves Att-SVM(opt) in the Frobenius
 norm (NNLS, exact) and the nuclear norm (``nuc_solver``) and takes numerical ranks with
 relative tolerance ``rtol``; the reduction keeps the first ``runs`` feasible data sets of
@@ -106,7 +106,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
 
   study_cells = tuple(pipeline.Cell({"n": n, "T": T, "d": d}, max_draws) for n, T, d in cells)
   return pipeline.Study(NAME, study_cells, load, lambda cell: (), analyze, fl.get("batch_size", 25), fl["seed"],
-                        identity if identity is not None else fl, enough=enough)
+                        identity if identity is not None else fl, enough=enough, grow=True)
 
 
 def solve_one(X, Z, alpha, norm: str, nuc_solver: str) -> svm_lib.SVMResult:

@@ -28,7 +28,11 @@ different run is an error that names the differences.
 A cell may stop early: ``study.enough(label, arrays)`` (arrays: the cell's results so far,
 in run order) is asked after each analyzed batch, and the cell's results end at the first
 batch after which it holds; batches trained beyond it are not used (so the results do not
-depend on the workers' timing).
+depend on the workers' timing). With ``study.grow`` such a cell's batches grow (``batch_starts``:
+four batches of batch_size, then 2, 4, 8, ... times it, at most GROWTH_CAP times), so a cell
+that draws many data sets to keep a few (E3's) costs tens of batches, not hundreds, while one
+that needs few draws solves no more than before; every data set's results depend on it alone,
+so the batching never changes them.
 
 Several hosts: process p of P takes the p-th contiguous share of every cell's runs
 (``hosts.gather`` joins them).
@@ -91,6 +95,7 @@ class Study:
   seed: int = 0
   identity: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
   enough: Callable[[dict, dict], bool] | None = None
+  grow: bool = False       # with enough: the cell's batches grow (``batch_starts``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,18 +115,39 @@ def share(runs: int, process_index: int = 0, process_count: int = 1) -> tuple[in
   return min(process_index * per, runs), min((process_index + 1) * per, runs)
 
 
+GROWTH_START = 4      # a growing cell's batches of batch_size before they double
+GROWTH_CAP = 16       # the largest batch of a growing cell, in batch_size
+
+
+def batch_starts(study: Study, lo: int, hi: int) -> list[int]:
+  """The first run of every batch of the runs [lo, hi) of a cell: every batch_size runs, or with
+  ``study.grow`` (a study whose cells stop early) GROWTH_START batches of batch_size, then 2, 4,
+  8, ... times batch_size, at most GROWTH_CAP times."""
+  if not study.grow:
+    return list(range(lo, hi, study.batch_size))
+  starts, start, k = [], lo, 0
+  while start < hi:
+    starts.append(start)
+    start += study.batch_size * min(1 << max(k - GROWTH_START + 1, 0), GROWTH_CAP)
+    k += 1
+  return starts
+
+
 def units(study: Study, process_index: int = 0, process_count: int = 1) -> list[Unit]:
   out = []
   for c, cell in enumerate(study.cells):
     lo, hi = share(cell.runs, process_index, process_count)
-    for k, start in enumerate(range(lo, hi, study.batch_size)):
-      out.append(Unit(c, k, np.arange(start, min(start + study.batch_size, hi))))
+    starts = batch_starts(study, lo, hi)
+    for k, start in enumerate(starts):
+      out.append(Unit(c, k, np.arange(start, starts[k + 1] if k + 1 < len(starts) else hi)))
   return out
 
 
 def unit_of(study: Study, cell: int, run: int) -> tuple[int, int]:
   """(batch, position in it) of ``run`` of ``cell`` in a one-process run."""
-  return divmod(run, study.batch_size)
+  starts = batch_starts(study, 0, study.cells[cell].runs)
+  k = int(np.searchsorted(starts, run, side="right")) - 1
+  return k, run - starts[k]
 
 
 def work_dir(out: str, process_index: int = 0, process_count: int = 1) -> str:
@@ -133,7 +159,8 @@ def identity(study: Study, process_index: int = 0, process_count: int = 1) -> di
   return ckpt_lib._normalize({"study": study.name, "identity": study.identity,
                               "cells": [[c.label, c.runs] for c in study.cells],
                               "batch_size": study.batch_size, "seed": study.seed,
-                              "process": [process_index, process_count]})
+                              "process": [process_index, process_count],
+                              **({"grow": [GROWTH_START, GROWTH_CAP]} if study.grow else {})})
 
 
 def _lock(work: str):

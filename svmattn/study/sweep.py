@@ -92,7 +92,8 @@ def combine(name: str, parts: list[tuple[dict, pipeline.Study]], identity: dict)
   return pipeline.Study(name, tuple(cells), load, stages,
                         functools.partial(_analyze, swept=swept, analyzers=analyzers),
                         first.batch_size, first.seed, identity,
-                        functools.partial(_enough, swept=swept, enough=enough) if any(enough.values()) else None)
+                        functools.partial(_enough, swept=swept, enough=enough) if any(enough.values()) else None,
+                        grow=first.grow)
 
 
 def cells_of(study: pipeline.Study, combination: dict) -> list[int]:
