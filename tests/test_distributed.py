@@ -78,6 +78,7 @@ def _devices_in_subprocess(env):
   return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
 def test_cpu_devices_default_override_and_explicit_xla_flag():
   default = _devices_in_subprocess({})
   assert default.returncode == 0, default.stderr[-2000:]

@@ -98,6 +98,7 @@ def test_linear_minibatch_of_all_points_in_order_is_full_batch():
   assert not np.array_equal(full.w, some.w)
 
 
+@pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
 def test_linear_stage_same_alone_as_in_a_batch():
   values = e16.SETTINGS.validate({**e16.SETTINGS.defaults(), **SMALL, "models": ["linear_mc"],
                                   "optimizers": ["signum0.9", "polyak:100"]})

@@ -86,6 +86,7 @@ def test_train_interrupted_and_resumed_is_bit_identical(request, tmp_path, param
   assert again == [sum(every * n for every, n in plan[:-1]), plan[-1][0] * plan[-1][1]]
 
 
+@pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
 def test_resumed_at_a_chunk_of_another_shape_runs_the_same_programs(batch, keys, tmp_path, monkeypatch):
   """Schedule [(10, 2), (10, 2), (10, 1)]: the last chunk has its own compiled shape, which never
   starts a run. Resumed there, the run uses the programs of the uninterrupted run (XLA may round one
