@@ -84,6 +84,14 @@ def lambda_head(lam: float = LAMBDA_DEFAULT) -> Head:
   return _lambda_head(_check_lam(lam))
 
 
+def lambda_of(name: str) -> float | None:
+  """The lam of a lambda head's name ("lambda:0.5" -> 0.5; "lambda" -> LAMBDA_DEFAULT), else None."""
+  base, sep, arg = name.partition(":")
+  if base != "lambda":
+    return None
+  return _check_lam(arg) if sep else LAMBDA_DEFAULT
+
+
 HEADS: dict[str, Callable[..., Head]] = {
     "linear": lambda: LINEAR,
     "relu": lambda: RELU,

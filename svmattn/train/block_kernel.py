@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from svmattn.models import attention as model_lib
+from svmattn.models import heads
 from svmattn.models import losses as losses_lib
 from svmattn.optim import optimizers
 from svmattn.train import native_kernel
@@ -37,7 +38,8 @@ def supports(config) -> bool:
   """True when ``config`` trains with this kernel: the closed-form gradient's case of
   ``models.attention.make_grad`` with a normalized GD or GD step and full batches; with the ReLU
   head (on W) where the native kernel runs, which has that head's gradient too, in the exact
-  numerics and in the authors' (X^T s pooling, g / (||g|| + eps))."""
+  numerics and in the authors' (X^T s pooling, g / (||g|| + eps)); with the lambda head (on W, the
+  exact numerics) where the native kernel runs."""
   # (the authors' normalized GD is normalized_gd / ngd, optim.optimizers.get_optimizer)
   authors_relu = (config.numerics == "authors" and config.head == "relu"
                   and config.optimizer in ("normalized_gd", "ngd", "gd"))
@@ -46,9 +48,14 @@ def supports(config) -> bool:
                  and isinstance(config.loss, str) and config.loss in model_lib.LOSS_DERIVATIVES
                  and not isinstance(config.loss_scale, str) and config.loss_scale == 1.0
                  and optimizers.without_const_schedule(config.optimizer) in OPTIMIZERS)
-  if config.head == "relu":           # the native kernel only (float32 data: the vmapped program, in make_advance)
+  if pooled_head(config):            # the native kernel only (float32 data: the vmapped program, in make_advance)
     return closed_form and config.param == "W" and uses_native(config, jnp.float64)
   return closed_form and config.head == "linear" and config.param in ("W", "KQ")
+
+
+def pooled_head(config) -> bool:
+  """True for the heads on the pooled token that the native kernel has: ReLU and lambda."""
+  return config.head == "relu" or heads.lambda_of(config.head) is not None
 
 
 def _last(x):
@@ -124,7 +131,6 @@ def make_native_chunk(trainer, every: int, snapshots: int, starts: bool):
   config = trainer.config
   param, lam, normalize = _settings(config)
   ell = losses_lib.get_loss(config.loss)
-  relu = config.head == "relu"
 
   def observations(obs, Y):
     """(W (b,S,d,d), mean largest attention (b,S), loss (b,S)) of the kernel's observations."""
@@ -157,8 +163,8 @@ def make_advance(trainer, every: int, snapshots: int):
   else the steps run in XLA and ``trainer.observe`` observes."""
   config = trainer.config
   observe = jax.vmap(trainer.observe)
-  relu = config.head == "relu"
-  step = None if relu else make_step(config)
+  pooled = pooled_head(config)
+  step = None if pooled else make_step(config)
 
   def steps(params, X, Z, Y, h):
     params, _ = jax.lax.scan(lambda p, _: (step(p, X, Z, Y, h), None), params, None, length=every)
@@ -168,7 +174,7 @@ def make_advance(trainer, every: int, snapshots: int):
     if uses_native(config, data.X.dtype):                    # one call: the steps and the observations
       state, _, out, _ = make_native_chunk(trainer, every, snapshots, False)(state, data)
       return state, out
-    if relu:                                                 # float32: the vmapped program, as without this kernel
+    if pooled:                                               # float32: the vmapped program, as without this kernel
       return jax.vmap(lambda st, dt: trainer.advance_one(st, dt, every, snapshots))(state, data)
     X, Z, Y = _last(data.X), _last(data.Z), _last(data.Y)
     h = jnp.einsum("ntdb,db->ntb", X, _last(data.v))                      # h = X v

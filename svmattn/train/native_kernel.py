@@ -29,6 +29,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from svmattn.models import heads
+
 SOURCE = Path(__file__).with_name("native") / "gd_block.cc"
 LOSSES = {"logistic": 0, "exponential": 1, "correlation": 2}
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off", "-w")
@@ -111,7 +113,7 @@ def _host_entry(lib):
   ``CDLL`` function: the GIL is released during the call, so threads run parts concurrently)."""
   fn = lib.SvmattnGdChunk
   ptr, ptrs = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
-  fn.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_double, ctypes.c_double,
+  fn.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_double, ctypes.c_double, ctypes.c_double,
                  ctypes.POINTER(ctypes.c_int64), ptrs, ptr, ptr, ptr, ptr, ptrs, ptrs]
   fn.restype = ctypes.c_int
   return fn
@@ -133,7 +135,8 @@ def _load():
         key = _key(compiler)
         lib = ctypes.cdll.LoadLibrary(str(_build(compiler, key)))
         targets = {"host": _host_entry(lib)}
-        for name, symbol in (("W", "SvmattnGdBlockW"), ("KQ", "SvmattnGdBlockKQ"), ("W_relu", "SvmattnGdBlockWRelu")):
+        for name, symbol in (("W", "SvmattnGdBlockW"), ("KQ", "SvmattnGdBlockKQ"), ("W_relu", "SvmattnGdBlockWRelu"),
+                             ("W_lambda", "SvmattnGdBlockWLambda")):
           # the source's hash is in the target's name: a program compiled for another source
           # (the persistent compilation cache) never calls this one
           targets[name] = f"svmattn_gd_block_{name}_{key}"
@@ -174,27 +177,41 @@ def report() -> dict:
   return {"gd_kernel": "xla", "gd_kernel_why": why_not()}
 
 
+def head_kind(head: str) -> tuple[str, float]:
+  """(kind, lam) of a head name: "linear", "relu" or "lambda" (a lambda head's name carries its
+  lam: "lambda:0.5"; lam is 0 for the others)."""
+  lam = heads.lambda_of(head)
+  if lam is not None:
+    return "lambda", lam
+  if head not in ("linear", "relu"):
+    raise ValueError(f"native kernel: no head {head!r} (linear, relu or lambda:LAM)")
+  return head, 0.0
+
+
 def run_chunk(params: dict, X, Z, Y, h, *, param: str, lr: float, ridge: float, every: int, snapshots: int,
               start: bool, loss: str, normalized: bool, head: str = "linear",
               authors: bool = False) -> tuple[dict, dict]:
   """One training chunk of the kernel for one block (block axis last in every array), as an
   XLA custom call: ``snapshots`` times ``every`` steps then an observation, after an observation
   of the starting parameters when ``start``. head "linear": h is the head's v (d,b) (the kernel
-  computes X v); head "relu" (W only): h is the head's V (d,d,b). authors (ReLU head only): the
+  computes X v); head "relu" (W only): h is the head's V (d,d,b); a lambda head "lambda:LAM"
+  (W only): h is the head's v (d,b). authors (ReLU head only): the
   authors' numerics, the pooled token X^T s and g / (||g||_F + eps) (docs/science.md section 20). Returns (params, observations) with the observations
   {"W": (S,d,d,b), "f": (S,n,b) predictions, "max_prob": (S,b), "ridge_sum": (S,b),
   "attention": (n,T,b) the final attention}, S = snapshots (+ 1 with ``start``)."""
   targets = _load()
   n, T, d, b = X.shape
   S = snapshots + (1 if start else 0)
+  kind, head_lam = head_kind(head)
   attrs = dict(lr=np.float64(lr), ridge=np.float64(ridge), every=np.int64(every), snapshots=np.int64(snapshots),
                start=np.int64(1 if start else 0), loss=np.int64(LOSSES[loss]), normalized=np.int64(1 if normalized else 0),
-               authors=np.int64(1 if authors else 0))
+               authors=np.int64(1 if authors else 0), head_lam=np.float64(head_lam))
   f64 = lambda *shape: jax.ShapeDtypeStruct(shape, X.dtype)  # noqa: E731
   obs = (f64(S, d, d, b), f64(S, n, b), f64(S, b), f64(S, b), f64(n, T, b))
-  if param == "W" or head == "relu":
+  if param == "W" or kind != "linear":
     W = params["W"]
-    out = jax.ffi.ffi_call(targets["W_relu" if head == "relu" else "W"], (f64(*W.shape),) + obs)(W, X, Z, Y, h, **attrs)
+    target = targets["W" if kind == "linear" else f"W_{kind}"]
+    out = jax.ffi.ffi_call(target, (f64(*W.shape),) + obs)(W, X, Z, Y, h, **attrs)
     new = {"W": out[0]}
     rest = out[1:]
   else:
@@ -220,7 +237,8 @@ def run_chunk_host(params: dict, X: np.ndarray, Z: np.ndarray, Y: np.ndarray, h:
   compiled a wrapper program per shape, 0.2-0.5 s each). Returns NumPy (params, observations)."""
   fn = _load()["host"]
   n, T, d, b = X.shape
-  kq = param != "W" and head != "relu"
+  kind, head_lam = head_kind(head)
+  kq = param != "W" and kind == "linear"
   names = ("K", "Q") if kq else ("W",)
   c = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
   ins = [c(params[k]) for k in names]
@@ -235,12 +253,12 @@ def run_chunk_host(params: dict, X: np.ndarray, Z: np.ndarray, Y: np.ndarray, h:
   S = snapshots + (1 if start else 0)
   outs = [np.empty_like(a) for a in ins]
   obs = [np.empty((S, d, d, b)), np.empty((S, n, b)), np.empty((S, b)), np.empty((S, b)), np.empty((n, T, b))]
-  kind = 2 if kq else (1 if head == "relu" else 0)
+  code = 2 if kq else {"linear": 0, "relu": 1, "lambda": 3}[kind]
   sizes = (ctypes.c_int64 * 5)(n, T, d, m, b)
   counts = (ctypes.c_int64 * 6)(every, snapshots, 1 if start else 0, LOSSES[loss], 1 if normalized else 0,
                                 1 if authors else 0)
   addr = lambda arrays: (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))  # noqa: E731
-  rc = fn(kind, sizes, float(lr), float(ridge), counts, addr(ins), X.ctypes.data, Z.ctypes.data, Y.ctypes.data,
+  rc = fn(code, sizes, float(lr), float(ridge), float(head_lam), counts, addr(ins), X.ctypes.data, Z.ctypes.data, Y.ctypes.data,
           h.ctypes.data, addr(outs), addr(obs))
   if rc == 2:
     raise MemoryError(f"native kernel: out of memory for a block of n={n} T={T} d={d}")

@@ -186,12 +186,17 @@ struct Options {
   int64_t every, snapshots, loss;
   bool normalized, start;
   bool authors;  // the authors' numerics (ReLU head): pooled token X^T s, g / (||g||_F + eps)
+  double head_lam;  // the lambda head's lam
 };
+
+// The heads: linear h(r) = v^T r (head data v (d)), ReLU h(r) = 1^T ReLU(V^T r) (V (d,d)), lambda
+// h(r) = v^T r - lam ||r||^2 (v (d)); the last two on the pooled token r.
+enum Head { kLinear = 0, kRelu = 1, kLambda = 2 };
 
 class Group {
  public:
-  Group(const Sizes& s, bool kq, bool relu = false, bool authors = false)
-      : s_(s), kq_(kq), relu_(relu), authors_(authors) {
+  Group(const Sizes& s, bool kq, Head head = kLinear, bool authors = false, double head_lam = 0.0)
+      : s_(s), kq_(kq), relu_(head == kRelu), pooled_(head != kLinear), authors_(authors), lam_(head_lam) {
     X_.resize(s.n * s.T * s.d);
     Z_.resize(s.n * s.d);
     Y_.resize(s.n);
@@ -202,9 +207,9 @@ class Group {
     q_.resize(s.n * s.d);
     e_.resize(s.n * s.T);
     seq_.resize(6 * s.n > 3 * s.n + s.T ? 6 * s.n : 3 * s.n + s.T);
-    if (relu) {
+    if (pooled_) {
       h_.resize(s.T * s.d);
-      V_.resize(s.d * s.d);
+      if (relu_) V_.resize(s.d * s.d);
       u_.resize(s.d);
       r_.resize(s.d);
     }
@@ -228,7 +233,7 @@ class Group {
   }
 
   // head: v (d) with the linear head, whose h = X v (n,T) is computed here once (each h_it a chain
-  // of fused multiply-adds over k in index order); V (d,d) with the ReLU head
+  // of fused multiply-adds over k in index order); V (d,d) with the ReLU head; v (d) with the lambda head
   void load(const double* X, const double* Z, const double* Y, const double* head, int64_t j0, int used) {
     const Sizes& s = s_;
     gather(X, s.n * s.T * s.d, s.b, j0, used, X_.data());
@@ -238,7 +243,7 @@ class Group {
       gather(head, s.d * s.d, s.b, j0, used, V_.data());
     } else {
       gather(head, s.d, s.b, j0, used, v_.data());
-      matvec(h_.data(), X_.data(), s.d, 1, v_.data(), 1, s.n * s.T, s.d);
+      if (!pooled_) matvec(h_.data(), X_.data(), s.d, 1, v_.data(), 1, s.n * s.T, s.d);
     }
   }
 
@@ -339,6 +344,12 @@ class Group {
       matvec(r, D, 1, d, &e_[i * T], 1, d, T);                            // sum_t s_t (x_t - x_ref)
       for (int64_t k = 0; k < d; ++k) r[k] = x_ref[k] + r[k];
     }
+    if (!relu_) {                                                         // lambda: v^T r - lam r^T r
+      vd vr = splat(0.0), rr = splat(0.0);
+      for (int64_t k = 0; k < d; ++k) vr = fmadd(v_[k], r[k], vr);
+      for (int64_t k = 0; k < d; ++k) rr = fmadd(r[k], r[k], rr);
+      return vr - splat(lam_) * rr;
+    }
     matvec(p, V_.data(), 1, d, r, 1, d, d);                               // p = V^T r
     vd f = splat(0.0);
     for (int64_t j = 0; j < d; ++j) f += vmax(p[j], splat(0.0));
@@ -358,8 +369,12 @@ class Group {
       vd* p = u_.data();
       vd f = relu_prediction(i, r, p);
       vd a = Y_[i] * loss_derivative(loss, Y_[i] * f) * inv_n;
-      for (int64_t j = 0; j < d; ++j) p[j] = p[j] > 0 ? a : splat(0.0);   // a [p > 0]
-      matvec(r, V_.data(), d, 1, p, 1, d, d);                             // u = V (a [p > 0])
+      if (relu_) {
+        for (int64_t j = 0; j < d; ++j) p[j] = p[j] > 0 ? a : splat(0.0); // a [p > 0]
+        matvec(r, V_.data(), d, 1, p, 1, d, d);                           // u = V (a [p > 0])
+      } else {                                                            // lambda: u = a (v - 2 lam r)
+        for (int64_t k = 0; k < d; ++k) r[k] = a * fmadd(splat(-2.0 * lam_), r[k], v_[k]);
+      }
       vd* g = &seq_[3 * n];                                               // (T scratch entries after 3n)
       matvec(g, authors_ ? &X_[i * T * d] : D, d, 1, r, 1, T, d);         // g_t = (x_t - x_ref)^T u (x_t^T u)
       vd sg = splat(0.0);
@@ -383,7 +398,7 @@ class Group {
   void observe(vd* f, vd* max_prob, vd* ridge_sum) {
     const int64_t n = s_.n, d = s_.d, m = s_.m;
     if (kq_) kq_to_w();
-    if (relu_) {
+    if (pooled_) {
       exp_logits();
       for (int64_t i = 0; i < n; ++i) seq_[n + i] = 1.0 / seq_[n + i], seq_[2 * n + i] = splat(-INFINITY);
       for (int64_t i = 0; i < n; ++i) f[i] = relu_prediction(i, &q_[i * d], u_.data());
@@ -411,7 +426,7 @@ class Group {
   void step(const Options& o) {
     const int64_t d = s_.d, m = s_.m;
     if (!kq_) {
-      if (relu_) gradient_relu(o.loss);
+      if (pooled_) gradient_relu(o.loss);
       else gradient(o.loss);
       update(W_.data(), G_.data(), d * d, o);
       return;
@@ -438,12 +453,13 @@ class Group {
 
  private:
   Sizes s_;
-  bool kq_, relu_, authors_;
+  bool kq_, relu_, pooled_, authors_;
+  double lam_;
 };
 
 Options options(double lr, double ridge, int64_t every, int64_t snapshots, int64_t start, int64_t loss,
-                int64_t normalized, int64_t authors) {
-  return Options{lr, ridge, every, snapshots, loss, normalized != 0, start != 0, authors != 0};
+                int64_t normalized, int64_t authors, double head_lam = 0.0) {
+  return Options{lr, ridge, every, snapshots, loss, normalized != 0, start != 0, authors != 0, head_lam};
 }
 
 ffi::Error check(const Sizes& s, const Options& o) {
@@ -478,10 +494,10 @@ ffi::Error check_observations(const Sizes& s, const Options& o, ffi::ResultBuffe
 // A chunk for every group of (up to) L data sets of the block: `load` copies a group's data and
 // parameters into the Group, `store` writes its parameters back; the observations go to `obs`.
 template <class Load, class Store>
-ffi::Error run_block(const Sizes& s, bool kq, bool relu, const Options& o, Load load, Store store,
+ffi::Error run_block(const Sizes& s, bool kq, Head head, const Options& o, Load load, Store store,
                      const Observations& obs) {
   FlushDenormals flush;
-  Group g(s, kq, relu, o.authors);
+  Group g(s, kq, head, o.authors, o.head_lam);
   std::vector<vd> f(s.n);
   const int64_t dd = s.d * s.d, b = s.b;
   for (int64_t j0 = 0; j0 < b; j0 += L) {
@@ -512,8 +528,8 @@ ffi::Error run_block(const Sizes& s, bool kq, bool relu, const Options& o, Load 
   return ffi::Error::Success();
 }
 
-// W (d,d,b) with the linear head (head: v, (d,b)) or the ReLU head (head: V, (d,d,b))
-ffi::Error gd_block_w(bool relu, ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
+// W (d,d,b) with the linear or lambda head (head: v, (d,b)) or the ReLU head (head: V, (d,d,b))
+ffi::Error gd_block_w(Head kind, ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> X, ffi::Buffer<ffi::F64> Z,
                       ffi::Buffer<ffi::F64> Y, ffi::Buffer<ffi::F64> head, ffi::ResultBuffer<ffi::F64> W_out,
                       ffi::ResultBuffer<ffi::F64> W_obs, ffi::ResultBuffer<ffi::F64> f,
                       ffi::ResultBuffer<ffi::F64> max_prob, ffi::ResultBuffer<ffi::F64> ridge_sum,
@@ -521,10 +537,11 @@ ffi::Error gd_block_w(bool relu, ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> 
   if (X.dimensions().size() != 4) return ffi::Error::InvalidArgument("svmattn gd_block: X must be (n,T,d,b)");
   Sizes s = sizes_of(X, 1);
   if (auto err = check(s, o); err.failure()) return err;
-  if (o.authors && !relu) return ffi::Error::InvalidArgument("svmattn gd_block: the authors' numerics need the ReLU head");
+  if (o.authors && kind != kRelu)
+    return ffi::Error::InvalidArgument("svmattn gd_block: the authors' numerics need the ReLU head");
   if (auto err = check_observations(s, o, W_obs, f, max_prob, ridge_sum, attention); err.failure()) return err;
   return run_block(
-      s, false, relu, o,
+      s, false, kind, o,
       [&](Group& g, int64_t j0, int used) {
         g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), head.typed_data(), j0, used);
         Group::gather(W.typed_data(), s.d * s.d, s.b, j0, used, g.W_.data());
@@ -539,17 +556,22 @@ ffi::Error gd_block_w(bool relu, ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> 
 #define SVMATTN_OBS_PARAMS SVMATTN_OUT W_obs, SVMATTN_OUT f, SVMATTN_OUT mp, SVMATTN_OUT rs, SVMATTN_OUT att
 #define SVMATTN_ATTR_PARAMS \
   double lr, double ridge, int64_t every, int64_t snapshots, int64_t start, int64_t loss, int64_t normalized, \
-      int64_t authors
-#define SVMATTN_OPTIONS options(lr, ridge, every, snapshots, start, loss, normalized, authors)
+      int64_t authors, double head_lam
+#define SVMATTN_OPTIONS options(lr, ridge, every, snapshots, start, loss, normalized, authors, head_lam)
 
 ffi::Error GdBlockW(SVMATTN_F64 W, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 v, SVMATTN_OUT W_out,
                     SVMATTN_OBS_PARAMS, SVMATTN_ATTR_PARAMS) {
-  return gd_block_w(false, W, X, Z, Y, v, W_out, W_obs, f, mp, rs, att, SVMATTN_OPTIONS);
+  return gd_block_w(kLinear, W, X, Z, Y, v, W_out, W_obs, f, mp, rs, att, SVMATTN_OPTIONS);
+}
+
+ffi::Error GdBlockWLambda(SVMATTN_F64 W, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 v,
+                          SVMATTN_OUT W_out, SVMATTN_OBS_PARAMS, SVMATTN_ATTR_PARAMS) {
+  return gd_block_w(kLambda, W, X, Z, Y, v, W_out, W_obs, f, mp, rs, att, SVMATTN_OPTIONS);
 }
 
 ffi::Error GdBlockWRelu(SVMATTN_F64 W, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 V,
                         SVMATTN_OUT W_out, SVMATTN_OBS_PARAMS, SVMATTN_ATTR_PARAMS) {
-  return gd_block_w(true, W, X, Z, Y, V, W_out, W_obs, f, mp, rs, att, SVMATTN_OPTIONS);
+  return gd_block_w(kRelu, W, X, Z, Y, V, W_out, W_obs, f, mp, rs, att, SVMATTN_OPTIONS);
 }
 
 ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z, SVMATTN_F64 Y, SVMATTN_F64 v,
@@ -562,7 +584,7 @@ ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z,
   if (o.authors) return ffi::Error::InvalidArgument("svmattn gd_block: the authors' numerics need the ReLU head");
   if (auto err = check_observations(s, o, W_obs, f, mp, rs, att); err.failure()) return err;
   return run_block(
-      s, true, false, o,
+      s, true, kLinear, o,
       [&](Group& g, int64_t j0, int used) {
         g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), v.typed_data(), j0, used);
         Group::gather(K.typed_data(), s.d * s.m, s.b, j0, used, g.K_.data());
@@ -582,22 +604,25 @@ ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z,
 // allocate its buffers. counts: every,
 // snapshots, start, loss, normalized, authors (the authors' numerics: the ReLU head only).
 // kind 0: W with the linear head (head: v (d,b)), 1: W with the ReLU head (head: V (d,d,b)),
-// 2: (K, Q) with the linear head (params[0] = K, params[1] = Q (d,m,b); outputs likewise).
+// 2: (K, Q) with the linear head (params[0] = K, params[1] = Q (d,m,b); outputs likewise),
+// 3: W with the lambda head (head: v (d,b)) of lam head_lam.
 // out_obs: W per observation (S,d,d,b), f (S,n,b), mean largest attention (S,b), ridge sum (S,b),
 // the final attention (n,T,b).
-extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, double ridge, const int64_t* counts,
-                              const double* const* params, const double* X, const double* Z, const double* Y,
-                              const double* head, double* const* out_params, double* const* out_obs) {
-  if (kind < 0 || kind > 2) return 1;
-  const bool kq = kind == 2, relu = kind == 1;
+extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, double ridge, double head_lam,
+                              const int64_t* counts, const double* const* params, const double* X,
+                              const double* Z, const double* Y, const double* head, double* const* out_params,
+                              double* const* out_obs) {
+  if (kind < 0 || kind > 3) return 1;
+  const bool kq = kind == 2;
+  const Head head_kind = kind == 1 ? kRelu : kind == 3 ? kLambda : kLinear;
   Sizes s{sizes[0], sizes[1], sizes[2], kq ? sizes[3] : 1, sizes[4]};
-  Options o = options(lr, ridge, counts[0], counts[1], counts[2], counts[3], counts[4], counts[5]);
-  if (o.authors && !relu) return 1;
+  Options o = options(lr, ridge, counts[0], counts[1], counts[2], counts[3], counts[4], counts[5], head_lam);
+  if (o.authors && head_kind != kRelu) return 1;
   if (check(s, o).failure()) return 1;
   const int64_t pk = kq ? s.d * s.m : s.d * s.d;
   try {                                                                   // (no exception crosses into C)
   ffi::Error err = run_block(
-      s, kq, relu, o,
+      s, kq, head_kind, o,
       [&](Group& g, int64_t j0, int used) {
         g.load(X, Z, Y, head, j0, used);
         Group::gather(params[0], pk, s.b, j0, used, kq ? g.K_.data() : g.W_.data());
@@ -616,7 +641,7 @@ extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, dou
 
 #define SVMATTN_ATTRS                                                                                      \
   .Attr<double>("lr").Attr<double>("ridge").Attr<int64_t>("every").Attr<int64_t>("snapshots").Attr<int64_t>( \
-      "start").Attr<int64_t>("loss").Attr<int64_t>("normalized").Attr<int64_t>("authors")
+      "start").Attr<int64_t>("loss").Attr<int64_t>("normalized").Attr<int64_t>("authors").Attr<double>("head_lam")
 #define SVMATTN_OBS_RETS .Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>().Ret<SVMATTN_F64>()
 // (W, X, Z, Y, v or V) -> (W, W per observation, f, max prob, ridge sum, final attention)
 #define SVMATTN_W_BINDING                                                                                  \
@@ -625,6 +650,7 @@ extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, dou
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockW, GdBlockW, SVMATTN_W_BINDING);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockWRelu, GdBlockWRelu, SVMATTN_W_BINDING);
+XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockWLambda, GdBlockWLambda, SVMATTN_W_BINDING);
 // (K, Q, X, Z, Y, v) -> (K, Q, W per observation, f, max prob, ridge sum, final attention)
 XLA_FFI_DEFINE_HANDLER_SYMBOL(SvmattnGdBlockKQ, GdBlockKQ,
                               ffi::Ffi::Bind()
