@@ -64,6 +64,7 @@ from svmattn.svm import dual as svm_dual
 from svmattn.study import execute
 from svmattn.train import block_kernel
 from svmattn.train import native_kernel
+from svmattn.train import native_train
 from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
@@ -178,13 +179,24 @@ def gd_kernel(B, n, T, d, steps, param="W", mode="engine"):
 
   mode "engine": what ``train.train`` runs (blocks of --block_size, the batch padded to whole
   blocks on every device, one program over all devices); "engine_1dev": the same on one
-  device; "vmap": one vmap over the whole batch on one device (no blocks)."""
+  device; "vmap": one vmap over the whole batch on one device (no blocks). Where training runs
+  the native kernel's C entry point (``train.native_train``: nothing compiled), the engine modes
+  time ``train.train`` itself, one chunk of ``steps`` steps: the start drawn on the host, the
+  data laid out for the kernel, the kernel's call on each device's share, the two observations;
+  compile_s is then that setup (no program is compiled)."""
   config = train_lib.TrainConfig(param=param, steps=steps, snapshot_every=steps, chunk_steps=steps,
                                  block_size=FLAGS.block_size)
   trainer = train_lib.make_trainer(config)
   runs = np.arange(B)
-  batch = data_lib.generate(data_lib.DataSpec(n, T, d), 0, runs)
+  batch = data_lib.generate_host(data_lib.DataSpec(n, T, d), 0, runs)
   keys = train_lib.init_keys(0, runs)
+  if mode != "vmap" and native_train.supports(config, batch.X.dtype):
+    mesh = None if mode == "engine" else train_lib.data_mesh(jax.local_devices()[:1])
+    run = lambda: train_lib.train(config, batch, keys, mesh=mesh)  # noqa: E731
+    traj = run()
+    run_s = best_time(lambda: run().W, FLAGS.repeats)
+    return traj.compile_seconds, run_s, trainer, train_lib.State(traj.params, None), batch
+  batch = data_lib.Dataset(*(jnp.asarray(a) for a in batch))
   if mode == "vmap":
     state = jax.jit(jax.vmap(trainer.init_one))(keys, batch)
     fn = jax.jit(jax.vmap(lambda st, dt: trainer.advance_one(st, dt, steps, 1)))
