@@ -121,6 +121,46 @@ def test_growing_batches_give_the_cells_of_fixed_ones(tmp_path, workers):
     np.testing.assert_array_equal(b["x"][:len(a["x"])], a["x"])
 
 
+@dataclasses.dataclass(frozen=True)
+class _DeviceStage:
+  """A toy device stage that records the thread and the JAX default device it ran on."""
+  name: str
+  concurrent: bool = True
+  steps = 1
+
+  def run(self, batch, runs, seed, progress, checkpoints):
+    import jax
+    import threading
+    progress(1)
+    y = np.asarray(batch["x"]) * (2.0 if self.name == "a" else 3.0)
+    device = jax.numpy.zeros(1).devices().pop()
+    return {"y": y, "thread": np.full(len(runs), threading.get_ident()), "device": np.full(len(runs), device.id)}, 0.0
+
+
+def _analyze_stages(label, data, stages):
+  return {"run": data["runs"], **{f"{k}_{name}": v[k] for name, v in stages.items() for k in v}}
+
+
+@pytest.mark.parametrize("concurrent", [True, False])
+def test_concurrent_stages_run_at_once_on_their_own_devices(tmp_path, concurrent):
+  """Stages marked ``concurrent`` (E7's paths) run on threads at once, stage j with local device j
+  (mod the count) as the default device, with the results of running them in turn."""
+  import jax
+  cells = (pipeline.Cell({"k": 1}, 6),)
+  study = pipeline.Study("toy", cells, _load, lambda cell: (_DeviceStage("a", concurrent), _DeviceStage("b", concurrent)),
+                         _analyze_stages, 3, 0, {"stages": concurrent})
+  out = pipeline.run(study, str(tmp_path), workers=0, show_progress=False).cells[0]
+  x = _load(cells[0], np.arange(6))["x"]
+  np.testing.assert_array_equal(out["y_a"], 2.0 * x)
+  np.testing.assert_array_equal(out["y_b"], 3.0 * x)
+  devices = [d.id for d in jax.local_devices()]
+  if concurrent:
+    assert np.all(out["thread_a"] != out["thread_b"])
+    assert set(out["device_a"]) == {devices[0]} and set(out["device_b"]) == {devices[1 % len(devices)]}
+  else:
+    assert np.all(out["thread_a"] == out["thread_b"])
+
+
 def test_output_counts_the_work_done(tmp_path):
   """Output.work: what the floors of benchmark --suites=stages are computed from."""
   out = pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)

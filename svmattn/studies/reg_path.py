@@ -66,6 +66,7 @@ class Paths:
   R: tuple
   candidates: bool = True
   gradient_steps = False     # its steps are path points, not GD steps (the pipeline's work counts)
+  concurrent = True          # the W and (K,Q) paths of a batch run at once, one per device (pipeline)
 
   @property
   def steps(self) -> int:

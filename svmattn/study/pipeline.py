@@ -42,6 +42,7 @@ from __future__ import annotations
 import concurrent.futures
 import concurrent.futures.process
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -290,6 +291,22 @@ def default_workers(trains: bool) -> int:
   return 1 if trains else max(1, min(svmattn.usable_cores(), MAX_DEFAULT_WORKERS))
 
 
+def _on_devices(jobs: list) -> list:
+  """Run ``jobs`` (callables) at once, job j on a thread with local device j (mod the device count)
+  as JAX's default device; their results in order. For stages marked ``concurrent`` (E7's W and
+  (K,Q) paths: one XLA program each, which XLA:CPU runs on one core): each computes what it would
+  alone (the same program on the same kind of device), so the results are the same bits."""
+  import jax
+  devices = jax.local_devices()
+
+  def call(j, job):
+    with jax.default_device(devices[j % len(devices)]):
+      return job()
+
+  with concurrent.futures.ThreadPoolExecutor(len(jobs), thread_name_prefix="stage") as ex:
+    return list(ex.map(call, range(len(jobs)), jobs))
+
+
 def run(study: Study, out: str, resume: bool = False, workers: int | None = None, show_progress: bool = True,
         keep_checkpoints: int = 3, process_index: int = 0, process_count: int = 1) -> Output:
   """Run every unit of ``study`` (this process's share); see the module docstring."""
@@ -384,6 +401,11 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
         return
 
   restarts = [0]
+  bar_lock = threading.Lock()
+
+  def update_train(steps):
+    with bar_lock:
+      bar.update("train", steps)
 
   def submit(u):
     nonlocal pool
@@ -448,7 +470,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
         continue
       if u.cell in stopped:
         continue
-      stage_paths, data = {}, None
+      stage_paths, data, to_run = {}, None, []
       for stage in stages[u.cell]:
         target = stage_paths[stage.name] = path(u, stage.name)
         ckdir = os.path.join(work, f"ckpt_{u.tag}_{stage.name}")
@@ -456,21 +478,32 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
           shutil.rmtree(ckdir, ignore_errors=True)  # killed between writing the arrays and this
           bar.update("train", stage.steps)
           continue
-        if data is None:
-          data = load(cell, u.runs, u)
-          write_data(u, data)
-          prefetch_after(i)
+        to_run.append(stage)
+      if to_run:
+        data = load(cell, u.runs, u)
+        write_data(u, data)
+        prefetch_after(i)
+
+      def run_stage(stage):
+        ckdir = os.path.join(work, f"ckpt_{u.tag}_{stage.name}")
         checkpoints = ckpt_lib.Checkpoints(ckdir, {"cell": u.cell, "batch": u.batch, "stage": stage.name,
                                                    **ckpt_lib._normalize({"identity": study.identity})},
                                            keep=keep_checkpoints)
-        t0 = time.perf_counter()
-        arrays, compile_s = stage.run(data, u.runs, study.seed, lambda s: bar.update("train", s), checkpoints)
+        arrays, compile_s = stage.run(data, u.runs, study.seed, lambda s: update_train(s), checkpoints)
+        results_io.write_npz(stage_paths[stage.name], arrays)
+        checkpoints.remove()
+        return compile_s
+
+      t0 = time.perf_counter()
+      if len(to_run) > 1 and all(getattr(s, "concurrent", False) for s in to_run):
+        compile_times = _on_devices([functools.partial(run_stage, s) for s in to_run])
+      else:
+        compile_times = [run_stage(s) for s in to_run]
+      timings["train_s"] += time.perf_counter() - t0
+      timings["compile_s"] += sum(compile_times)
+      for stage in to_run:
         if getattr(stage, "gradient_steps", True):       # E7's path points are no GD steps
           counts["dataset_steps"] += stage.steps * len(u.runs)
-        timings["train_s"] += time.perf_counter() - t0
-        timings["compile_s"] += compile_s
-        results_io.write_npz(target, arrays)
-        checkpoints.remove()
       if not readable(path(u, "data")):  # no stage, or trained earlier and the data file lost
         write_data(u, load(cell, u.runs, u))
         prefetch_after(i)
