@@ -294,7 +294,7 @@ def default_workers(trains: bool) -> int:
 def _on_devices(jobs: list) -> list:
   """Run ``jobs`` (callables) at once, job j on a thread with local device j (mod the device count)
   as JAX's default device; their results in order. For stages marked ``concurrent`` (E7's W and
-  (K,Q) paths: one XLA program each, which XLA:CPU runs on one core): each computes what it would
+  (K,Q) paths: one XLA program each, which XLA:CPU runs on little more than one core): each computes what it would
   alone (the same program on the same kind of device), so the results are the same bits."""
   import jax
   devices = jax.local_devices()
@@ -489,7 +489,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
         checkpoints = ckpt_lib.Checkpoints(ckdir, {"cell": u.cell, "batch": u.batch, "stage": stage.name,
                                                    **ckpt_lib._normalize({"identity": study.identity})},
                                            keep=keep_checkpoints)
-        arrays, compile_s = stage.run(data, u.runs, study.seed, lambda s: update_train(s), checkpoints)
+        arrays, compile_s = stage.run(data, u.runs, study.seed, update_train, checkpoints)
         results_io.write_npz(stage_paths[stage.name], arrays)
         checkpoints.remove()
         return compile_s

@@ -313,16 +313,20 @@ class Group {
       matvec(&G_[k * d], Z_.data(), 1, d, &R_[k], d, d, n);
   }
 
-  // dL/dW into G_ at the current W_ with the ReLU head h(r) = 1^T ReLU(V^T r) on the pooled token
+  // dL/dW into G_ at the current W_ with a head on the pooled token
   // r_i = x_ref + sum_t s_it (x_it - x_ref), ref the most-attended token (models.attention.pooled_token,
-  // docs/science.md section 1), as reverse-mode differentiation of that objective computes it:
+  // docs/science.md section 1), as reverse-mode differentiation of that objective computes it; with
+  // the ReLU head h(r) = 1^T ReLU(V^T r):
   //   p = V^T r_i, f_i = sum_j max(p_j, 0), a_i = Y_i l'(Y_i f_i) / n,
   //   u = V (a_i [p > 0]), g_t = (x_t - x_ref)^T u, dL/dlogit_t = s_t (g_t - sum_u s_u g_u).
-  // V_ holds the head (d x d), h_ the tokens' x_t - x_ref of one sequence (T x d) as scratch.
-  // The ReLU head's prediction for sequence i after exp_logits() and the reciprocals of the sums
+  // With the lambda head h(r) = v^T r - lam r^T r: f_i = v^T r_i - lam r_i^T r_i and u = a_i (v - 2 lam r_i).
+  // V_ holds the ReLU head (d x d), v_ the lambda head's v, h_ the tokens' x_t - x_ref of one
+  // sequence (T x d) as scratch.
+  // A pooled head's prediction for sequence i after exp_logits() and the reciprocals of the sums
   // (seq_[n + i]): s_i into e_, its largest entry into seq_[2n + i], the pooled token into r (d),
-  // p = V^T r into p (d), the tokens' x_t - x_ref into h_ (T x d); returns f_i = sum_j max(p_j, 0).
-  vd relu_prediction(int64_t i, vd* r, vd* p) {
+  // the tokens' x_t - x_ref into h_ (T x d); with the ReLU head p = V^T r into p (d) and
+  // f_i = sum_j max(p_j, 0), with the lambda head f_i = v^T r - lam r^T r (p unused).
+  vd pooled_prediction(int64_t i, vd* r, vd* p) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* sum = &seq_[n];
     vd* best = &seq_[2 * n];
@@ -356,7 +360,7 @@ class Group {
     return f;
   }
 
-  void gradient_relu(int64_t loss) {
+  void gradient_pooled(int64_t loss) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     const double inv_n = 1.0 / static_cast<double>(n);
     vd* sum = &seq_[n];
@@ -367,7 +371,7 @@ class Group {
       vd* D = h_.data();
       vd* r = &q_[i * d];                                                 // (q_i is no longer needed)
       vd* p = u_.data();
-      vd f = relu_prediction(i, r, p);
+      vd f = pooled_prediction(i, r, p);
       vd a = Y_[i] * loss_derivative(loss, Y_[i] * f) * inv_n;
       if (relu_) {
         for (int64_t j = 0; j < d; ++j) p[j] = p[j] > 0 ? a : splat(0.0); // a [p > 0]
@@ -401,7 +405,7 @@ class Group {
     if (pooled_) {
       exp_logits();
       for (int64_t i = 0; i < n; ++i) seq_[n + i] = 1.0 / seq_[n + i], seq_[2 * n + i] = splat(-INFINITY);
-      for (int64_t i = 0; i < n; ++i) f[i] = relu_prediction(i, &q_[i * d], u_.data());
+      for (int64_t i = 0; i < n; ++i) f[i] = pooled_prediction(i, &q_[i * d], u_.data());
     } else {
       forward_linear(f);
     }
@@ -426,7 +430,7 @@ class Group {
   void step(const Options& o) {
     const int64_t d = s_.d, m = s_.m;
     if (!kq_) {
-      if (pooled_) gradient_relu(o.loss);
+      if (pooled_) gradient_pooled(o.loss);
       else gradient(o.loss);
       update(W_.data(), G_.data(), d * d, o);
       return;
