@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 from absl import app
@@ -30,6 +31,7 @@ from svmattn import report as report_lib
 from svmattn.config import allowed
 from svmattn.io import results as results_io
 from svmattn.study import execute
+from svmattn.study import workers
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", "results", "Output directory: one subdirectory per experiment plus the report.")
@@ -39,8 +41,14 @@ flags.DEFINE_list("only", [], "Run only these experiments (ids like E2, keys lik
 flags.DEFINE_integer("seed", 0, "Seed passed to every experiment.")
 flags.DEFINE_bool("keep_runs", True, "Keep every experiment's per-run records (OUT/*/runs/, what replay compares "
                   "with); --nokeep_runs writes only the results, figures and report.")
+flags.DEFINE_integer("jobs", 2, "Experiments run at once, each its own process (started in registry order). "
+                     "Each one's wall time then includes the time it shared the machine; --jobs=1 runs them one "
+                     "after another.", lower_bound=1)
 flags.DEFINE_list("figure_format", ["png"], "Figure formats passed to every experiment (png, pdf, svg); png is "
                   "always written too, for the report.")
+
+
+POLL_S = 0.05    # how often the running experiments are looked at
 
 
 def _validator(name, check):
@@ -127,25 +135,75 @@ def _environ() -> dict:
   env = dict(os.environ)
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+  env[workers.PARENT_ENV] = str(os.getpid())
   return env
 
 
-def run_one(run: Run, out: str) -> dict:
+class Started:
+  """An experiment's process, running: its output goes to anonymous files (no pipe to fill)."""
+
+  def __init__(self, run: Run, out: str):
+    self.run, self.out, self.cmd = run, out, command(run, out)
+    print(f"[{run.key}] {run.title}: {' '.join(self.cmd[1:])}", flush=True)
+    self.stdout, self.stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+    self.t0 = time.perf_counter()
+    self.proc = subprocess.Popen(self.cmd, stdout=self.stdout, stderr=self.stderr, text=True, env=_environ())
+
+  def finished(self) -> dict | None:
+    """Its record once the process has ended, else None."""
+    if self.proc.poll() is None:
+      return None
+    wall = time.perf_counter() - self.t0
+    texts = []
+    for f in (self.stdout, self.stderr):
+      f.seek(0)
+      texts.append(f.read())
+      f.close()
+    return record_of(self.run, self.out, self.cmd, wall, self.proc.returncode, *texts)
+
+  def stop(self) -> None:
+    if self.proc.poll() is None:
+      self.proc.terminate()
+      try:
+        self.proc.wait(10)
+      except subprocess.TimeoutExpired:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def run_all(chosen: list[Run], out: str, jobs: int) -> list[dict]:
+  """Run ``chosen`` with at most ``jobs`` processes at once, started in registry order; the records
+  come back in that order. An interrupt stops every running experiment (and each one dies with
+  this process even when it is killed: ``workers.die_with_parent``)."""
+  waiting, running, done = list(chosen), [], {}
+  try:
+    while waiting or running:
+      while waiting and len(running) < jobs:
+        running.append(Started(waiting.pop(0), out))
+      for started in list(running):
+        record = started.finished()
+        if record is not None:
+          running.remove(started)
+          done[started.run.key] = record
+      time.sleep(POLL_S)
+  finally:
+    for started in running:
+      started.stop()
+  return [done[r.key] for r in chosen]
+
+
+def record_of(run: Run, out: str, cmd: list, wall: float, returncode: int, stdout: str, stderr: str) -> dict:
+  """An experiment's record for reproduce.json and the report, from its process and its summary.json."""
   target = os.path.join(out, run.dir)
-  cmd = command(run, out)
-  print(f"[{run.key}] {run.title}: {' '.join(cmd[1:])}", flush=True)
-  t0 = time.perf_counter()
-  proc = subprocess.run(cmd, capture_output=True, text=True, env=_environ())
-  wall = time.perf_counter() - t0
   record = {"id": run.key, "module": run.experiment.name, "title": run.title, "command": " ".join(cmd[1:]),
-            "wall_s": wall, "returncode": proc.returncode, "dir": run.dir,
+            "wall_s": wall, "returncode": returncode, "dir": run.dir,
             "variant": run.variant.name if run.variant else "", "beyond": run.experiment.beyond}
   os.makedirs(target, exist_ok=True)
   with results_io.atomic_path(os.path.join(target, "log.txt")) as tmp:
     with open(tmp, "w") as f:
-      f.write(proc.stdout + "\n--- stderr ---\n" + proc.stderr)
-  if proc.returncode != 0:
-    record["error"] = proc.stderr.strip()[-2000:]
+      f.write(stdout + "\n--- stderr ---\n" + stderr)
+  if returncode != 0:
+    record["error"] = stderr.strip()[-2000:]
     print(f"[{run.key}] FAILED after {wall:.1f}s (see {target}/log.txt)", flush=True)
     return record
   try:
@@ -165,7 +223,7 @@ def run_one(run: Run, out: str) -> dict:
   record["stages_s"] = report_lib.stages(record["timings_s"], wall)
   record["work"] = summary.get("work", {})
   record["figures"] = sorted(os.path.relpath(p, out) for p in glob.glob(os.path.join(target, "*.png")))
-  record["stdout"] = proc.stdout.strip()[-3000:]
+  record["stdout"] = stdout.strip()[-3000:]
   ok = sum(bool(c.get("ok")) for c in record["checks"])
   print(f"[{run.key}] done in {wall:.1f}s: {ok}/{len(record['checks'])} checks as expected", flush=True)
   return record
@@ -179,8 +237,8 @@ def main(argv):
   out = FLAGS.out
   os.makedirs(out, exist_ok=True)
   t0 = time.perf_counter()
-  records = [run_one(r, out) for r in chosen]
-  meta = {"quick": FLAGS.quick, "seed": FLAGS.seed, "total_s": time.perf_counter() - t0,
+  records = run_all(chosen, out, FLAGS.jobs)
+  meta = {"quick": FLAGS.quick, "seed": FLAGS.seed, "jobs": FLAGS.jobs, "total_s": time.perf_counter() - t0,
           "paper_s": sum(r["wall_s"] for r in records if not r.get("beyond")),
           "beyond_s": sum(r["wall_s"] for r in records if r.get("beyond")),
           "environment": execute.environment(), "command": report_lib.command_line()}

@@ -31,7 +31,9 @@ def command(record) -> str:
 
 def mode(meta) -> str:
   return (f"Mode: {'quick (small run counts)' if meta.get('quick') else 'the paper run counts'}; "
-          f"seed {meta.get('seed', 0)}; total wall time {meta.get('total_s', 0.0):.1f} s.")
+          f"seed {meta.get('seed', 0)}; total wall time {meta.get('total_s', 0.0):.1f} s"
+          + (f", {meta['jobs']} experiments at once (each one's wall time includes the time it shared the machine)."
+             if meta.get("jobs", 1) > 1 else "."))
 
 
 def environment_rows(meta) -> list[tuple[str, str]]:

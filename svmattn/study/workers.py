@@ -53,16 +53,34 @@ def _one_blas_thread() -> None:
   threadpoolctl.threadpool_limits(1)
 
 
+# A process started with this variable set to its parent's pid dies with that parent (``die_with_parent``):
+# reproduce sets it for the experiments it runs, and ``python -m svmattn`` honours it.
+PARENT_ENV = "SVMATTN_DIE_WITH_PARENT"
+
+
+def die_with_parent(parent: int) -> None:
+  """End this process when ``parent`` dies, even by SIGKILL: the kernel's PR_SET_PDEATHSIG on
+  Linux, and a watch thread that notices the re-parenting elsewhere (and as a second guard)."""
+  _die_with_parent()
+  threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="watch-parent").start()
+  if os.getppid() != parent:   # died before the watch began
+    os._exit(1)
+
+
+def die_with_parent_from_env() -> None:
+  """``die_with_parent`` of the pid in PARENT_ENV, when it is set (a process started by reproduce)."""
+  value = os.environ.pop(PARENT_ENV, "")
+  if value.isdigit():
+    die_with_parent(int(value))
+
+
 def _start_worker(parent: int) -> None:
   import signal
   from svmattn.svm import att_svm as svm_lib
   signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole group: the parent decides (terminate)
   svm_lib.THREADS = 1   # the workers already run in parallel
   _one_blas_thread()
-  _die_with_parent()
-  threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="watch-parent").start()
-  if os.getppid() != parent:   # died before the watch began
-    os._exit(1)
+  die_with_parent(parent)
 
 
 def pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:

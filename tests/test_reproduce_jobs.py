@@ -1,0 +1,102 @@
+"""reproduce --jobs: experiments run at once, records in registry order, none outlives reproduce.
+
+The experiments' processes are stand-ins (``reproduce.command`` replaced): each writes when it
+started and ended and a summary.json, so the scheduling is tested without running an experiment.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import REPO_ROOT
+from test_study import _alive, _children
+from test_sweep import ENV
+
+from svmattn.report import reproduce
+
+CHILD = textwrap.dedent("""
+    import json, os, sys, time
+    out, seconds = sys.argv[1], float(sys.argv[2])
+    start = time.time()
+    time.sleep(seconds)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump({"checks": [{"name": "c", "ok": True}], "timings_s": {"total": seconds},
+                   "span": [start, time.time()]}, f)
+""")
+
+
+def _stand_ins(monkeypatch, seconds: dict):
+  def command(run, out):
+    return [sys.executable, "-c", CHILD, os.path.join(out, run.dir), str(seconds[run.key])]
+  monkeypatch.setattr(reproduce, "command", command)
+
+
+def test_jobs_run_at_once_and_records_keep_registry_order(tmp_path, monkeypatch):
+  chosen = reproduce.runs()[:4]
+  # the first run is the longest: with 2 slots the others follow one another beside it
+  seconds = dict(zip([r.key for r in chosen], (1.0, 0.2, 0.2, 0.2)))
+  _stand_ins(monkeypatch, seconds)
+  records = reproduce.run_all(chosen, str(tmp_path), jobs=2)
+  assert [r["id"] for r in records] == [r.key for r in chosen]
+  assert all(r["returncode"] == 0 and r["checks"] == [{"name": "c", "ok": True}] for r in records)
+  spans = [json.load(open(tmp_path / r.dir / "summary.json"))["span"] for r in chosen]
+  # at most 2 at once: at every start, fewer than 2 others are running
+  for start, _ in spans:
+    assert sum(s <= start < e for s, e in spans) <= 2
+  assert all(s < spans[0][1] for s, _ in spans[1:]), "the short runs waited for the long one"
+  assert all(os.path.exists(tmp_path / r.dir / "log.txt") for r in chosen)
+
+
+def test_one_job_runs_them_one_after_another(tmp_path, monkeypatch):
+  chosen = reproduce.runs()[:3]
+  _stand_ins(monkeypatch, {r.key: 0.2 for r in chosen})
+  reproduce.run_all(chosen, str(tmp_path), jobs=1)
+  spans = [json.load(open(tmp_path / r.dir / "summary.json"))["span"] for r in chosen]
+  assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+
+DRIVER = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {root!r})
+    from svmattn.report import reproduce
+    child = ("from svmattn.study import workers; workers.die_with_parent_from_env(); "
+             "import os, time; print(os.getpid(), flush=True); time.sleep(600)")
+    reproduce.command = lambda run, out: [sys.executable, "-c", child]
+    reproduce.run_all(reproduce.runs()[:2], {out!r}, jobs=2)
+""")
+
+
+@pytest.mark.slow
+def test_no_experiment_outlives_a_killed_reproduce(tmp_path):
+  """reproduce killed by SIGKILL: the experiments it started (with PARENT_ENV) end too."""
+  proc = subprocess.Popen([sys.executable, "-c", DRIVER.format(root=REPO_ROOT, out=str(tmp_path))], env=ENV,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  try:
+    deadline, children = time.monotonic() + 60, set()
+    while time.monotonic() < deadline and len(children) < 2:
+      children = _children(proc.pid)
+      time.sleep(0.05)
+    assert len(children) == 2, f"the experiments did not start: {proc.poll()}"
+    time.sleep(3.0)                      # past the imports: die_with_parent has run
+    assert all(_alive(p) for p in children)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in children):
+      time.sleep(0.1)
+    assert not [p for p in children if _alive(p)], "an experiment outlived reproduce"
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+    for p in _children(os.getpid()):
+      try:
+        os.kill(p, signal.SIGKILL)
+      except OSError:
+        pass
