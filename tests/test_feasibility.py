@@ -163,3 +163,28 @@ def test_bad_input_is_a_clear_error():
     feas_lib.check(X[0], Z[0], np.zeros(3, int))
   with pytest.raises(ValueError, match="mask must have shape"):
     feas_lib.check(X, Z, np.zeros((2, 3), int), mask=np.ones((4, 3), bool))
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_one_dimension_decided_by_signs_as_by_nnls(masked):
+  """d = 1: a constraint of each sign (or a zero one) is infeasible at once (method "sign"), with the
+  same status as the NNLS test gives every data set alone, and a valid Gordan certificate."""
+  rng = np.random.default_rng(7)
+  B, n, T = 400, 3, 4
+  X = rng.normal(size=(B, n, T, 1))
+  Z = rng.normal(size=(B, n, 1))
+  best = np.argmax(X[..., 0] * np.sign(Z[:, :, :1]), axis=-1)       # every margin positive: feasible
+  alpha = np.where(rng.random((B, 1)) < 0.5, best, rng.integers(0, T, size=(B, n)))   # about half of them
+  for b in range(5):                                                 # a zero constraint
+    X[b, 0, (alpha[b, 0] + 1) % T] = X[b, 0, alpha[b, 0]]
+  mask = rng.random((n, T)) < 0.8 if masked else None
+  res = feas_lib.check(X, Z, alpha, mask)
+  keep = np.ones((B, n, T), bool) if mask is None else np.broadcast_to(mask, (B, n, T)).copy()
+  keep[np.arange(B)[:, None], np.arange(n)[None], alpha] = False
+  D = feas_lib._differences(X, alpha, keep)
+  s = feas_lib._row_scale(D, Z, keep)
+  alone = np.array([feas_lib._nnls_one(D[b], Z[b], keep[b], s[b])[0] for b in range(B)])
+  assert np.array_equal(res.status, alone)
+  assert 0.2 < np.mean(res.feasible) < 0.8
+  assert set(res.method[~res.feasible]) == {"sign"} and "sign" not in set(res.method[res.feasible])
+  check_certificates(X, Z, alpha, res, mask)

@@ -33,7 +33,12 @@ How it is batched (``check``): two stages.
      the NNLS threshold), W / min m is a feasible point of Att-SVM(alpha): decided
      feasible. This settles every generic data set with full-row-rank A (all of
      d >= max(T-1, n)) without a per-data-set loop.
-  2. The rest (typically small d: infeasible or barely feasible) runs the exact NNLS
+  2. At d = 1 (numerics version 8) each constraint is a number a_k w >= 1, and A w >= 1 is
+     infeasible exactly when two constraints have opposite signs or one is zero: then
+     lambda = (|a_l|, a_k) / (a_k - a_l) (or lambda = e_l for a_l = 0) is a Gordan certificate,
+     exact up to one rounding. Such data sets are decided infeasible at once (method "sign":
+     the NNLS below finds the same, as its residual vanishes); the others go on to the NNLS.
+  3. The rest (typically small d: infeasible or barely feasible) runs the exact NNLS
      test above in a tight loop, one scipy.optimize.nnls per data set (0.03-0.3 ms
      at E3/E9 sizes: small d means a small E). Infeasible data sets get a Gordan certificate
      lambda = u / sum(u) >= 0 with ||sum_k lambda_k a_k|| / s <= ~1e-6.
@@ -52,7 +57,7 @@ NNLS_LAST_TOL = 1e-12
 # A least-squares witness W decides "feasible" when s ||W||_F / min margin is at most this.
 CERTIFICATE_NORM = 1e5
 STATUSES = ("feasible", "infeasible", "failed")
-METHODS = ("lstsq", "nnls")
+METHODS = ("lstsq", "sign", "nnls")
 # Batch chunk of the vectorized stage: at most this many Gram entries (B * N * N) at once.
 _CHUNK_ENTRIES = 2_000_000
 
@@ -63,7 +68,8 @@ class Feasibility(NamedTuple):
   feasible:  (B,) bool
   status:    (B,) str, "feasible" | "infeasible" | "failed" (an NNLS that raised or
              returned non-finite values; feasible is False there)
-  method:    (B,) str, "lstsq" (decided by the vectorized certificate) or "nnls"
+  method:    (B,) str, "lstsq" (decided by the vectorized certificate), "sign" (d = 1: two
+             constraints of opposite signs, or a zero one) or "nnls"
   witness:   (B, d, d) a W with all margins >= 1 where feasible (the least-squares
              candidate rescaled, or the Frobenius SVM solution when NNLS decided); NaN elsewhere
   gordan:    (B, n, T) lambda >= 0, sum 1, with sum_it lambda_it (x_{i,alpha_i} - x_it) z_i^T ~ 0
@@ -193,6 +199,24 @@ def _nnls_one(D, Z, keep, s):
   return "feasible", (w / (low * s)).reshape(d, d), None
 
 
+def _opposite_signs(a, keep):
+  """Stage 2 (d = 1): the constraints a_k w >= 1, a (B, n, T) with keep (B, n, T). Returns (infeasible
+  (B,) bool: a kept a_k <= 0 beside a kept a_l >= 0, lambda (B, n, T): the Gordan certificate there)."""
+  B = len(a)
+  flat, kept = a.reshape(B, -1), keep.reshape(B, -1)
+  hi = np.where(kept, flat, -np.inf)
+  lo = np.where(kept, flat, np.inf)
+  k, l = np.argmax(hi, axis=1), np.argmin(lo, axis=1)
+  ak, al = hi[np.arange(B), k], lo[np.arange(B), l]
+  infeasible = (ak >= 0) & (al <= 0) & np.isfinite(ak) & np.isfinite(al)
+  lam = np.zeros_like(flat)
+  spread = np.where(infeasible & (ak > al), ak - al, 1.0)
+  rows = np.arange(B)
+  lam[rows, k] = np.where(ak > al, -al / spread, 0.0)
+  lam[rows, l] += np.where(ak > al, ak / spread, 1.0)    # ak == al == 0: the zero constraint alone
+  return infeasible, lam.reshape(a.shape)
+
+
 def check(X, Z, alpha, mask=None) -> Feasibility:
   """Is Att-SVM(alpha) feasible, for each of B data sets?
 
@@ -217,6 +241,10 @@ def check(X, Z, alpha, mask=None) -> Feasibility:
     ok, W = _certificates(D[sl], Z[sl], keep[sl], s[sl])
     decided[sl] = ok
     witness[sl][ok] = W[ok]
+  if d == 1:
+    signs, lam = _opposite_signs(D[..., 0] * Z[:, :, None, 0], keep)
+    status[signs], method[signs], gordan[signs] = "infeasible", "sign", lam[signs]
+    decided |= signs
   for b in np.flatnonzero(~decided):
     st, W, lam = _nnls_one(D[b], Z[b], keep[b], s[b])
     status[b], method[b] = st, "nnls"
