@@ -58,3 +58,17 @@ def test_wheel_installs_a_command_that_runs_from_anywhere(tmp_path):
   assert "Unable to initialize backend" not in run.stderr
   bad = subprocess.run([str(cmd), "no_such_experiment"], cwd=elsewhere, env=env, capture_output=True, text=True)
   assert bad.returncode != 0 and "unknown command" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# Heavy libraries an experiment imports where it uses them, not at the top of a module: every process
+# imports every study (the registry finds the experiments there), and these took 1.6 s of each start.
+LAZY = ("scipy.stats", "scipy.optimize", "scipy.sparse", "flax", "cvxpy", "matplotlib.pyplot", "pandas")
+
+
+def test_the_registry_imports_no_heavy_library():
+  code = ("import sys\nfrom svmattn import registry\nregistry.experiments()\n"
+          f"print(','.join(m for m in {LAZY!r} if m in sys.modules))")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.strip() == "", f"imported by the registry: {proc.stdout.strip()}"

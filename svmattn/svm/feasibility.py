@@ -48,7 +48,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-import scipy.optimize
 
 # Thresholds of svm._solve_nnls on the NNLS residual r = E u - f: infeasible when
 # ||r|| <= NNLS_RESIDUAL_TOL or -r[-1] <= NNLS_LAST_TOL.
@@ -181,6 +180,7 @@ def _nnls_one(D, Z, keep, s):
   E[-1] = 1.0
   f = np.zeros(d * d + 1)
   f[-1] = 1.0
+  import scipy.optimize   # here: 0.5 s that execute.import_in_background spends beside compiling
   try:
     u, _ = scipy.optimize.nnls(E, f, maxiter=50 * (N + d * d + 1))
   except Exception:  # noqa: BLE001 - a solver failure is an outcome
