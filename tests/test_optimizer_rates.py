@@ -88,6 +88,7 @@ def test_linear_last_rise_is_checked_at_every_step():
     assert big.last_rise[b] == rose[-1] + 2
 
 
+@pytest.mark.slow   # 5 s; tests/test_minibatch.py checks the same identity for attention in the default suite
 def test_linear_minibatch_of_all_points_in_order_is_full_batch():
   d = linear_data.binary(0, np.arange(3), n=8, d=3)
   keys = np.asarray(train_lib.init_keys(0, np.arange(3)))
