@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conftest import REPO_ROOT
-from test_study import _alive, _children
+from test_study import _alive, _children, _kill_all
 from test_sweep import ENV
 
 from svmattn.report import reproduce
@@ -92,11 +92,4 @@ def test_no_experiment_outlives_a_killed_reproduce(tmp_path):
       time.sleep(0.1)
     assert not [p for p in children if _alive(p)], "an experiment outlived reproduce"
   finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
-    for p in _children(os.getpid()):
-      try:
-        os.kill(p, signal.SIGKILL)
-      except OSError:
-        pass
+    _kill_all(proc)

@@ -232,6 +232,18 @@ def _children(pid):
   return found
 
 
+def _kill_all(proc):
+  """Kill ``proc`` and every other process this test process started (a test's cleanup)."""
+  if proc.poll() is None:
+    proc.kill()
+    proc.wait()
+  for p in _children(os.getpid()):
+    try:
+      os.kill(p, signal.SIGKILL)
+    except OSError:
+      pass
+
+
 def _alive(pid):
   try:
     with open(f"/proc/{pid}/stat") as f:
@@ -264,15 +276,7 @@ def test_no_worker_outlives_its_parents_sigkill(tmp_path):
     left = [p for p in workers if _alive(p)]
     assert not left, f"{len(left)} of {len(workers)} processes outlived their parent"
   finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
-    for p in _children(os.getpid()):
-      if p != proc.pid:
-        try:
-          os.kill(p, signal.SIGKILL)
-        except OSError:
-          pass
+    _kill_all(proc)
 
 
 PARENT = """
@@ -303,14 +307,7 @@ def test_a_worker_holding_the_gil_dies_with_its_parent(tmp_path):
       time.sleep(0.05)
     assert not _alive(worker), "the worker outlived its parent"
   finally:
-    if proc.poll() is None:
-      proc.kill()
-      proc.wait()
-    for p in _children(os.getpid()):
-      try:
-        os.kill(p, signal.SIGKILL)
-      except OSError:
-        pass
+    _kill_all(proc)
 
 
 # ----------------------------------------------------------------------------
