@@ -80,7 +80,7 @@ TABLE = {
                   ("--suites=svm,svm", "repeats svm"), ("--norms=l1e400", "1 < p <= 100"),
                   ("--suites=stages", "reproduce_json")],
     "reproduce": [("--out=@FILE", "is an existing file"), ("--seed=-1", "[0, 4294967296)"),
-                  ("--only=E1,E1", "repeats E1"), ("--jobs=0", "not a positive integer")],
+                  ("--only=E1,E1", "repeats E1"), ("--jobs=-1", "not a non-negative integer")],
 }
 
 # The binaries whose table runs in the default suite (one import each); the others are slow.

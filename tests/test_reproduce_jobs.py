@@ -93,3 +93,14 @@ def test_no_experiment_outlives_a_killed_reproduce(tmp_path):
     assert not [p for p in children if _alive(p)], "an experiment outlived reproduce"
   finally:
     _kill_all(proc)
+
+
+def test_default_jobs_two_on_the_cpu_one_beside_an_accelerator():
+  none = lambda pattern: False           # noqa: E731
+  gpu = lambda pattern: pattern.startswith("/dev/nvidia")           # noqa: E731
+  tpu = lambda pattern: pattern.startswith("/dev/accel")            # noqa: E731
+  assert reproduce.default_jobs({}, none) == 2
+  assert reproduce.default_jobs({}, gpu) == 1 and reproduce.default_jobs({}, tpu) == 1
+  assert reproduce.default_jobs({"JAX_PLATFORMS": "cpu"}, gpu) == 2      # the accelerator is not used
+  assert reproduce.default_jobs({"JAX_PLATFORMS": "tpu,cpu"}, tpu) == 1
+  assert reproduce.default_jobs({"JAX_PLATFORMS": "cuda"}, none) == 2    # nothing visible to run on

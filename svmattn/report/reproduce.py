@@ -7,9 +7,9 @@ r"""Reproduce every experiment of the registry and assemble the report.
 The experiments are ``svmattn.registry.experiments()``, each with its variants (directory
 NAME_VARIANT, key ID-VARIANT); --quick runs each with its ``quick`` settings. Each runs as its own
 process (``python -m svmattn NAME --out=OUT/NAME ...``), so one failing experiment is recorded in
-the report instead of stopping the others; --jobs of them at once (default 2: on 2 cores the E1-E9
-run takes a quarter less time than one after another, with the same results bit for bit), started
-in registry order. Each dies with this process, even when it is killed (``workers.die_with_parent``). Writes OUT/report.md and OUT/report.html
+the report instead of stopping the others; --jobs of them at once (by default 2 on the CPU: on 2
+cores the E1-E9 run takes a quarter less time than one after another, with the same results bit for
+bit; 1 where a GPU or TPU is visible), started in registry order. Each dies with this process, even when it is killed (``workers.die_with_parent``). Writes OUT/report.md and OUT/report.html
 (``svmattn.report``: a summary of which claims hold, then per experiment its figures, its checks
 against the paper, wall time and command; software versions) and OUT/reproduce.json (``svmattn
 report OUT`` re-renders the report from it).
@@ -43,14 +43,28 @@ flags.DEFINE_list("only", [], "Run only these experiments (ids like E2, keys lik
 flags.DEFINE_integer("seed", 0, "Seed passed to every experiment.")
 flags.DEFINE_bool("keep_runs", True, "Keep every experiment's per-run records (OUT/*/runs/, what replay compares "
                   "with); --nokeep_runs writes only the results, figures and report.")
-flags.DEFINE_integer("jobs", 2, "Experiments run at once, each its own process (started in registry order). "
-                     "Each one's wall time then includes the time it shared the machine; --jobs=1 runs them one "
-                     "after another.", lower_bound=1)
+flags.DEFINE_integer("jobs", 0, "Experiments run at once, each its own process (started in registry order). "
+                     "0 (default): 2 where they run on the CPU, 1 where a GPU or TPU is visible (one process holds "
+                     "a TPU, and each preallocates most of a GPU's memory). Each one's wall time then includes the "
+                     "time it shared the machine; --jobs=1 runs them one after another.", lower_bound=0)
 flags.DEFINE_list("figure_format", ["png"], "Figure formats passed to every experiment (png, pdf, svg); png is "
                   "always written too, for the report.")
 
 
 POLL_S = 0.05    # how often the running experiments are looked at
+# Device files of accelerators JAX would use: NVIDIA and AMD GPUs, TPUs (accel on TPU VMs, vfio on v5e and later)
+ACCELERATOR_FILES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/accel[0-9]*", "/dev/vfio/[0-9]*")
+
+
+def default_jobs(environ=None, exists=None) -> int:
+  """--jobs=0: 2 when the experiments will run on the CPU (JAX_PLATFORMS=cpu, or no accelerator's device
+  file), else 1. Decided without starting JAX here: a TPU is held by the first process that starts it."""
+  environ = os.environ if environ is None else environ
+  exists = (lambda pattern: bool(glob.glob(pattern))) if exists is None else exists
+  platforms = {p.strip().lower() for p in environ.get("JAX_PLATFORMS", "").split(",") if p.strip()}
+  if platforms and platforms <= {"cpu"}:
+    return 2
+  return 1 if any(exists(p) for p in ACCELERATOR_FILES) else 2
 
 
 def _validator(name, check):
@@ -239,8 +253,9 @@ def main(argv):
   out = FLAGS.out
   os.makedirs(out, exist_ok=True)
   t0 = time.perf_counter()
-  records = run_all(chosen, out, FLAGS.jobs)
-  meta = {"quick": FLAGS.quick, "seed": FLAGS.seed, "jobs": FLAGS.jobs, "total_s": time.perf_counter() - t0,
+  jobs = FLAGS.jobs or default_jobs()
+  records = run_all(chosen, out, jobs)
+  meta = {"quick": FLAGS.quick, "seed": FLAGS.seed, "jobs": jobs, "total_s": time.perf_counter() - t0,
           "paper_s": sum(r["wall_s"] for r in records if not r.get("beyond")),
           "beyond_s": sum(r["wall_s"] for r in records if r.get("beyond")),
           "environment": execute.environment(), "command": report_lib.command_line()}
@@ -248,8 +263,8 @@ def main(argv):
   report_lib.write(out, records, meta)
   failed = [r["id"] for r in records if r["returncode"] != 0]
   unexpected = [f"{r['id']}:{c['name']}" for r in records for c in r.get("checks", []) if not c.get("ok")]
-  together = (f"; {FLAGS.jobs} experiments ran at once, so the rows add up to more than the {meta['total_s']:.0f} s "
-              "it took" if FLAGS.jobs > 1 and len(records) > 1 else "")
+  together = (f"; {jobs} experiments ran at once, so the rows add up to more than the {meta['total_s']:.0f} s "
+              "it took" if jobs > 1 and len(records) > 1 else "")
   print(f"\nseconds per stage (reproduce.json: stages_s of each experiment{together})\n"
         + report_lib.stage_table(records))
   print(f"\nreport: {out}/report.md and {out}/report.html ({meta['total_s']:.0f} s)")
