@@ -253,7 +253,7 @@ def main(argv):
   out = FLAGS.out
   os.makedirs(out, exist_ok=True)
   t0 = time.perf_counter()
-  jobs = FLAGS.jobs or default_jobs()
+  jobs = min(FLAGS.jobs or default_jobs(), max(len(chosen), 1))     # never more than there are experiments
   records = run_all(chosen, out, jobs)
   meta = {"quick": FLAGS.quick, "seed": FLAGS.seed, "jobs": jobs, "total_s": time.perf_counter() - t0,
           "paper_s": sum(r["wall_s"] for r in records if not r.get("beyond")),
