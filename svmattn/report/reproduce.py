@@ -9,7 +9,8 @@ NAME_VARIANT, key ID-VARIANT); --quick runs each with its ``quick`` settings. Ea
 process (``python -m svmattn NAME --out=OUT/NAME ...``), so one failing experiment is recorded in
 the report instead of stopping the others; --jobs of them at once (by default 2 on the CPU: on 2
 cores the E1-E9 run takes a quarter less time than one after another, with the same results bit for
-bit; 1 where a GPU or TPU is visible), started in registry order. Each dies with this process, even when it is killed (``workers.die_with_parent``). Writes OUT/report.md and OUT/report.html
+bit; 1 where a GPU or TPU is visible), started in registry order. Each dies with this process, even
+when it is killed (``workers.die_with_parent``). Writes OUT/report.md and OUT/report.html
 (``svmattn.report``: a summary of which claims hold, then per experiment its figures, its checks
 against the paper, wall time and command; software versions) and OUT/reproduce.json (``svmattn
 report OUT`` re-renders the report from it).
