@@ -202,16 +202,15 @@ def _nnls_one(D, Z, keep, s):
 def _opposite_signs(a, keep):
   """Stage 2 (d = 1): the constraints a_k w >= 1, a (B, n, T) with keep (B, n, T). Returns (infeasible
   (B,) bool: a kept a_k <= 0 beside a kept a_l >= 0, lambda (B, n, T): the Gordan certificate there)."""
-  B = len(a)
-  flat, kept = a.reshape(B, -1), keep.reshape(B, -1)
+  rows = np.arange(len(a))
+  flat, kept = a.reshape(len(a), -1), keep.reshape(len(a), -1)
   hi = np.where(kept, flat, -np.inf)
   lo = np.where(kept, flat, np.inf)
   k, l = np.argmax(hi, axis=1), np.argmin(lo, axis=1)
-  ak, al = hi[np.arange(B), k], lo[np.arange(B), l]
+  ak, al = hi[rows, k], lo[rows, l]
   infeasible = (ak >= 0) & (al <= 0) & np.isfinite(ak) & np.isfinite(al)
   lam = np.zeros_like(flat)
-  spread = np.where(infeasible & (ak > al), ak - al, 1.0)
-  rows = np.arange(B)
+  spread = np.where(ak > al, ak - al, 1.0)
   lam[rows, k] = np.where(ak > al, -al / spread, 0.0)
   lam[rows, l] += np.where(ak > al, ak / spread, 1.0)    # ak == al == 0: the zero constraint alone
   return infeasible, lam.reshape(a.shape)
