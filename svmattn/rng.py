@@ -34,57 +34,95 @@ def uniform(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float64, minval=0.
 
 
 # ----------------------------------------------------------------------------
-# Flat draws for blocks of keys, one program per size
+# Flat draws for blocks of keys, one program for every size
 # ----------------------------------------------------------------------------
 #
-# With JAX's partitionable threefry (its default), element i of a flat draw does not depend on the
-# draw's size: a flat draw of N values is the prefix of a flat draw of any larger size. The
-# programs below draw, for every key of a block, a flat draw of a bucketed size (``bucket``), so
-# that a handful of programs serve every shape (a jitted draw of each shape compiles threefry, and
-# the normals' inverse error function, again: 0.3 s to 1 s each). Every operation is element-wise,
-# so a key's values do not depend on the others drawn with it, and they are the values of
-# ``normal`` / ``uniform`` on that key, bit for bit.
+# With JAX's partitionable threefry (its default), element i of a flat draw of a key is a function
+# of the key and i alone: the 64 random bits of threefry2x32(key, (0, i)) (32 for float32), made a
+# uniform and, for a normal, sqrt(2) erfinv of a uniform on (-1, 1) (``jax.random``'s own
+# formulas). The program below computes that for a block of BLOCK keys and CHUNK consecutive
+# positions from an offset given at run time, so ONE program per dtype serves every draw size
+# (a draw of N values is ceil(N / CHUNK) calls); a jitted draw of each size compiles threefry
+# and the inverse error function again, 0.3 s to 1 s each. Every operation is element-wise, so a
+# key's values do not depend on the keys drawn with it, and they are ``normal`` / ``uniform``
+# of that key, bit for bit (tests/test_rng.py, tests/test_host_init.py).
 
-BLOCK = 64           # keys per call of a draw program (the last block padded)
-MIN_BUCKET = 64      # the smallest flat-draw size
-
-
-def bucket(count: int) -> int:
-  """The flat-draw size serving ``count`` values: the next power of two, at least MIN_BUCKET."""
-  return max(MIN_BUCKET, 1 << max(int(count) - 1, 0).bit_length())
+BLOCK = 64           # keys per call of the draw program (the last block padded)
+CHUNK = 256          # positions per call
 
 
 def check_partitionable() -> None:
   """The flat draws below rely on JAX's partitionable threefry (its default): RuntimeError if off."""
   if not jax.config.jax_threefry_partitionable:
     raise RuntimeError("svmattn needs jax_threefry_partitionable=True (JAX's default): its random draws are "
-                       "prefixes of larger flat draws, which only that scheme guarantees")
-
-
-def normal_fn(size: int, dtype, scale: float | None = None):
-  """Jitted keys (block, 2) -> (block, size) standard normals, flat, of each key (times the
-  constant ``scale`` in the same program, where given: XLA folds it into the draw's own last
-  multiplication, so a scaled draw rounds as ``scale * normal(...)`` does in any program)."""
-  return _normal_fn(int(size), np.dtype(dtype), scale)
+                       "functions of the key and the position alone, which only that scheme guarantees")
 
 
 @functools.lru_cache(maxsize=None)
-def _normal_fn(size: int, dtype, scale):
+def _draw_fn(dtype):
+  """Jitted (keys (BLOCK, 2), offset, lo, hi, c) -> (u, c * erfinv(u)), each (BLOCK, CHUNK), at
+  positions offset + 0..CHUNK-1: u the uniforms on [lo, hi) and, with lo = nextafter(-1, 0),
+  hi = 1 and c = sqrt(2), the standard normals (``jax.random.uniform`` and ``jax.random.normal``
+  of each key, element for element). c = scale * sqrt(2) gives scale * normal as XLA computes it
+  in a program, which folds the two constants into one multiplication."""
   check_partitionable()
-  if scale is None:
-    return jax.jit(jax.vmap(lambda k: jax.random.normal(k, (size,), dtype)))
-  return jax.jit(jax.vmap(lambda k: scale * jax.random.normal(k, (size,), dtype)))
+  from jax import lax
+  from jax.extend.random import threefry_2x32
+  nbits, nmant = np.finfo(dtype).bits, np.finfo(dtype).nmant
+  udt = np.dtype(f"uint{nbits}")
+  one_bits = np.array(1.0, dtype).view(udt)
+
+  def one_key(key, offset, lo, hi, c):
+    counts = offset + jnp.arange(CHUNK, dtype=jnp.uint32)
+    bits = threefry_2x32(key, jnp.concatenate([jnp.zeros(CHUNK, jnp.uint32), counts]))
+    hi_bits, lo_bits = bits[:CHUNK], bits[CHUNK:]
+    if nbits == 64:
+      bits = (hi_bits.astype(udt) << udt.type(32)) | lo_bits.astype(udt)
+    else:
+      bits = hi_bits ^ lo_bits
+    floats = lax.bitcast_convert_type(lax.shift_right_logical(bits, udt.type(nbits - nmant)) | one_bits, dtype)
+    lo, hi = lo.astype(dtype), hi.astype(dtype)
+    u = lax.max(lo, (floats - jnp.array(1.0, dtype)) * (hi - lo) + lo)
+    return u, c.astype(dtype) * lax.erf_inv(u)
+
+  return jax.jit(jax.vmap(one_key, (0, None, None, None, None)))
 
 
-def uniform_fn(size: int, dtype):
-  """Jitted (keys (block, 2), minval, maxval) -> (block, size) uniforms on [minval, maxval), flat."""
-  return _uniform_fn(int(size), np.dtype(dtype))
+def _draw(keys, size: int, dtype, lo, hi, c, which: int) -> np.ndarray:
+  """(B, size) output ``which`` (0: u, 1: c erfinv(u)) of ``_draw_fn`` at positions 0..size-1 of
+  every key of ``keys`` (B, 2), as a NumPy array."""
+  dtype = np.dtype(dtype)
+  keys = np.asarray(keys, np.uint32).reshape(-1, 2)
+  size = int(size)
+  if not 0 <= size < 2 ** 32:
+    raise ValueError(f"a flat draw has 0 to 2^32 - 1 values, got {size}")
+  out = np.empty((len(keys), size), dtype)
+  if not len(keys) or not size:
+    return out
+  fn = _draw_fn(dtype)
+  args = tuple(np.asarray(a, np.float64) for a in (lo, hi, c))
+  for start in range(0, len(keys), BLOCK):
+    block = keys[start:start + BLOCK]
+    padded = jnp.asarray(np.concatenate([block, np.repeat(block[-1:], BLOCK - len(block), axis=0)]))
+    for offset in range(0, size, CHUNK):
+      part = np.asarray(fn(padded, np.uint32(offset), *args)[which])
+      width = min(CHUNK, size - offset)
+      out[start:start + len(block), offset:offset + width] = part[:len(block), :width]
+  return out
 
 
-@functools.lru_cache(maxsize=None)
-def _uniform_fn(size: int, dtype):
-  check_partitionable()
-  return jax.jit(jax.vmap(lambda k, lo, hi: jax.random.uniform(k, (size,), dtype, lo, hi), (0, None, None)))
+def normals(keys, size: int, dtype=np.float64, scale: float | None = None) -> np.ndarray:
+  """(B, size) ``normal(key, (size,), dtype)`` of every key of ``keys`` (B, 2), as NumPy (times the
+  constant ``scale`` where given, rounded as ``scale * normal(...)`` in a jitted program)."""
+  dtype = np.dtype(dtype)
+  c = np.sqrt(np.array(2, dtype)) if scale is None else np.array(scale, dtype) * np.sqrt(np.array(2, dtype))
+  lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
+  return _draw(keys, size, dtype, lo, np.array(1.0, dtype), c, 1)
+
+
+def uniforms(keys, size: int, dtype=np.float64, minval=0.0, maxval=1.0) -> np.ndarray:
+  """(B, size) ``uniform(key, (size,), dtype, minval, maxval)`` of every key of ``keys`` (B, 2), as NumPy."""
+  return _draw(keys, size, dtype, minval, maxval, 0.0, 0)
 
 
 # ----------------------------------------------------------------------------
@@ -149,14 +187,25 @@ def bits_host(keys, size: int) -> np.ndarray:
   return hi < np.uint32(1 << 31)
 
 
-def in_blocks(fn, keys: np.ndarray, *args) -> list[np.ndarray]:
-  """``fn`` (a program of this section) on ``keys`` (B, 2), in blocks of BLOCK, the last padded: its outputs for the B entries, as
-  NumPy arrays."""
-  keys = np.asarray(keys, np.uint32)
-  parts = []
-  for start in range(0, len(keys), BLOCK):
-    block = keys[start:start + BLOCK]
-    padded = np.concatenate([block, np.repeat(block[-1:], BLOCK - len(block), axis=0)])
-    out = fn(jnp.asarray(padded), *args)
-    parts.append([np.asarray(a)[:len(block)] for a in (out if isinstance(out, tuple) else (out,))])
-  return [np.concatenate(p) for p in zip(*parts)]
+def randint_host(keys, size: int, minval: int, maxval: int) -> np.ndarray:
+  """(B, size) int64 ``jax.random.randint(key, (size,), minval, maxval)`` of every key of ``keys``
+  (B, 2), for a span maxval - minval of 1 to 2^32 - 1. JAX draws 64 random bits twice per value,
+  from the two halves of the key's split, and reduces them modulo the span ((hi mod s) (2^32 mod s)^2
+  + lo mod s, mod s): integer arithmetic, computed here exactly as XLA does (uint64 wraps alike)."""
+  check_partitionable()
+  if not jax.config.jax_enable_x64:
+    raise RuntimeError("randint_host needs jax_enable_x64 (svmattn turns it on): JAX's integers are then int64")
+  span = int(maxval) - int(minval)
+  if not 1 <= span < 2 ** 32:
+    raise ValueError(f"randint_host needs 1 <= maxval - minval < 2^32, got {minval}, {maxval}")
+  halves = split_host(keys, 2)
+  count = np.arange(int(size), dtype=np.uint32)[None]
+
+  def bits64(k):
+    a, b = threefry2x32(k[:, :1], k[:, 1:], np.zeros_like(count), count)
+    return (a.astype(np.uint64) << np.uint64(32)) | b.astype(np.uint64)
+
+  s = np.uint64(span)
+  multiplier = (np.uint64(2 ** 32) % s) * (np.uint64(2 ** 32) % s) % s
+  offset = ((bits64(halves[:, 0]) % s) * multiplier + bits64(halves[:, 1]) % s) % s
+  return np.int64(minval) + offset.astype(np.int64)

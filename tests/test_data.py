@@ -69,26 +69,24 @@ def test_each_run_alone_equals_the_batch_bit_for_bit():
           assert np.array_equal(a, b[runs[-size:][::-1]])
 
 
-def test_programs_per_draw_size_not_per_shape():
-  """The generator compiles a program per flat draw size (a power of two), not per (n, T, d):
-  ten shapes whose draws fall in the same size buckets share one normal program per draw size,
-  however many shapes there are (the keys and the label bits need none: ``rng``'s host threefry)."""
+def test_one_program_for_every_shape():
+  """The generator compiles one draw program (per dtype), not one per (n, T, d) or draw size: ten
+  shapes, draws of 2 to 1,600 values (one to seven chunks), share it (the keys and the label bits
+  need none: ``rng``'s host threefry)."""
   shapes = [(4, 4, 4), (5, 3, 4), (4, 5, 3), (3, 4, 5), (5, 4, 3),
-            (6, 2, 5), (2, 6, 5), (5, 5, 2), (4, 3, 5), (3, 5, 4)]
-  buckets = {tuple(data_lib._bucket(c) for c in (n * T * d, n * d, n, d)) for n, T, d in shapes}
-  assert len(buckets) == 1
-  rng._normal_fn.cache_clear()
+            (6, 2, 5), (2, 6, 5), (5, 5, 2), (10, 8, 20), (1, 2, 1)]
+  rng._draw_fn.cache_clear()
   for i, (n, T, d) in enumerate(shapes):
     ds = data_lib.generate(data_lib.DataSpec(n, T, d), 0, np.arange(1 + i))
     assert ds.X.shape == (1 + i, n, T, d)
-  (nx, nz, _, nv), = buckets
-  assert rng._normal_fn.cache_info().misses == len({nx, nz, nv})    # (keys and label bits: no program)
+  assert rng._draw_fn.cache_info().misses == 1
 
 
 def test_flat_draws_are_each_runs_own_draws():
-  """The per-size programs draw, for every run, the values of that run's own flat draws
-  (jax.random on its keys, one run at a time): the random values of numerics versions 2-5."""
-  counts, runs = (3 * 4 * 5, 3 * 5, 3, 5), np.array([0, 9, 70, 4], np.uint32)
+  """The draw program draws, for every run, the values of that run's own flat draws (jax.random on
+  its keys, one run at a time): the random values of numerics versions 2 onwards. X's 300 values
+  take two chunks."""
+  counts, runs = (3 * 4 * 25, 3 * 25, 3, 25), np.array([0, 9, 70, 4], np.uint32)
   draws = data_lib._flat_draws(counts, 7, runs, np.float64)
   for j, r in enumerate(runs):
     kx, kz, ky, kv = jax.random.split(rng.split_run_key(rng.run_key(7, int(r)))[0], 4)

@@ -1,5 +1,5 @@
-"""svmattn.train.host_init: the starting parameters drawn in per-size programs are the
-parameterizations' own initializations, bit for bit, and shapes share those programs."""
+"""svmattn.train.host_init: the starting parameters drawn by ``rng``'s one draw program are the
+parameterizations' own initializations, bit for bit, and every shape shares that program."""
 import jax
 import numpy as np
 import pytest
@@ -29,13 +29,16 @@ def test_the_start_is_the_parameterizations_init_bit_for_bit(param, scheme, dtyp
     assert not np.array_equal(got[sorted(got)[0]][0], got[sorted(got)[0]][1])     # runs differ
 
 
-def test_shapes_share_the_draw_programs():
-  """W's uniform start for d = 3..8 (9..64 values): one program of 64 uniforms serves all six."""
-  rng._uniform_fn.cache_clear()
+def test_shapes_share_the_draw_program():
+  """W's uniform and normal starts for d = 3..20 (9..400 values, one or two chunks), and (K,Q)'s
+  scaled normal: one program (float64) serves them all."""
+  rng._draw_fn.cache_clear()
   keys = np.asarray(train_lib.init_keys(0, np.arange(3)))
-  for d in range(3, 9):
-    assert host_init.init_params("W", "uniform", keys, d, d, np.float64)["W"].shape == (3, d, d)
-  info = rng._uniform_fn.cache_info()
+  for d in range(3, 21):
+    for scheme in ("uniform", "normal"):
+      assert host_init.init_params("W", scheme, keys, d, d, np.float64)["W"].shape == (3, d, d)
+  assert host_init.init_params("KQ", "zero", keys, 4, 2, np.float64)["K"].shape == (3, 4, 2)
+  info = rng._draw_fn.cache_info()
   assert (info.misses, info.currsize) == (1, 1)
 
 
@@ -51,8 +54,12 @@ def test_training_starts_from_the_drawn_parameters(batch):
   assert np.array_equal(traj.W[:, 0], start["W"])
 
 
-def test_one_program_per_size_whatever_the_dtype_spelling():
-  """np.float64, jnp.float64 and np.dtype("float64") name one program (the cache key is the dtype)."""
+def test_one_program_whatever_the_dtype_spelling():
+  """np.float64, jnp.float64 and np.dtype("float64") draw in one program (the cache key is the dtype)."""
   import jax.numpy as jnp
-  assert rng.normal_fn(64, np.float64) is rng.normal_fn(64, jnp.dtype("float64")) is rng.normal_fn(64, jnp.float64)
-  assert rng.uniform_fn(64, np.float64) is rng.uniform_fn(64, np.dtype("float64"))
+  rng._draw_fn.cache_clear()
+  keys = np.asarray(train_lib.init_keys(0, np.arange(2)))
+  for dtype in (np.float64, jnp.float64, np.dtype("float64")):
+    rng.normals(keys, 5, dtype)
+    rng.uniforms(keys, 5, dtype, -1.0, 1.0)
+  assert rng._draw_fn.cache_info().misses == 1

@@ -52,3 +52,38 @@ def test_init_keys_and_data_keys_are_the_run_keys_halves():
       jnp.asarray(runs))
   np.testing.assert_array_equal(rng.split_host(rng.split_host(rng.run_keys(9, runs))[:, 0], 4),
                                 np.asarray(data_keys))
+
+
+# Sizes around the draw program's chunk (rng.CHUNK = 256 positions per call) and block (64 keys).
+DRAW_SIZES = [1, 7, rng.CHUNK - 1, rng.CHUNK, rng.CHUNK + 1, 3 * rng.CHUNK + 5]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_normals_and_uniforms_are_jax_draws(dtype):
+  """rng.normals / rng.uniforms (one program, chunks of positions at an offset) equal
+  jax.random.normal / uniform of each key, bit for bit, at sizes across chunk boundaries, for 70
+  keys (two blocks, the second padded); a scaled normal equals scale * normal in a jitted program,
+  and the uniform's bounds are values, as in jax.random.uniform called outside a program."""
+  keys = rng.run_keys(21, RUNS[:70])
+  for size in DRAW_SIZES:
+    ref = jax.jit(jax.vmap(lambda k, lo, hi: (jax.random.normal(k, (size,), dtype),
+                                              0.1 * jax.random.normal(k, (size,), dtype),
+                                              jax.random.uniform(k, (size,), dtype, lo, hi)), (0, None, None)))(
+        jnp.asarray(keys), -0.3, 0.7)
+    got = (rng.normals(keys, size, dtype), rng.normals(keys, size, dtype, 0.1), rng.uniforms(keys, size, dtype, -0.3, 0.7))
+    for g, r in zip(got, ref):
+      assert g.dtype == np.dtype(dtype) and g.shape == (70, size)
+      np.testing.assert_array_equal(g, np.asarray(r))
+
+
+def test_randint_host_is_jax_randint():
+  """rng.randint_host equals jax.random.randint (int64) on every key, for spans that are and are
+  not powers of two, and a nonzero minval."""
+  keys = rng.run_keys(8, RUNS)
+  for size, lo, hi in ((5, 0, 5), (10, 0, 7), (3, -4, 60), (1, 0, 1), (4, 0, 2**31 + 3)):
+    ref = np.asarray(jax.vmap(lambda k: jax.random.randint(k, (size,), lo, hi))(jnp.asarray(keys)))
+    got = rng.randint_host(keys, size, lo, hi)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, ref)
+  with pytest.raises(ValueError, match="maxval - minval"):
+    rng.randint_host(keys, 2, 3, 3)

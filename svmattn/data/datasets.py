@@ -7,9 +7,9 @@ A batch of data sets has the same fields with a leading axis B.
 
 Randomness: data set ``r`` of seed ``s`` is drawn from
 ``jax.random.fold_in(jax.random.PRNGKey(s), r)``, so it is the same data set
-whatever the batch it is drawn in. The paper's generator (``unit_gaussian``) draws its arrays as
-prefixes of flat draws of bucketed sizes, one compiled program per draw size rather than per
-(n, T, d), and normalizes on the host (see ``_unit_gaussian_flat``).
+whatever the batch it is drawn in. The paper's generator (``unit_gaussian``) draws its arrays flat in
+one compiled program that serves every size (``rng.normals``) rather than one per (n, T, d), and
+normalizes on the host (see ``_unit_gaussian_flat``).
 """
 from __future__ import annotations
 
@@ -130,22 +130,18 @@ def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
 # unit_gaussian without a program per shape
 # ----------------------------------------------------------------------------
 #
-# With JAX's partitionable threefry (its default), element i of a flat draw does not depend on the
-# draw's size: a flat draw of N values is the prefix of a flat draw of any larger size. So the
-# paper's generator draws each of its four flat arrays (tokens, queries, label bits, head) as the
-# prefix of a draw whose size is rounded up to a power of two (``_bucket``), for a fixed block of
-# ``RUN_BLOCK`` runs at a time (the last block padded), in programs that serve every shape: one
-# per (draw size, dtype) for the normals (element-wise over the block); the keys and the label bits
-# are computed on the host without a program (``rng``: threefry in NumPy, JAX's values bit for bit). The drawn values are those of ``unit_gaussian``'s own draws, bit
-# for bit. The shape
-# work (reshape, unit rows, signs of the labels, the head's scaling) is done on the host in NumPy,
-# one data set at a time, so a data set is the same whatever the batch it is drawn in. NumPy's
-# norms may round differently from XLA's: values move at the rounding level from numerics
-# version 1 (``_generate_fn`` with ``unit_gaussian``).
+# With JAX's partitionable threefry (its default), element i of a flat draw is a function of the
+# key and i alone. So the paper's generator draws its four flat arrays (tokens, queries, label
+# bits, head) with ``rng.normals`` (one program for every draw size: blocks of keys, chunks of
+# positions) and ``rng.bits_host`` (the keys and the label bits are integer arithmetic, computed
+# on the host without a program: ``rng``'s threefry in NumPy, JAX's values bit for bit). The drawn
+# values are those of ``unit_gaussian``'s own draws, bit for bit. The shape work (reshape, unit
+# rows, signs of the labels, the head's scaling) is done on the host in NumPy, one data set at a
+# time, so a data set is the same whatever the batch it is drawn in. NumPy's norms may round
+# differently from XLA's: values move at the rounding level from numerics version 1
+# (``_generate_fn`` with ``unit_gaussian``).
 
-RUN_BLOCK = rng.BLOCK        # runs per call of a flat-draw program (the last block padded)
-MIN_BUCKET = rng.MIN_BUCKET  # the smallest flat-draw size
-_bucket = rng.bucket
+RUN_BLOCK = rng.BLOCK        # runs per call of the draw program (the last block padded)
 
 
 def _head_size(head: heads.Head, d: int) -> int:
@@ -157,17 +153,15 @@ _FLAT_HEADS = (heads._unit_vector, heads._unit_frobenius_matrix)   # head inits 
 
 def _flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, dtype) -> list[np.ndarray]:
   """The flat draws of ``unit_gaussian`` (normals for X, Z, v; label bits) for every run of
-  ``runs``, each the prefix of its bucket's draw, as NumPy arrays (B, bucket), in blocks of
-  ``RUN_BLOCK`` runs (the last one padded): the programs serve a draw size (``rng.normal_fn``),
-  not a shape, so experiments with many shapes share a handful of them; the keys and the label
-  bits are integer arithmetic, computed on the host (``rng.run_keys``, ``rng.bits_host``)."""
-  nx, nz, ny, nv = (_bucket(c) for c in counts)
+  ``runs``, as NumPy arrays (B, count): the normals from ``rng.normals`` (one program for every
+  size and shape), the keys and the label bits computed on the host (``rng.run_keys``,
+  ``rng.bits_host``)."""
+  nx, nz, ny, nv = (int(c) for c in counts)
   if not len(runs):
-    return [np.zeros((0, b), np.bool_ if i == 2 else dtype) for i, b in enumerate((nx, nz, ny, nv))]
+    return [np.zeros((0, c), np.bool_ if i == 2 else dtype) for i, c in enumerate((nx, nz, ny, nv))]
   # the keys of the four draws: split(split_run_key(run_key(seed, r))[0], 4), on the host (rng)
   kx, kz, ky, kv = np.moveaxis(rng.split_host(rng.split_host(rng.run_keys(seed, runs))[:, 0], 4), 1, 0)
-  return [rng.in_blocks(rng.normal_fn(nx, dtype), kx)[0], rng.in_blocks(rng.normal_fn(nz, dtype), kz)[0],
-          rng.bits_host(ky, ny), rng.in_blocks(rng.normal_fn(nv, dtype), kv)[0]]
+  return [rng.normals(kx, nx, dtype), rng.normals(kz, nz, dtype), rng.bits_host(ky, ny), rng.normals(kv, nv, dtype)]
 
 
 def _np_unit_rows(a: np.ndarray) -> np.ndarray:

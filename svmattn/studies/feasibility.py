@@ -10,14 +10,11 @@ feasible for every d >= max(T-1, n), below that possibly infeasible.
 """
 from __future__ import annotations
 
-import functools
-
 from absl import logging
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from svmattn import registry
+from svmattn import rng
 from svmattn.config import common
 from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
@@ -43,24 +40,14 @@ def grid(fl: dict) -> tuple[list[tuple[int, int]], np.ndarray, list[str]]:
   return shapes, np.arange(int(fl["d_min"]), int(fl["d_max"]) + 1), alphas
 
 
-@functools.lru_cache(maxsize=None)
-def _random_alphas_fn(n, T):
-  """Jitted (seed, runs) -> (B, n) uniform token indices from each run's initialization key.
-  It does not see d, so a shape (n, T) compiles it once for all its d (threefry is the slow
-  part of compiling; before, one program per (n, T, d) computed both choices: 0.5 s each)."""
-
-  def one(seed, run):
-    k_init = data_lib.split_run_key(data_lib.run_key(seed, run))[1]
-    return jax.random.randint(k_init, (n,), 0, T)
-
-  return jax.jit(jax.vmap(one, (None, 0)))
-
-
 def token_choices(spec, seed, runs, data) -> dict:
-  """alpha = opt and a uniform random alpha (from each run's initialization key): (B, n) each."""
+  """alpha = opt and a uniform random alpha (B, n) each: the random one is
+  jax.random.randint(k_init, (n,), 0, T) of each run's initialization key, computed on the host
+  (``rng.randint_host``: integer arithmetic, JAX's values bit for bit, no program to compile;
+  a program per (n, T) took 1 to 1.5 s to compile)."""
   opt = svm_rank.opt_tokens(data)
-  rnd = _random_alphas_fn(spec.n, spec.T)(jnp.asarray(seed, jnp.uint32), jnp.asarray(runs, jnp.uint32))
-  return {"opt": np.asarray(opt), "random": np.asarray(rnd)}
+  init_keys = rng.split_host(rng.run_keys(seed, np.asarray(runs, np.uint32)))[:, 1]
+  return {"opt": np.asarray(opt), "random": rng.randint_host(init_keys, spec.n, 0, spec.T)}
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:

@@ -4,9 +4,10 @@ A run starts at ``Parameterization.init(key, d, m, dtype, scheme)`` of its initi
 (``models.attention``): uniform, normal or zero draws, flat and reshaped. Drawn inside each
 training chunk's program, those draws (threefry, and the normals' inverse error function) were
 compiled again for every shape and configuration, about 0.3 s each. Here they are drawn before
-training in ``rng``'s per-size programs (flat draws of a bucketed size, blocks of keys at a time),
-which a handful of programs serve for every shape; a flat draw is the prefix of any larger one,
-so every run starts where ``Parameterization.init`` puts it, bit for bit (tests/test_host_init.py).
+training by ``rng.normals`` and ``rng.uniforms`` (flat draws, blocks of keys and chunks of
+positions at a time), one program for every shape; element i of a flat draw depends on the key and
+i alone, so every run starts where ``Parameterization.init`` puts it, bit for bit
+(tests/test_host_init.py).
 The built-in parameterizations (W, (K,Q), the prompt p) are drawn here; a flax module's own
 initialization stays in the training program (``train.loop``).
 """
@@ -28,12 +29,9 @@ def supports(config) -> bool:
 def _draw(kind: str, keys: np.ndarray, count: int, bound: float | None = None, scale: float | None = None):
   """(B, count) float64 flat draws of each key: "normal" (times ``scale``) or "uniform" on
   [-bound, bound)."""
-  size = rng.bucket(count)
   if kind == "normal":
-    out, = rng.in_blocks(rng.normal_fn(size, np.float64, scale), keys)
-  else:
-    out, = rng.in_blocks(rng.uniform_fn(size, np.float64), keys, np.float64(-bound), np.float64(bound))
-  return out[:, :count]
+    return rng.normals(keys, count, np.float64, scale)
+  return rng.uniforms(keys, count, np.float64, -bound, bound)
 
 
 def _matrix(kind: str, keys: np.ndarray, shape: tuple[int, ...], dtype, bound=None, scale=None) -> np.ndarray:
