@@ -94,7 +94,7 @@ def unit_gaussian(key: jax.Array, spec: DataSpec, head: heads.Head,
   return Dataset(X, Y, Z, v)
 
 
-Sampler = Callable[[jax.Array, DataSpec, heads.Head], Dataset]
+Sampler = Callable[[jax.Array, DataSpec, heads.Head], Dataset]   # (reads the head's init alone)
 
 
 def generate(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
@@ -121,7 +121,8 @@ def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
     # batch size (data set r does not depend on the length of the list it is drawn in).
     size = 1 << max(int(len(runs)) - 1, 0).bit_length()
     padded = np.concatenate([runs, np.full(size - len(runs), runs[-1] if len(runs) else 0, np.uint32)])
-    out = _generate_fn(spec, head, sampler, jnp.dtype(dtype))(jnp.asarray(seed, jnp.uint32), jnp.asarray(padded))
+    # keyed on the head's init, all a sampler reads of the head: E6's lambda heads share one program
+    out = _generate_fn(spec, head.init, sampler, jnp.dtype(dtype))(jnp.asarray(seed, jnp.uint32), jnp.asarray(padded))
     # sliced on the host (an eager slice would compile a program per shape)
     return jax.tree_util.tree_map(lambda a: np.asarray(a)[:len(runs)], out)
 
@@ -220,12 +221,16 @@ def _host_device():
 
 
 @functools.lru_cache(maxsize=32)
-def _generate_fn(spec, head, sampler, dtype):
-  """One jitted generator per (spec, head, sampler, dtype); seed and runs are traced.
+def _generate_fn(spec, init, sampler, dtype):
+  """One jitted generator per (spec, head init, sampler, dtype); seed and runs are traced. A
+  sampler reads only the head's init (``Sampler``), so heads that share their init (the linear
+  head and every lambda head) share the program and draw the same data sets.
 
   lax.map (not vmap) compiles the body for ONE data set, so data set r comes out
   bit for bit the same whatever the number of runs drawn with it.
   """
+
+  head = heads.Head(f"init:{init.__name__}", init, None)
 
   def gen(seed, runs):
     return jax.lax.map(lambda r: sampler(split_run_key(run_key(seed, r))[0], spec, head, dtype), runs)
