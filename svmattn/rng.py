@@ -34,21 +34,23 @@ def uniform(key: jax.Array, shape: tuple[int, ...], dtype=jnp.float64, minval=0.
 
 
 # ----------------------------------------------------------------------------
-# Flat draws for blocks of keys, one program for every size
+# Flat draws for many keys, one program for every size
 # ----------------------------------------------------------------------------
 #
 # With JAX's partitionable threefry (its default), element i of a flat draw of a key is a function
 # of the key and i alone: the 64 random bits of threefry2x32(key, (0, i)) (32 for float32), made a
 # uniform and, for a normal, sqrt(2) erfinv of a uniform on (-1, 1) (``jax.random``'s own
-# formulas). The program below computes that for a block of BLOCK keys and CHUNK consecutive
-# positions from an offset given at run time, so ONE program per dtype serves every draw size
-# (a draw of N values is ceil(N / CHUNK) calls); a jitted draw of each size compiles threefry
-# and the inverse error function again, 0.3 s to 1 s each. Every operation is element-wise, so a
-# key's values do not depend on the keys drawn with it, and they are ``normal`` / ``uniform``
-# of that key, bit for bit (tests/test_rng.py, tests/test_host_init.py).
+# formulas). The program below computes that for CALL consecutive elements of the flat
+# concatenation of B draws of ``size`` values each (element e: key e // size, position e % size),
+# with the keys, the size and the offset given at run time, so ONE program per dtype serves every
+# draw size and number of keys, with no padding of small draws (a jitted draw of each size
+# compiles threefry and the inverse error function again, 0.3 s to 1 s each). Every operation is
+# element-wise, so a key's values do not depend on the keys drawn with it, and they are
+# ``normal`` / ``uniform`` of that key, bit for bit (tests/test_rng.py, tests/test_host_init.py).
 
-BLOCK = 64           # keys per call of the draw program (the last block padded)
-CHUNK = 256          # positions per call
+CALL = 1 << 16       # elements per call of the draw program (the last call padded)
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+_PARITY = np.uint32(0x1BD11BDA)
 
 
 def check_partitionable() -> None:
@@ -58,57 +60,73 @@ def check_partitionable() -> None:
                        "functions of the key and the position alone, which only that scheme guarantees")
 
 
+def threefry2x32(k1, k2, x1, x2, xp=np):
+  """The threefry2x32 hash of counters (x1, x2) under keys (k1, k2), element-wise (uint32 arrays,
+  broadcast together), as ``jax._src.random.threefry2x32`` (Salmon et al., 2011: 20 rounds of
+  32-bit additions, rotations and xors, with a key injection every 4); ``xp`` is NumPy (on the
+  host) or jax.numpy (inside a program): integer arithmetic, the same bits either way."""
+  if xp is np:
+    k1, k2, x1, x2 = (np.asarray(a, np.uint32) for a in np.broadcast_arrays(k1, k2, x1, x2))
+  u32 = xp.uint32
+  ks = (k1, k2, k1 ^ k2 ^ u32(_PARITY))
+  a, b = x1 + ks[0], x2 + ks[1]
+  for i in range(5):
+    for r in _ROTATIONS[i % 2]:
+      a = a + b
+      b = (b << u32(r)) | (b >> u32(32 - r))
+      b = a ^ b
+    a = a + ks[(i + 1) % 3]
+    b = b + ks[(i + 2) % 3] + u32(i + 1)
+  return a, b
+
+
 @functools.lru_cache(maxsize=None)
 def _draw_fn(dtype):
-  """Jitted (keys (BLOCK, 2), offset, lo, hi, c) -> (u, c * erfinv(u)), each (BLOCK, CHUNK), at
-  positions offset + 0..CHUNK-1: u the uniforms on [lo, hi) and, with lo = nextafter(-1, 0),
-  hi = 1 and c = sqrt(2), the standard normals (``jax.random.uniform`` and ``jax.random.normal``
-  of each key, element for element). c = scale * sqrt(2) gives scale * normal as XLA computes it
-  in a program, which folds the two constants into one multiplication."""
+  """Jitted (keys (CALL, 2), skip, size, lo, hi, c, normal) -> (CALL,): element j is position
+  (skip + j) % size of key keys[(skip + j) // size]; u, its uniform on [lo, hi), or, where
+  ``normal``, c * erfinv(u) (with lo = nextafter(-1, 0), hi = 1 and c = sqrt(2) the standard
+  normal: ``jax.random.uniform`` and ``jax.random.normal`` element for element). c = scale *
+  sqrt(2) gives scale * normal as XLA computes it in a program, which folds the two constants
+  into one multiplication."""
   check_partitionable()
   from jax import lax
-  from jax.extend.random import threefry_2x32
   nbits, nmant = np.finfo(dtype).bits, np.finfo(dtype).nmant
   udt = np.dtype(f"uint{nbits}")
   one_bits = np.array(1.0, dtype).view(udt)
 
-  def one_key(key, offset, lo, hi, c):
-    counts = offset + jnp.arange(CHUNK, dtype=jnp.uint32)
-    bits = threefry_2x32(key, jnp.concatenate([jnp.zeros(CHUNK, jnp.uint32), counts]))
-    hi_bits, lo_bits = bits[:CHUNK], bits[CHUNK:]
-    if nbits == 64:
-      bits = (hi_bits.astype(udt) << udt.type(32)) | lo_bits.astype(udt)
-    else:
-      bits = hi_bits ^ lo_bits
+  def draw(keys, skip, size, lo, hi, c, normal):
+    e = skip + jnp.arange(CALL, dtype=jnp.uint32)
+    key, position = keys[e // size], e % size
+    a, b = threefry2x32(key[:, 0], key[:, 1], jnp.zeros_like(position), position, xp=jnp)
+    bits = (a.astype(udt) << udt.type(32)) | b.astype(udt) if nbits == 64 else a ^ b
     floats = lax.bitcast_convert_type(lax.shift_right_logical(bits, udt.type(nbits - nmant)) | one_bits, dtype)
     lo, hi = lo.astype(dtype), hi.astype(dtype)
     u = lax.max(lo, (floats - jnp.array(1.0, dtype)) * (hi - lo) + lo)
-    return u, c.astype(dtype) * lax.erf_inv(u)
+    return jnp.where(normal, c.astype(dtype) * lax.erf_inv(u), u)
 
-  return jax.jit(jax.vmap(one_key, (0, None, None, None, None)))
+  return jax.jit(draw)
 
 
-def _draw(keys, size: int, dtype, lo, hi, c, which: int) -> np.ndarray:
-  """(B, size) output ``which`` (0: u, 1: c erfinv(u)) of ``_draw_fn`` at positions 0..size-1 of
-  every key of ``keys`` (B, 2), as a NumPy array."""
+def _draw(keys, size: int, dtype, lo, hi, c, normal: bool) -> np.ndarray:
+  """(B, size) ``_draw_fn`` at positions 0..size-1 of every key of ``keys`` (B, 2), as NumPy."""
   dtype = np.dtype(dtype)
   keys = np.asarray(keys, np.uint32).reshape(-1, 2)
   size = int(size)
   if not 0 <= size < 2 ** 32:
     raise ValueError(f"a flat draw has 0 to 2^32 - 1 values, got {size}")
-  out = np.empty((len(keys), size), dtype)
-  if not len(keys) or not size:
-    return out
-  fn = _draw_fn(dtype)
-  args = tuple(np.asarray(a, np.float64) for a in (lo, hi, c))
-  for start in range(0, len(keys), BLOCK):
-    block = keys[start:start + BLOCK]
-    padded = jnp.asarray(np.concatenate([block, np.repeat(block[-1:], BLOCK - len(block), axis=0)]))
-    for offset in range(0, size, CHUNK):
-      part = np.asarray(fn(padded, np.uint32(offset), *args)[which])
-      width = min(CHUNK, size - offset)
-      out[start:start + len(block), offset:offset + width] = part[:len(block), :width]
-  return out
+  total = len(keys) * size
+  out = np.empty(total, dtype)
+  if total:
+    fn = _draw_fn(dtype)
+    args = tuple(np.asarray(a, np.float64) for a in (lo, hi, c)) + (np.asarray(bool(normal)),)
+    for start in range(0, total, CALL):
+      first = start // size
+      table = keys[first:first + CALL]
+      if len(table) < CALL:
+        table = np.concatenate([table, np.repeat(table[-1:], CALL - len(table), axis=0)])
+      part = fn(jnp.asarray(table), np.uint32(start - first * size), np.uint32(size), *args)
+      out[start:start + CALL] = np.asarray(part)[:min(CALL, total - start)]
+  return out.reshape(len(keys), size)
 
 
 def normals(keys, size: int, dtype=np.float64, scale: float | None = None) -> np.ndarray:
@@ -117,12 +135,12 @@ def normals(keys, size: int, dtype=np.float64, scale: float | None = None) -> np
   dtype = np.dtype(dtype)
   c = np.sqrt(np.array(2, dtype)) if scale is None else np.array(scale, dtype) * np.sqrt(np.array(2, dtype))
   lo = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
-  return _draw(keys, size, dtype, lo, np.array(1.0, dtype), c, 1)
+  return _draw(keys, size, dtype, lo, np.array(1.0, dtype), c, True)
 
 
 def uniforms(keys, size: int, dtype=np.float64, minval=0.0, maxval=1.0) -> np.ndarray:
   """(B, size) ``uniform(key, (size,), dtype, minval, maxval)`` of every key of ``keys`` (B, 2), as NumPy."""
-  return _draw(keys, size, dtype, minval, maxval, 0.0, 0)
+  return _draw(keys, size, dtype, minval, maxval, 0.0, False)
 
 
 # ----------------------------------------------------------------------------
@@ -130,30 +148,9 @@ def uniforms(keys, size: int, dtype=np.float64, minval=0.0, maxval=1.0) -> np.nd
 # ----------------------------------------------------------------------------
 #
 # Deriving keys (fold_in, split) and fair coin flips is integer arithmetic: JAX's threefry2x32 hash
-# (Salmon et al., 2011: 20 rounds of 32-bit additions, rotations and xors, with a key injection
-# every 4) on counters, which NumPy computes exactly as XLA does. Compiling those programs cost
+# (``threefry2x32`` above) on counters, which NumPy computes exactly as XLA does. Compiling those programs cost
 # 0.2 to 1 s each in a fresh process; here they cost nothing, and the values are JAX's bit for bit
 # (tests/test_rng.py compares them on many keys, sizes and seeds).
-
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-_PARITY = np.uint32(0x1BD11BDA)
-
-
-def threefry2x32(k1, k2, x1, x2) -> tuple[np.ndarray, np.ndarray]:
-  """The threefry2x32 hash of counters (x1, x2) under keys (k1, k2), element-wise (uint32 arrays,
-  broadcast together), as ``jax._src.random.threefry2x32``."""
-  k1, k2, x1, x2 = (np.asarray(a, np.uint32) for a in np.broadcast_arrays(k1, k2, x1, x2))
-  ks = (k1, k2, k1 ^ k2 ^ _PARITY)
-  a, b = x1 + ks[0], x2 + ks[1]
-  for i in range(5):
-    for r in _ROTATIONS[i % 2]:
-      a = a + b
-      b = (b << np.uint32(r)) | (b >> np.uint32(32 - r))
-      b = a ^ b
-    a = a + ks[(i + 1) % 3]
-    b = b + ks[(i + 2) % 3] + np.uint32(i + 1)
-  return a, b
-
 
 def run_keys(seed: int, runs) -> np.ndarray:
   """(B, 2) ``run_key(seed, r)`` of every run r of ``runs``: fold_in(PRNGKey(seed), r)."""

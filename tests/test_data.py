@@ -52,14 +52,14 @@ def test_data_set_is_bit_identical_whatever_the_batch(batch):
 
 
 def test_each_run_alone_equals_the_batch_bit_for_bit():
-  """Numerics version 2: a batch (over several run blocks, padded) and each run drawn alone, and
+  """Numerics version 2: a batch (many runs per call of the draw program) and each run drawn alone, and
   two other batch sizes, give the same data sets bit for bit (linear and matrix heads, both dtypes)."""
   spec = data_lib.DataSpec(n=3, T=4, d=5)
-  runs = np.arange(data_lib.RUN_BLOCK + 3)          # two blocks, the second padded
+  runs = np.arange(67)
   for head in (heads.LINEAR, heads.RELU):
     for dtype in (np.float64, np.float32):
       batch = host(data_lib.generate(spec, 11, runs, head, dtype=dtype))
-      for r in (0, 5, data_lib.RUN_BLOCK, len(runs) - 1):
+      for r in (0, 5, 64, len(runs) - 1):
         alone = host(data_lib.generate(spec, 11, [r], head, dtype=dtype))
         for a, b in zip(alone, batch):
           assert a.dtype == b.dtype and np.array_equal(a[0], b[r])
@@ -71,7 +71,7 @@ def test_each_run_alone_equals_the_batch_bit_for_bit():
 
 def test_one_program_for_every_shape():
   """The generator compiles one draw program (per dtype), not one per (n, T, d) or draw size: ten
-  shapes, draws of 2 to 1,600 values (one to seven chunks), share it (the keys and the label bits
+  shapes, draws of 1 to 1,600 values, share it (the keys and the label bits
   need none: ``rng``'s host threefry)."""
   shapes = [(4, 4, 4), (5, 3, 4), (4, 5, 3), (3, 4, 5), (5, 4, 3),
             (6, 2, 5), (2, 6, 5), (5, 5, 2), (10, 8, 20), (1, 2, 1)]
@@ -85,7 +85,7 @@ def test_one_program_for_every_shape():
 def test_flat_draws_are_each_runs_own_draws():
   """The draw program draws, for every run, the values of that run's own flat draws (jax.random on
   its keys, one run at a time): the random values of numerics versions 2 onwards. X's 300 values
-  take two chunks."""
+  are drawn with the others'."""
   counts, runs = (3 * 4 * 25, 3 * 25, 3, 25), np.array([0, 9, 70, 4], np.uint32)
   draws = data_lib._flat_draws(counts, 7, runs, np.float64)
   for j, r in enumerate(runs):

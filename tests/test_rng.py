@@ -54,16 +54,18 @@ def test_init_keys_and_data_keys_are_the_run_keys_halves():
                                 np.asarray(data_keys))
 
 
-# Sizes around the draw program's chunk (rng.CHUNK = 256 positions per call) and block (64 keys).
-DRAW_SIZES = [1, 7, rng.CHUNK - 1, rng.CHUNK, rng.CHUNK + 1, 3 * rng.CHUNK + 5]
+# Draw sizes: one value, a few, and 70 keys x 1000 values (two calls of the draw program, rng.CALL =
+# 65,536 elements each, a key's draw split between them).
+DRAW_SIZES = [1, 7, 256, 1000]
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, pytest.param(np.float32, marks=SLOW)])
 def test_normals_and_uniforms_are_jax_draws(dtype):
   """rng.normals / rng.uniforms (one program, chunks of positions at an offset) equal
   jax.random.normal / uniform of each key, bit for bit, at sizes across chunk boundaries, for 70
-  keys (two blocks, the second padded); a scaled normal equals scale * normal in a jitted program,
-  and the uniform's bounds are values, as in jax.random.uniform called outside a program."""
+  keys; a scaled normal equals scale * normal in a jitted program, and the uniform's bounds are
+  values, as in jax.random.uniform called outside a program. Two keys' draws of CALL + 5 values
+  (each longer than a call) too."""
   keys = rng.run_keys(21, RUNS[:70])
   for size in DRAW_SIZES:
     ref = jax.jit(jax.vmap(lambda k, lo, hi: (jax.random.normal(k, (size,), dtype),
@@ -74,16 +76,23 @@ def test_normals_and_uniforms_are_jax_draws(dtype):
     for g, r in zip(got, ref):
       assert g.dtype == np.dtype(dtype) and g.shape == (70, size)
       np.testing.assert_array_equal(g, np.asarray(r))
+  long = rng.CALL + 5
+  ref = jax.jit(jax.vmap(lambda k: jax.random.normal(k, (long,), dtype)))(jnp.asarray(keys[:2]))
+  np.testing.assert_array_equal(rng.normals(keys[:2], long, dtype), np.asarray(ref))
 
 
-def test_randint_host_is_jax_randint():
+@pytest.mark.parametrize("size,lo,hi", [(5, 0, 5), (3, -4, 60), pytest.param(10, 0, 7, marks=SLOW),
+                                         pytest.param(1, 0, 1, marks=SLOW), pytest.param(4, 0, 2**31 + 3, marks=SLOW)])
+def test_randint_host_is_jax_randint(size, lo, hi):
   """rng.randint_host equals jax.random.randint (int64) on every key, for spans that are and are
   not powers of two, and a nonzero minval."""
   keys = rng.run_keys(8, RUNS)
-  for size, lo, hi in ((5, 0, 5), (10, 0, 7), (3, -4, 60), (1, 0, 1), (4, 0, 2**31 + 3)):
-    ref = np.asarray(jax.vmap(lambda k: jax.random.randint(k, (size,), lo, hi))(jnp.asarray(keys)))
-    got = rng.randint_host(keys, size, lo, hi)
-    assert got.dtype == np.int64
-    np.testing.assert_array_equal(got, ref)
+  ref = np.asarray(jax.vmap(lambda k: jax.random.randint(k, (size,), lo, hi))(jnp.asarray(keys)))
+  got = rng.randint_host(keys, size, lo, hi)
+  assert got.dtype == np.int64
+  np.testing.assert_array_equal(got, ref)
+
+
+def test_randint_host_refuses_an_empty_span():
   with pytest.raises(ValueError, match="maxval - minval"):
-    rng.randint_host(keys, 2, 3, 3)
+    rng.randint_host(rng.run_keys(0, [1]), 2, 3, 3)

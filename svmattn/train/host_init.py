@@ -4,8 +4,8 @@ A run starts at ``Parameterization.init(key, d, m, dtype, scheme)`` of its initi
 (``models.attention``): uniform, normal or zero draws, flat and reshaped. Drawn inside each
 training chunk's program, those draws (threefry, and the normals' inverse error function) were
 compiled again for every shape and configuration, about 0.3 s each. Here they are drawn before
-training by ``rng.normals`` and ``rng.uniforms`` (flat draws, blocks of keys and chunks of
-positions at a time), one program for every shape; element i of a flat draw depends on the key and
+training by ``rng.normals`` and ``rng.uniforms`` (flat draws of many keys at a time), one
+program for every shape; element i of a flat draw depends on the key and
 i alone, so every run starts where ``Parameterization.init`` puts it, bit for bit
 (tests/test_host_init.py).
 The built-in parameterizations (W, (K,Q), the prompt p) are drawn here; a flax module's own
