@@ -196,7 +196,7 @@ class Interrupt(Exception):
   pass
 
 
-@pytest.mark.parametrize("k", [1, 2])
+@pytest.mark.parametrize("k", [1, pytest.param(2, marks=pytest.mark.slow)])   # (the sibling: slow tests)
 def test_resumed_from_checkpoint_is_bit_identical(data, keys, mini_run, tmp_path, k):
   config, reference = MINI, mini_run
   meta = {"minibatch": 2}
