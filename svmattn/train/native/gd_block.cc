@@ -98,6 +98,24 @@ inline vd vexp(vd x) {
   return x != x ? x : y;
 }
 
+// vexp(x) for x <= 0 (or NaN), as the softmax's numerators need it: the same value bit for bit.
+// There 2^k is one factor, and k < -1022 gives 0: vexp's two factors give a subnormal result
+// there, which the kernel flushes to zero (FlushDenormals), as it does for p 2^k below 2^-1022.
+inline vd vexp_nonpositive(vd x) {
+  const vd shifter = splat(0x1.8p52);
+  vd k = fmadd(x, splat(1.4426950408889634), shifter) - shifter;    // round(x / ln 2)
+  vd r = fmadd(-k, splat(0.693147180559945286226764), x);            // ln 2, high part
+  r = fmadd(-k, splat(2.319046813846299558e-17), r);                 // ln 2, low part
+  vd p = splat(1.0 / 6227020800.0);                                  // 1/13!
+  const double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+                      1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
+  for (double ci : c) p = fmadd(p, r, splat(ci));
+  const vd two52 = splat(0x1p52);
+  vl b = ((vl)(k + (two52 + 1023.0)) - (vl)two52) << 52;
+  vd y = k < -1022.0 ? splat(0.0) : p * (vd)b;
+  return x != x ? x : y;
+}
+
 enum Loss : int64_t { kLogistic = 0, kExponential = 1, kCorrelation = 2 };
 
 // l'(u) of the named losses (models.attention.LOSS_DERIVATIVES)
@@ -107,9 +125,10 @@ inline vd loss_derivative(int64_t loss, vd u) {
   return splat(-1.0);
 }
 
-// g / ||g||_F through u = g / max|g|, and 0 where g is 0 (optim.optimizers.normalize_by_leaf_norm),
-// dividing by multiplying with the reciprocal
-void normalize(vd* g, int64_t size) {
+// The normalized step p <- p - lr g / ||g||_F, with g / ||g||_F through u = g / max|g| and 0 where g
+// is 0 (optim.optimizers.normalize_by_leaf_norm), dividing by multiplying with the reciprocal; the
+// step is taken in the last pass over g (g is left as it was)
+void normalized_step(vd* p, const vd* g, int64_t size, double lr) {
   vd pk[4] = {}, sq[4] = {};                              // four independent chains each
   int64_t i = 0;
   for (; i + 4 <= size; i += 4)
@@ -128,7 +147,7 @@ void normalize(vd* g, int64_t size) {
   }
   vd norm = vsqrt((sq[0] + sq[1]) + (sq[2] + sq[3]));
   vd ninv = 1.0 / (norm > 0 ? norm : splat(1.0));
-  for (i = 0; i < size; ++i) g[i] = peak > 0 ? (g[i] * inv) * ninv : splat(0.0);
+  for (i = 0; i < size; ++i) p[i] = fmadd(splat(-lr), peak > 0 ? (g[i] * inv) * ninv : splat(0.0), p[i]);
 }
 
 // g / (||g||_F + eps) with eps the float64 machine epsilon, the sum of squares in index order, as
@@ -262,7 +281,7 @@ class Group {
       for (int64_t i = 0; i < n; ++i) mx[i] = vmax(e_[i * T + t], mx[i]);
     for (int64_t t = 0; t < T; ++t)                                       // softmax
       for (int64_t i = 0; i < n; ++i) {
-        e_[i * T + t] = vexp(e_[i * T + t] - mx[i]);
+        e_[i * T + t] = vexp_nonpositive(e_[i * T + t] - mx[i]);
         sum[i] += e_[i * T + t];
       }
   }
@@ -448,8 +467,8 @@ class Group {
   static void update(vd* p, vd* g, int64_t size, const Options& o) {
     if (o.ridge != 0.0)
       for (int64_t i = 0; i < size; ++i) g[i] = fmadd(splat(2.0 * o.ridge), p[i], g[i]);
-    if (o.normalized && o.authors) normalize_plus_eps(g, size);
-    else if (o.normalized) normalize(g, size);
+    if (o.normalized && !o.authors) return normalized_step(p, g, size, o.lr);
+    if (o.normalized) normalize_plus_eps(g, size);
     for (int64_t i = 0; i < size; ++i) p[i] = fmadd(splat(-o.lr), g[i], p[i]);
   }
 
