@@ -113,8 +113,9 @@ def _host_entry(lib):
   ``CDLL`` function: the GIL is released during the call, so threads run parts concurrently)."""
   fn = lib.SvmattnGdChunk
   ptr, ptrs = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
-  fn.argtypes = [ctypes.c_int64, ctypes.POINTER(ctypes.c_int64), ctypes.c_double, ctypes.c_double, ctypes.c_double,
-                 ctypes.POINTER(ctypes.c_int64), ptrs, ptr, ptr, ptr, ptr, ptrs, ptrs]
+  i64s = ctypes.POINTER(ctypes.c_int64)
+  fn.argtypes = [ctypes.c_int64, i64s, ctypes.c_double, ctypes.c_double, ctypes.c_double, i64s, ptrs, i64s, ptrs,
+                 i64s]
   fn.restype = ctypes.c_int
   return fn
 
@@ -229,40 +230,67 @@ def run_steps(params: dict, X, Z, Y, h, *, param: str, lr: float, ridge: float, 
                    loss=loss, normalized=normalized, head=head, authors=authors)[0]
 
 
-def run_chunk_host(params: dict, X: np.ndarray, Z: np.ndarray, Y: np.ndarray, h: np.ndarray, *, param: str,
-                   lr: float, ridge: float, every: int, snapshots: int, start: bool, loss: str, normalized: bool,
-                   head: str = "linear", authors: bool = False) -> tuple[dict, dict]:
-  """``run_chunk`` on NumPy arrays (float64, block axis last), through the kernel's C entry point
-  instead of an XLA program: the same computation, bit for bit, with nothing to compile (XLA
-  compiled a wrapper program per shape, 0.2-0.5 s each). Returns NumPy (params, observations)."""
+def _view(a: np.ndarray, name: str, observed: bool, write: bool) -> tuple[int, tuple[int, int, int]]:
+  """(address, (element, data set, observation) strides in doubles) of a float64 NumPy view with the
+  data sets on its first axis (then, when ``observed``, the observations), each data set's (and
+  observation's) elements in C order: what the kernel's C entry point reads or writes in place."""
+  lead = 2 if observed else 1
+  if a.dtype != np.float64 or (write and not a.flags.writeable):
+    raise ValueError(f"native kernel: {name} must be a{' writable' if write else ''} float64 array")
+  expected, size = [], 1
+  for extent in reversed(a.shape[lead:]):
+    expected.insert(0, size * 8)
+    size *= extent
+  if any(st != ex for st, ex, extent in zip(a.strides[lead:], expected, a.shape[lead:]) if extent > 1):
+    raise ValueError(f"native kernel: {name}'s elements are not contiguous (strides {a.strides})")
+  return a.ctypes.data, (1, a.strides[0] // 8, a.strides[1] // 8 if observed else 0)
+
+
+def run_chunk_rows(params: list[np.ndarray], X: np.ndarray, Z: np.ndarray, Y: np.ndarray, h: np.ndarray,
+                   out_params: list[np.ndarray], obs: dict, *, param: str, lr: float, ridge: float, every: int,
+                   snapshots: int, start: bool, loss: str, normalized: bool, head: str = "linear",
+                   authors: bool = False) -> None:
+  """``run_chunk`` through the kernel's C entry point on NumPy views with the data sets first (b, ...),
+  as the engine holds them, without XLA and without transposes: the same computation, bit for
+  bit, with nothing to compile. ``params`` ([W] or [K, Q]) are read and ``out_params`` written (they
+  may be the same arrays); the observations are written into ``obs``: "W" (b,S,d,d), "f" (b,S,n),
+  "max_prob" (b,S), "ridge_sum" (b,S) and "attention" (b,n,T), S = snapshots (+ 1 with ``start``), each
+  a view into a larger array if need be (its rows and observations strided, its elements in C order)."""
   fn = _load()["host"]
-  n, T, d, b = X.shape
+  b, n, T, d = X.shape
   kind, head_lam = head_kind(head)
   kq = param != "W" and kind == "linear"
   names = ("K", "Q") if kq else ("W",)
-  c = lambda a: np.ascontiguousarray(a, np.float64)  # noqa: E731
-  ins = [c(params[k]) for k in names]
-  X, Z, Y, h = c(X), c(Z), c(Y), c(h)
-  m = ins[0].shape[1] if kq else 1
-  want = {"Z": (Z.shape, (n, d, b)), "Y": (Y.shape, (n, b)),
-          "head": (h.shape, (d, d, b) if head == "relu" else (d, b)),
-          **{k: (a.shape, (d, m if kq else d, b)) for k, a in zip(names, ins)}}
+  m = params[0].shape[-1] if kq else 1
+  S = snapshots + (1 if start else 0)
+  want = {"Z": (Z.shape, (b, n, d)), "Y": (Y.shape, (b, n)),
+          "head": (h.shape, (b, d, d) if head == "relu" else (b, d)),
+          **{k: (a.shape, (b, d, m if kq else d)) for k, a in zip(names, params)},
+          **{f"new {k}": (a.shape, (b, d, m if kq else d)) for k, a in zip(names, out_params)},
+          "W per observation": (obs["W"].shape, (b, S, d, d)), "f": (obs["f"].shape, (b, S, n)),
+          "max_prob": (obs["max_prob"].shape, (b, S)), "ridge_sum": (obs["ridge_sum"].shape, (b, S)),
+          "attention": (obs["attention"].shape, (b, n, T))}
   for name, (got, expected) in want.items():       # the kernel reads and writes by these sizes
     if got != expected:
       raise ValueError(f"native kernel: {name} has shape {got}, expected {expected} for X of shape {X.shape}")
-  S = snapshots + (1 if start else 0)
-  outs = [np.empty_like(a) for a in ins]
-  obs = [np.empty((S, d, d, b)), np.empty((S, n, b)), np.empty((S, b)), np.empty((S, b)), np.empty((n, T, b))]
+  ins = [_view(a, k, False, False) for k, a in zip(names, params)]
+  ins += [(0, (0, 0, 0))] * (2 - len(ins))
+  ins += [_view(a, k, False, False) for k, a in (("X", X), ("Z", Z), ("Y", Y), ("head", h))]
+  outs = [_view(a, f"new {k}", False, True) for k, a in zip(names, out_params)]
+  outs += [(0, (0, 0, 0))] * (2 - len(outs))
+  outs += [_view(obs[k], k, k != "attention", True) for k in ("W", "f", "max_prob", "ridge_sum", "attention")]
   code = 2 if kq else {"linear": 0, "relu": 1, "lambda": 3}[kind]
   sizes = (ctypes.c_int64 * 5)(n, T, d, m, b)
   counts = (ctypes.c_int64 * 6)(every, snapshots, 1 if start else 0, LOSSES[loss], 1 if normalized else 0,
                                 1 if authors else 0)
-  addr = lambda arrays: (ctypes.c_void_p * len(arrays))(*(a.ctypes.data for a in arrays))  # noqa: E731
-  rc = fn(code, sizes, float(lr), float(ridge), float(head_lam), counts, addr(ins), X.ctypes.data, Z.ctypes.data, Y.ctypes.data,
-          h.ctypes.data, addr(outs), addr(obs))
+  addr = lambda views: (ctypes.c_void_p * len(views))(*(a for a, _ in views))  # noqa: E731
+  strides = lambda views: (ctypes.c_int64 * (3 * len(views)))(*(x for _, st in views for x in st))  # noqa: E731
+  if b == 0:
+    return
+  rc = fn(code, sizes, float(lr), float(ridge), float(head_lam), counts, addr(ins), strides(ins), addr(outs),
+          strides(outs))
   if rc == 2:
     raise MemoryError(f"native kernel: out of memory for a block of n={n} T={T} d={d}")
   if rc:
     raise ValueError(f"native kernel: bad sizes or options (n={n} T={T} d={d} m={m} b={b}, every={every}, "
                      f"snapshots={snapshots}, head={head}, authors={authors})")
-  return dict(zip(names, outs)), dict(zip(("W", "f", "max_prob", "ridge_sum", "attention"), obs))

@@ -2,8 +2,10 @@
 
 Where the native kernel runs (``block_kernel.uses_native``) and the starting parameters are drawn
 on the host (``host_init``), a training chunk is one call of the kernel's C entry point
-(``native_kernel.run_chunk_host``) per device's share of the batch, on NumPy arrays with the data
-sets on the last axis, the shares on threads (the call releases the GIL). Nothing is compiled per
+(``native_kernel.run_chunk_rows``) per device's share of the batch, on the NumPy arrays as the engine
+holds them (the data sets first: the kernel reads and writes them in place, with no transposes
+around the call, and writes the observations straight into the snapshots), the shares on threads
+(the call releases the GIL). Nothing is compiled per
 shape: XLA compiled a wrapper program around the kernel for every shape and chunk length (0.2 to
 0.5 s each; about 40 in E4), which an empty compilation cache paid again on every run.
 
@@ -40,22 +42,14 @@ def supports(config, dtype) -> bool:
           and host_init.supports(config) and not config.train_head)
 
 
-def _last(x: np.ndarray) -> np.ndarray:
-  return np.ascontiguousarray(np.moveaxis(x, 0, -1))
-
-
-def _first(x: np.ndarray) -> np.ndarray:
-  return np.moveaxis(x, -1, 0)
-
-
 def _loss(name: str, Y: np.ndarray, f: np.ndarray, lam: float, ridge_sum: np.ndarray) -> np.ndarray:
-  """(S, b) mean_i l(Y_i f_i) (+ lam ridge_sum) of predictions f (S, n, b), labels Y (n, b)."""
+  """(b, S) mean_i l(Y_i f_i) (+ lam ridge_sum) of predictions f (b, S, n), labels Y (b, n)."""
   with np.errstate(invalid="ignore", over="ignore"):   # a diverged run's loss is NaN or inf, as in XLA
-    ell = LOSSES[name](Y[None] * f)
-    total = ell[:, 0]
-    for i in range(1, ell.shape[1]):          # in index order, whatever the shape
-      total = total + ell[:, i]
-    loss = total / ell.shape[1]
+    ell = LOSSES[name](Y[:, None] * f)
+    total = ell[..., 0]
+    for i in range(1, ell.shape[-1]):          # in index order, whatever the shape
+      total = total + ell[..., i]
+    loss = total / ell.shape[-1]
     return loss + lam * ridge_sum if lam else loss
 
 
@@ -75,12 +69,10 @@ def _check_shapes(state, shapes, data, relu: bool) -> None:
 
 
 class _Share:
-  """One device's share of the batch (runs lo..hi-1), its data laid out for the kernel."""
+  """One device's share of the batch: runs lo..hi-1."""
 
-  def __init__(self, data, lo: int, hi: int, relu: bool):
+  def __init__(self, lo: int, hi: int):
     self.lo, self.hi = lo, hi
-    self.X, self.Z, self.Y = (_last(np.asarray(a[lo:hi], np.float64)) for a in (data.X, data.Z, data.Y))
-    self.head = _last(np.asarray(data.v[lo:hi], np.float64))     # v (d, b), or the ReLU head's V (d, d, b)
 
 
 def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, loop):
@@ -112,9 +104,12 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
   _check_shapes(state, shapes, data, relu)
   count = min(mesh.size, B)
   bounds = np.linspace(0, B, count + 1).round().astype(int)
-  shares = [_Share(data, lo, hi, relu) for lo, hi in zip(bounds[:-1], bounds[1:])]
+  shares = [_Share(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
   names = sorted(state.params)
-  held = [{k: _last(np.asarray(state.params[k][s.lo:s.hi], np.float64)) for k in names} for s in shares]
+  kernel_names = ("W",) if param.name == "W" else ("K", "Q")
+  # the parameters, trained in place (a copy: the caller's start is left as it was)
+  held = {k: np.array(state.params[k], np.float64, order="C", copy=True) for k in names}
+  X, Z, Y, head = (np.ascontiguousarray(a, np.float64) for a in (data.X, data.Z, data.Y, data.v))
   compile_seconds = time.perf_counter() - t0
 
   t0 = time.perf_counter()
@@ -122,47 +117,44 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
   if progress is not None and begin:
     progress(sum(every * k for every, k in plan[:begin]))
   pos = 1 + sum(k for _, k in plan[:begin])
-  attention = None
+  attention = np.zeros(data.X.shape[:2] + data.X.shape[2:3]) if begin < len(runs) else None   # (B, n, T)
   pool = concurrent.futures.ThreadPoolExecutor(len(shares)) if len(shares) > 1 else None
   try:
     for chunk in range(begin, len(runs)):
       every, k = runs[chunk]
       observe_start = chunk == begin and pos == 1    # the starting state's observation is snapshot 0
+      first = pos - 1 if observe_start else pos      # (the start's observation: snapshot 0)
 
-      def run(j, every=every, k=k, observe_start=observe_start):
-        s = shares[j]
-        return native_kernel.run_chunk_host(
-            held[j], s.X, s.Z, s.Y, s.head, param=param.name, lr=config.lr, ridge=lam or 0.0, every=every,
-            snapshots=k, start=observe_start, loss=config.loss, normalized=normalize, head=config.head,
-            authors=config.numerics == "authors")
+      def run(j, every=every, k=k, observe_start=observe_start, first=first):
+        rows = slice(shares[j].lo, shares[j].hi)
+        S = pos + k - first
+        f, ridge_sum = np.empty((rows.stop - rows.start, S, Y.shape[1])), np.empty((rows.stop - rows.start, S))
+        obs = {"W": snaps["W"][rows, first:pos + k], "f": f, "max_prob": snaps["max_prob"][rows, first:pos + k],
+               "ridge_sum": ridge_sum, "attention": attention[rows]}
+        params = [held[name][rows] for name in kernel_names]
+        native_kernel.run_chunk_rows(
+            params, X[rows], Z[rows], Y[rows], head[rows], params, obs, param=param.name, lr=config.lr,
+            ridge=lam or 0.0, every=every, snapshots=k, start=observe_start, loss=config.loss,
+            normalized=normalize, head=config.head, authors=config.numerics == "authors")
+        snaps["loss"][rows, first:pos + k] = _loss(config.loss, Y[rows], f, lam, ridge_sum)
 
-      results = list(pool.map(run, range(len(shares)))) if pool else [run(0)]
-      for j, (s, (new, obs)) in enumerate(zip(shares, results)):
-        held[j] = new
-        loss = _loss(config.loss, s.Y, obs["f"], lam, obs["ridge_sum"])
-        first = pos - 1 if observe_start else pos     # (the start's observation: snapshot 0)
-        for name, x in (("W", np.moveaxis(obs["W"], -1, 0)), ("max_prob", _first(obs["max_prob"])),
-                        ("loss", _first(loss))):
-          snaps[name][s.lo:s.hi, first:pos + k] = x
-        if chunk + 1 == len(runs):
-          part = np.moveaxis(obs["attention"], -1, 0)
-          if attention is None:
-            attention = np.zeros((B,) + part.shape[1:])
-          attention[s.lo:s.hi] = part
+      if pool:
+        list(pool.map(run, range(len(shares))))
+      else:
+        run(0)
       pos += k
       if checkpoints is not None and chunk + 1 < len(plan):   # (after the last chunk the caller saves results)
-        loop.save_chunk(checkpoints, chunk + 1, _state(state, held, names), snaps)
+        loop.save_chunk(checkpoints, chunk + 1, _state(state, held), snaps)
       if progress is not None and k:
         progress(every * k)
   finally:
     if pool is not None:
       pool.shutdown()
-  state = _state(state, held, names)
+  state = _state(state, held)
   return loop.Trajectory(steps, snaps["W"], snaps["max_prob"], snaps["loss"], attention, state.params,
                          compile_seconds, time.perf_counter() - t0)
 
 
-def _state(state, held: list, names: list):
-  """``state`` with the parameters the shares hold (joined, the batch axis first)."""
-  params = {k: np.concatenate([_first(h[k]) for h in held]) for k in names}
-  return state._replace(params={**state.params, **params})
+def _state(state, held: dict):
+  """``state`` with the parameters trained so far."""
+  return state._replace(params={**state.params, **held})

@@ -116,6 +116,22 @@ inline vd vexp_nonpositive(vd x) {
   return x != x ? x : y;
 }
 
+// An array of a block's data sets as the kernel reads or writes it: element i of data set j at
+// p[i * elem + j * set], and observation a's elements a * obs further. The data sets last
+// ((..., b), as XLA passes them): elem = b, set = 1. One data set after another ((b, ...), as
+// the engine holds them): elem = 1, set = the row's length; no transposes around the call.
+template <class P>
+struct View {
+  P* p;
+  int64_t elem, set, obs;
+};
+using In = View<const double>;
+using Out = View<double>;
+
+// the data sets last: (count, b), or (S, count, b) per observation
+inline In last(const double* p, int64_t b) { return In{p, b, 1, 0}; }
+inline Out last(double* p, int64_t count, int64_t b) { return Out{p, b, 1, count * b}; }
+
 enum Loss : int64_t { kLogistic = 0, kExponential = 1, kCorrelation = 2 };
 
 // l'(u) of the named losses (models.attention.LOSS_DERIVATIVES)
@@ -241,27 +257,33 @@ class Group {
     }
   }
 
-  static void gather(const double* src, int64_t count, int64_t b, int64_t j0, int used, vd* dst) {
+  // lane j of dst[i] = element i of data set j0 + j (the last used data set on unused lanes)
+  static void gather(const In& src, int64_t count, int64_t j0, int used, vd* dst) {
+    const double* set[L];
+    for (int j = 0; j < L; ++j) set[j] = src.p + (j0 + (j < used ? j : used - 1)) * src.set;
     for (int64_t i = 0; i < count; ++i)
-      for (int j = 0; j < L; ++j) dst[i][j] = src[i * b + j0 + (j < used ? j : used - 1)];
+      for (int j = 0; j < L; ++j) dst[i][j] = set[j][i * src.elem];
   }
 
-  static void scatter(const vd* src, int64_t count, int64_t b, int64_t j0, int used, double* dst) {
-    for (int64_t i = 0; i < count; ++i)
-      for (int j = 0; j < used; ++j) dst[i * b + j0 + j] = src[i][j];
+  // element i of data set j0 + j of observation at = lane j of src[i], for the used lanes
+  static void scatter(const vd* src, int64_t count, const Out& dst, int64_t at, int64_t j0, int used) {
+    for (int j = 0; j < used; ++j) {
+      double* out = dst.p + at * dst.obs + (j0 + j) * dst.set;
+      for (int64_t i = 0; i < count; ++i) out[i * dst.elem] = src[i][j];
+    }
   }
 
   // head: v (d) with the linear head, whose h = X v (n,T) is computed here once (each h_it a chain
   // of fused multiply-adds over k in index order); V (d,d) with the ReLU head; v (d) with the lambda head
-  void load(const double* X, const double* Z, const double* Y, const double* head, int64_t j0, int used) {
+  void load(const In& X, const In& Z, const In& Y, const In& head, int64_t j0, int used) {
     const Sizes& s = s_;
-    gather(X, s.n * s.T * s.d, s.b, j0, used, X_.data());
-    gather(Z, s.n * s.d, s.b, j0, used, Z_.data());
-    gather(Y, s.n, s.b, j0, used, Y_.data());
+    gather(X, s.n * s.T * s.d, j0, used, X_.data());
+    gather(Z, s.n * s.d, j0, used, Z_.data());
+    gather(Y, s.n, j0, used, Y_.data());
     if (relu_) {
-      gather(head, s.d * s.d, s.b, j0, used, V_.data());
+      gather(head, s.d * s.d, j0, used, V_.data());
     } else {
-      gather(head, s.d, s.b, j0, used, v_.data());
+      gather(head, s.d, j0, used, v_.data());
       if (!pooled_) matvec(h_.data(), X_.data(), s.d, 1, v_.data(), 1, s.n * s.T, s.d);
     }
   }
@@ -497,12 +519,18 @@ Sizes sizes_of(ffi::Buffer<ffi::F64>& X, int64_t m) {
   return Sizes{dims[0], dims[1], dims[2], m, dims[3]};
 }
 
-// What a chunk writes besides the parameters, the block axis last: per observation (the start's
-// when o.start, then one per snapshot) W (S,d,d,b), the predictions f (S,n,b), the mean largest
-// attention (S,b) and the ridge sum (S,b); the final attention s (n,T,b).
+// What a chunk writes besides the parameters: per observation (the start's when o.start, then one
+// per snapshot) W (d,d), the predictions f (n), the mean largest attention and the ridge sum; the
+// final attention s (n,T). (The data sets last: W (S,d,d,b), f (S,n,b), (S,b), (S,b), s (n,T,b).)
 struct Observations {
-  double *W, *f, *max_prob, *ridge_sum, *s;
+  Out W, f, max_prob, ridge_sum, s;
 };
+
+Observations observations_last(const Sizes& s, double* W, double* f, double* max_prob, double* ridge_sum,
+                               double* att) {
+  return Observations{last(W, s.d * s.d, s.b), last(f, s.n, s.b), last(max_prob, 1, s.b), last(ridge_sum, 1, s.b),
+                      last(att, s.n * s.T, s.b)};
+}
 
 ffi::Error check_observations(const Sizes& s, const Options& o, ffi::ResultBuffer<ffi::F64>& W,
                               ffi::ResultBuffer<ffi::F64>& f, ffi::ResultBuffer<ffi::F64>& mp,
@@ -530,10 +558,10 @@ ffi::Error run_block(const Sizes& s, bool kq, Head head, const Options& o, Load 
     auto observe = [&]() {
       vd mp, rs;
       g.observe(f.data(), &mp, &rs);
-      Group::scatter(g.W_.data(), dd, b, j0, used, obs.W + at * dd * b);
-      Group::scatter(f.data(), s.n, b, j0, used, obs.f + at * s.n * b);
-      Group::scatter(&mp, 1, b, j0, used, obs.max_prob + at * b);
-      Group::scatter(&rs, 1, b, j0, used, obs.ridge_sum + at * b);
+      Group::scatter(g.W_.data(), dd, obs.W, at, j0, used);
+      Group::scatter(f.data(), s.n, obs.f, at, j0, used);
+      Group::scatter(&mp, 1, obs.max_prob, at, j0, used);
+      Group::scatter(&rs, 1, obs.ridge_sum, at, j0, used);
       ++at;
     };
     if (o.start) observe();
@@ -545,7 +573,7 @@ ffi::Error run_block(const Sizes& s, bool kq, Head head, const Options& o, Load 
       vd mp, rs;
       g.observe(f.data(), &mp, &rs);
     }
-    Group::scatter(g.e_.data(), s.n * s.T, b, j0, used, obs.s);            // the final attention
+    Group::scatter(g.e_.data(), s.n * s.T, obs.s, 0, j0, used);            // the final attention
     store(g, j0, used);
   }
   return ffi::Error::Success();
@@ -566,12 +594,15 @@ ffi::Error gd_block_w(Head kind, ffi::Buffer<ffi::F64> W, ffi::Buffer<ffi::F64> 
   return run_block(
       s, false, kind, o,
       [&](Group& g, int64_t j0, int used) {
-        g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), head.typed_data(), j0, used);
-        Group::gather(W.typed_data(), s.d * s.d, s.b, j0, used, g.W_.data());
+        g.load(last(X.typed_data(), s.b), last(Z.typed_data(), s.b), last(Y.typed_data(), s.b),
+               last(head.typed_data(), s.b), j0, used);
+        Group::gather(last(W.typed_data(), s.b), s.d * s.d, j0, used, g.W_.data());
       },
-      [&](Group& g, int64_t j0, int used) { Group::scatter(g.W_.data(), s.d * s.d, s.b, j0, used, W_out->typed_data()); },
-      Observations{W_obs->typed_data(), f->typed_data(), max_prob->typed_data(), ridge_sum->typed_data(),
-                   attention->typed_data()});
+      [&](Group& g, int64_t j0, int used) {
+        Group::scatter(g.W_.data(), s.d * s.d, last(W_out->typed_data(), 0, s.b), 0, j0, used);
+      },
+      observations_last(s, W_obs->typed_data(), f->typed_data(), max_prob->typed_data(), ridge_sum->typed_data(),
+                        attention->typed_data()));
 }
 
 #define SVMATTN_F64 ffi::Buffer<ffi::F64>
@@ -609,32 +640,34 @@ ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z,
   return run_block(
       s, true, kLinear, o,
       [&](Group& g, int64_t j0, int used) {
-        g.load(X.typed_data(), Z.typed_data(), Y.typed_data(), v.typed_data(), j0, used);
-        Group::gather(K.typed_data(), s.d * s.m, s.b, j0, used, g.K_.data());
-        Group::gather(Q.typed_data(), s.d * s.m, s.b, j0, used, g.Q_.data());
+        g.load(last(X.typed_data(), s.b), last(Z.typed_data(), s.b), last(Y.typed_data(), s.b),
+               last(v.typed_data(), s.b), j0, used);
+        Group::gather(last(K.typed_data(), s.b), s.d * s.m, j0, used, g.K_.data());
+        Group::gather(last(Q.typed_data(), s.b), s.d * s.m, j0, used, g.Q_.data());
       },
       [&](Group& g, int64_t j0, int used) {
-        Group::scatter(g.K_.data(), s.d * s.m, s.b, j0, used, K_out->typed_data());
-        Group::scatter(g.Q_.data(), s.d * s.m, s.b, j0, used, Q_out->typed_data());
+        Group::scatter(g.K_.data(), s.d * s.m, last(K_out->typed_data(), 0, s.b), 0, j0, used);
+        Group::scatter(g.Q_.data(), s.d * s.m, last(Q_out->typed_data(), 0, s.b), 0, j0, used);
       },
-      Observations{W_obs->typed_data(), f->typed_data(), mp->typed_data(), rs->typed_data(), att->typed_data()});
+      observations_last(s, W_obs->typed_data(), f->typed_data(), mp->typed_data(), rs->typed_data(),
+                        att->typed_data()));
 }
 
 }  // namespace
 
-// The same chunks without XLA, for train.native_kernel.run_chunk_host (NumPy arrays through
-// ctypes, block axis last, C order): 0 on success, 1 for bad sizes or options, 2 when it could not
-// allocate its buffers. counts: every,
-// snapshots, start, loss, normalized, authors (the authors' numerics: the ReLU head only).
-// kind 0: W with the linear head (head: v (d,b)), 1: W with the ReLU head (head: V (d,d,b)),
-// 2: (K, Q) with the linear head (params[0] = K, params[1] = Q (d,m,b); outputs likewise),
-// 3: W with the lambda head (head: v (d,b)) of lam head_lam.
-// out_obs: W per observation (S,d,d,b), f (S,n,b), mean largest attention (S,b), ridge sum (S,b),
-// the final attention (n,T,b).
+// The same chunks without XLA, for train.native_kernel (NumPy arrays through ctypes): 0 on success,
+// 1 for bad sizes or options, 2 when it could not allocate its buffers. counts: every, snapshots,
+// start, loss, normalized, authors (the authors' numerics: the ReLU head only).
+// kind 0: W with the linear head (head: v (d)), 1: W with the ReLU head (head: V (d,d)), 2: (K, Q)
+// with the linear head (K and Q (d,m)), 3: W with the lambda head (head: v (d)) of lam head_lam.
+// in: the parameters (W, or K and Q), X (n,T,d), Z (n,d), Y (n), head; out: the parameters, then
+// per observation W (d,d), f (n), the mean largest attention and the ridge sum (one each), and the
+// final attention (n,T). Every array has three strides, in doubles (View: element, data set,
+// observation), in in_strides and out_strides in that order; with (K, Q) the parameters are two
+// arrays, with W one (in[1] and out[1] are then not read).
 extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, double ridge, double head_lam,
-                              const int64_t* counts, const double* const* params, const double* X,
-                              const double* Z, const double* Y, const double* head, double* const* out_params,
-                              double* const* out_obs) {
+                              const int64_t* counts, const double* const* in, const int64_t* in_strides,
+                              double* const* out, const int64_t* out_strides) {
   if (kind < 0 || kind > 3) return 1;
   const bool kq = kind == 2;
   const Head head_kind = kind == 1 ? kRelu : kind == 3 ? kLambda : kLinear;
@@ -643,19 +676,21 @@ extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, dou
   if (o.authors && head_kind != kRelu) return 1;
   if (check(s, o).failure()) return 1;
   const int64_t pk = kq ? s.d * s.m : s.d * s.d;
+  auto ins = [&](int a) { return In{in[a], in_strides[3 * a], in_strides[3 * a + 1], in_strides[3 * a + 2]}; };
+  auto outs = [&](int a) { return Out{out[a], out_strides[3 * a], out_strides[3 * a + 1], out_strides[3 * a + 2]}; };
   try {                                                                   // (no exception crosses into C)
   ffi::Error err = run_block(
       s, kq, head_kind, o,
       [&](Group& g, int64_t j0, int used) {
-        g.load(X, Z, Y, head, j0, used);
-        Group::gather(params[0], pk, s.b, j0, used, kq ? g.K_.data() : g.W_.data());
-        if (kq) Group::gather(params[1], pk, s.b, j0, used, g.Q_.data());
+        g.load(ins(2), ins(3), ins(4), ins(5), j0, used);
+        Group::gather(ins(0), pk, j0, used, kq ? g.K_.data() : g.W_.data());
+        if (kq) Group::gather(ins(1), pk, j0, used, g.Q_.data());
       },
       [&](Group& g, int64_t j0, int used) {
-        Group::scatter(kq ? g.K_.data() : g.W_.data(), pk, s.b, j0, used, out_params[0]);
-        if (kq) Group::scatter(g.Q_.data(), pk, s.b, j0, used, out_params[1]);
+        Group::scatter(kq ? g.K_.data() : g.W_.data(), pk, outs(0), 0, j0, used);
+        if (kq) Group::scatter(g.Q_.data(), pk, outs(1), 0, j0, used);
       },
-      Observations{out_obs[0], out_obs[1], out_obs[2], out_obs[3], out_obs[4]});
+      Observations{outs(2), outs(3), outs(4), outs(5), outs(6)});
   return err.failure() ? 1 : 0;
   } catch (...) {                                                         // (out of memory)
     return 2;
