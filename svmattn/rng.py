@@ -107,14 +107,44 @@ def _draw_fn(dtype):
   return jax.jit(draw)
 
 
+@functools.lru_cache(maxsize=None)
+def _erfinv_fn(dtype):
+  """Jitted (u (CALL,), c) -> c * erfinv(u): the draw program's normal of a uniform u, bit for bit."""
+  from jax import lax
+  return jax.jit(lambda u, c: c.astype(dtype) * lax.erf_inv(u))
+
+
+def _draw_native(keys, size: int, dtype, lo, hi, c, normal: bool) -> np.ndarray:
+  """``_draw`` with the uniforms computed by ``rng_native`` (float64): the same values bit for bit."""
+  from svmattn import rng_native
+  u = rng_native.uniforms(keys, size, float(lo), float(hi))
+  if not normal or not u.size:
+    return u
+  flat, fn, c = u.reshape(-1), _erfinv_fn(dtype), np.asarray(c, np.float64)
+  buffer = np.zeros(CALL, dtype)
+  for start in range(0, flat.size, CALL):           # one program of CALL values, the last call padded
+    part = flat[start:start + CALL]
+    if len(part) < CALL:
+      buffer[:len(part)] = part
+      part = buffer
+    flat[start:start + CALL] = np.asarray(fn(part, c))[:min(CALL, flat.size - start)]
+  return u
+
+
 def _draw(keys, size: int, dtype, lo, hi, c, normal: bool) -> np.ndarray:
-  """(B, size) ``_draw_fn`` at positions 0..size-1 of every key of ``keys`` (B, 2), as NumPy."""
+  """(B, size) ``_draw_fn`` at positions 0..size-1 of every key of ``keys`` (B, 2), as NumPy (float64:
+  the uniforms by ``rng_native`` on the host where it is built, the same values)."""
   dtype = np.dtype(dtype)
   keys = np.asarray(keys, np.uint32).reshape(-1, 2)
   size = int(size)
   if not 0 <= size < 2 ** 32:
     raise ValueError(f"a flat draw has 0 to 2^32 - 1 values, got {size}")
   total = len(keys) * size
+  if dtype == np.float64 and total:
+    from svmattn import rng_native
+    if rng_native.available():
+      check_partitionable()
+      return _draw_native(keys, size, dtype, lo, hi, c, normal)
   out = np.empty(total, dtype)
   if total:
     fn = _draw_fn(dtype)

@@ -96,3 +96,24 @@ def test_randint_host_is_jax_randint(size, lo, hi):
 def test_randint_host_refuses_an_empty_span():
   with pytest.raises(ValueError, match="maxval - minval"):
     rng.randint_host(rng.run_keys(0, [1]), 2, 3, 3)
+
+
+def test_the_native_uniforms_equal_the_draw_program(monkeypatch):
+  """Where the host's C++ draws are built (this machine, CI's), rng's float64 draws compute the
+  uniforms there and apply erfinv in a program of their own: normals, scaled normals and uniforms
+  equal the XLA draw program's (the path without a compiler) bit for bit, for sizes across call
+  boundaries and a draw of one value; the summary's environment says which ran."""
+  from svmattn import rng_native
+  assert rng_native.available(), rng_native.why_not()
+  keys = rng.run_keys(5, RUNS[:40])
+  cases = [(s, kind) for s in (1, 13, 480, rng.CALL + 3) for kind in ("normal", "scaled", "uniform")]
+  draw = {"normal": lambda k, s: rng.normals(k, s), "scaled": lambda k, s: rng.normals(k, s, np.float64, 0.1),
+          "uniform": lambda k, s: rng.uniforms(k, s, np.float64, -0.3, 0.7)}
+  native = [draw[kind](keys[:3] if s > 1000 else keys, s) for s, kind in cases]
+  assert rng_native.report() == {"draws": "native-cpu"}
+  monkeypatch.setattr(rng_native, "_state", {"fn": None, "why": "turned off by the test"})
+  assert rng_native.report()["draws"] == "xla"
+  for (s, kind), got in zip(cases, native):
+    want = draw[kind](keys[:3] if s > 1000 else keys, s)
+    assert got.dtype == want.dtype == np.float64 and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64), err_msg=f"{kind} of size {s}")

@@ -72,8 +72,9 @@ def environment() -> dict:
 
 
 def _gd_kernel() -> dict:
+  from svmattn import rng_native
   from svmattn.train import native_kernel
-  return native_kernel.report()
+  return {**native_kernel.report(), **rng_native.report()}
 
 
 def quiet_logs() -> None:

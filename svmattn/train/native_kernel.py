@@ -8,27 +8,24 @@ their data in the core's first-level cache. It computes the same gradient and st
 the same order, so a data set's trajectory depends on nothing else in its block.
 
 The source is compiled once per source, compiler and CPU (``g++ -O3 -march=native``, no
-fast-math, no contraction: its fused multiply-adds are written in the source) into ``native/_build`` inside the package (or, where that is read-only, the user's
-cache directory), under a file lock so that parallel processes build it once. Where no C++
+fast-math, no contraction: its fused multiply-adds are written in the source) by
+``svmattn.native_build`` into ``native/_build`` inside the package (or, where that is read-only,
+the user's cache directory), under a file lock so that parallel processes build it once. Where no C++
 compiler is found, or on another platform than the CPU, training runs the XLA block kernel;
 ``kernel_name()`` says which one ran and every summary records it.
 """
 from __future__ import annotations
 
 import ctypes
-import fcntl
-import hashlib
 import os
-import platform
-import shutil
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 
 import jax
 import numpy as np
 
+from svmattn import native_build
 from svmattn.models import heads
 
 SOURCE = Path(__file__).with_name("native") / "gd_block.cc"
@@ -46,73 +43,14 @@ _lock = threading.Lock()
 _state: dict = {}
 
 
-def _compiler() -> str | None:
-  return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-
-
-def _cpu_id() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      lines = [line for line in f if line.startswith(("model name", "flags"))]
-    return "".join(sorted(set(lines)))
-  except OSError:
-    return platform.processor() + platform.machine()
-
-
-def _version(compiler: str) -> str:
-  try:
-    return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60).stdout
-  except (OSError, subprocess.SubprocessError):
-    return ""
-
-
-def _key(compiler: str) -> str:
-  version = _version(compiler)
-  h = hashlib.sha256()
-  for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), version.encode(), _cpu_id().encode(),
-               jax.__version__.encode()):
-    h.update(part)
-    h.update(b"\0")
-  return h.hexdigest()[:16]
-
-
-def _build_dirs():
-  if os.environ.get("SVMATTN_NATIVE_BUILD_DIR"):                 # (the tests' own folder)
-    yield Path(os.environ["SVMATTN_NATIVE_BUILD_DIR"])
-    return
-  yield SOURCE.parent / "_build"
-  base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-  yield base / "svmattn" / "native"
-
-
-def _build(compiler: str, key: str) -> Path:
-  """The shared library for ``key``, compiled now unless a process already did."""
-  errors = []
-  for folder in _build_dirs():
-    try:
-      folder.mkdir(parents=True, exist_ok=True)
-      lib = folder / f"gd_block-{key}.so"
-      with open(folder / f"gd_block-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not lib.exists():
-          with tempfile.TemporaryDirectory(dir=folder) as tmp:
-            out = Path(tmp) / lib.name
-            proc = subprocess.run([compiler, *FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", str(out)],
-                                  capture_output=True, text=True, timeout=600)
-            if proc.returncode:
-              raise RuntimeError(f"{compiler} failed on {SOURCE.name}: {proc.stderr.strip()[-2000:]}")
-            os.replace(out, lib)               # whole or absent: never a half-written library
-      return lib
-    except OSError as e:
-      errors.append(f"{folder}: {e}")
-  raise RuntimeError("no writable folder for the native kernel: " + "; ".join(errors))
+_compiler = native_build.compiler
 
 
 def _host_entry(lib):
   """The kernel's C entry point without XLA (``SvmattnGdChunk``), typed for ctypes (a plain
   ``CDLL`` function: the GIL is released during the call, so threads run parts concurrently)."""
   fn = lib.SvmattnGdChunk
-  ptr, ptrs = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
+  ptrs = ctypes.POINTER(ctypes.c_void_p)
   i64s = ctypes.POINTER(ctypes.c_int64)
   fn.argtypes = [ctypes.c_int64, i64s, ctypes.c_double, ctypes.c_double, ctypes.c_double, i64s, ptrs, i64s, ptrs,
                  i64s]
@@ -133,8 +71,8 @@ def _load():
       why = "no C++ compiler (g++) found"
     else:
       try:
-        key = _key(compiler)
-        lib = ctypes.cdll.LoadLibrary(str(_build(compiler, key)))
+        key = native_build.key(SOURCE, FLAGS, compiler)
+        lib = ctypes.cdll.LoadLibrary(str(native_build.build(SOURCE, FLAGS, compiler, key)))
         targets = {"host": _host_entry(lib)}
         for name, symbol in (("W", "SvmattnGdBlockW"), ("KQ", "SvmattnGdBlockKQ"), ("W_relu", "SvmattnGdBlockWRelu"),
                              ("W_lambda", "SvmattnGdBlockWLambda")):

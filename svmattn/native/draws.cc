@@ -1,0 +1,49 @@
+// The uniforms of svmattn.rng's flat draws on the host (svmattn/rng_native.py builds and loads it;
+// docs/science.md section 20): JAX's partitionable threefry2x32 of (0, position) under each key
+// (Salmon et al., 2011: 20 rounds of 32-bit additions, rotations and xors, a key injection every
+// 4), its 64 bits made a float64 in [1, 2) and then a uniform on [lo, hi) as jax.random.uniform
+// computes it in an XLA program on the CPU, whose compiler fuses (f - 1) (hi - lo) + lo into one
+// fused multiply-add: the same values bit for bit (tested against the XLA program). Integer
+// arithmetic and one fma per value, no contraction of anything else (-ffp-contract=off).
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+inline uint32_t rotl(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
+
+}  // namespace
+
+// out[j], j < count: the uniform on [lo, hi) of element skip + j of the flat run of draws of `size`
+// values each, that is position (skip + j) % size of key keys[(skip + j) / size] (two uint32 each).
+extern "C" void SvmattnUniforms(const uint32_t* keys, uint64_t skip, uint64_t size, uint64_t count, double lo,
+                                double hi, double* out) {
+  const double span = hi - lo;
+  for (uint64_t e = skip, end = skip + count; e < end;) {
+    const uint64_t k = e / size, first = e % size;
+    const uint64_t run = size - first < end - e ? size - first : end - e;
+    const uint32_t k0 = keys[2 * k], k1 = keys[2 * k + 1], k2 = k0 ^ k1 ^ 0x1BD11BDAu;
+    double* o = out + (e - skip);
+    for (uint64_t j = 0; j < run; ++j) {                 // (independent lanes: the compiler vectorizes)
+      uint32_t a = k0, b = static_cast<uint32_t>(first + j) + k1;
+#define SVMATTN_ROUND(r) a += b, b = rotl(b, r), b ^= a;
+#define SVMATTN_FOUR_EVEN SVMATTN_ROUND(13) SVMATTN_ROUND(15) SVMATTN_ROUND(26) SVMATTN_ROUND(6)
+#define SVMATTN_FOUR_ODD SVMATTN_ROUND(17) SVMATTN_ROUND(29) SVMATTN_ROUND(16) SVMATTN_ROUND(24)
+      SVMATTN_FOUR_EVEN a += k1, b += k2 + 1u;
+      SVMATTN_FOUR_ODD a += k2, b += k0 + 2u;
+      SVMATTN_FOUR_EVEN a += k0, b += k1 + 3u;
+      SVMATTN_FOUR_ODD a += k1, b += k2 + 4u;
+      SVMATTN_FOUR_EVEN a += k2, b += k0 + 5u;
+#undef SVMATTN_FOUR_ODD
+#undef SVMATTN_FOUR_EVEN
+#undef SVMATTN_ROUND
+      const uint64_t bits = ((static_cast<uint64_t>(a) << 32) | b) >> 12 | 0x3FF0000000000000ull;
+      double f;
+      std::memcpy(&f, &bits, sizeof f);                   // in [1, 2)
+      const double u = std::fma(f - 1.0, span, lo);
+      o[j] = u > lo ? u : lo;                              // max(lo, u), as lax.max (u is never NaN)
+    }
+    e += run;
+  }
+}

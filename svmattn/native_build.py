@@ -1,0 +1,86 @@
+"""Compiling the engine's C++ sources into shared libraries, once per source, flags, compiler and CPU.
+
+Used by the native GD kernel (``train/native_kernel.py``: ``train/native/gd_block.cc``) and the
+host-side random draws (``rng_native.py``: ``native/draws.cc``). A library is compiled with the
+given flags (the callers pass ``-O3 -march=native``, no fast-math, no contraction) into a
+``_build`` folder beside its source (or, where that is read-only, the user's cache directory),
+under a file lock so that parallel processes build it once, and written whole or not at all. Its
+file name carries a hash of everything that decides its code: the source, the flags, the
+compiler's version, the CPU's model and flags and the jax version.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import jax
+
+
+def compiler() -> str | None:
+  """The C++ compiler: $CXX, else g++ or c++ on the PATH (None: none found)."""
+  return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
+def _cpu_id() -> str:
+  try:
+    with open("/proc/cpuinfo") as f:
+      lines = [line for line in f if line.startswith(("model name", "flags"))]
+    return "".join(sorted(set(lines)))
+  except OSError:
+    return platform.processor() + platform.machine()
+
+
+def _version(cxx: str) -> str:
+  try:
+    return subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=60).stdout
+  except (OSError, subprocess.SubprocessError):
+    return ""
+
+
+def key(source: Path, flags: tuple[str, ...], cxx: str) -> str:
+  """The hash that names a library of ``source`` built with ``flags`` by ``cxx`` on this CPU."""
+  h = hashlib.sha256()
+  for part in (source.read_bytes(), " ".join(flags).encode(), _version(cxx).encode(), _cpu_id().encode(),
+               jax.__version__.encode()):
+    h.update(part)
+    h.update(b"\0")
+  return h.hexdigest()[:16]
+
+
+def _build_dirs(source: Path):
+  if os.environ.get("SVMATTN_NATIVE_BUILD_DIR"):                 # (the tests' own folder)
+    yield Path(os.environ["SVMATTN_NATIVE_BUILD_DIR"])
+    return
+  yield source.parent / "_build"
+  base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+  yield base / "svmattn" / "native"
+
+
+def build(source: Path, flags: tuple[str, ...], cxx: str, name_key: str) -> Path:
+  """The shared library of ``source`` (named ``STEM-name_key.so``), compiled now unless a process
+  already did. RuntimeError when the compiler fails or no folder is writable."""
+  errors = []
+  for folder in _build_dirs(source):
+    try:
+      folder.mkdir(parents=True, exist_ok=True)
+      lib = folder / f"{source.stem}-{name_key}.so"
+      with open(folder / f"{source.stem}-{name_key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not lib.exists():
+          with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            out = Path(tmp) / lib.name
+            proc = subprocess.run([cxx, *flags, "-I", jax.ffi.include_dir(), str(source), "-o", str(out)],
+                                  capture_output=True, text=True, timeout=600)
+            if proc.returncode:
+              raise RuntimeError(f"{cxx} failed on {source.name}: {proc.stderr.strip()[-2000:]}")
+            os.replace(out, lib)               # whole or absent: never a half-written library
+      return lib
+    except OSError as e:
+      errors.append(f"{folder}: {e}")
+  raise RuntimeError(f"no writable folder for the native library {source.name}: " + "; ".join(errors))

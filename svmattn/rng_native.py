@@ -1,0 +1,84 @@
+"""The uniforms of ``rng``'s flat float64 draws computed on the host by ``native/draws.cc``.
+
+XLA:CPU runs the draw program's threefry and index arithmetic at 20-50 ns a value; the native
+loop computes the same integers and the same fused multiply-add at 2-5 ns, so every uniform is
+the program's bit for bit (tests/test_rng.py), and a normal is the program's sqrt(2) erfinv of
+that uniform (``rng`` applies it in one XLA program of CALL values). Built once per source,
+compiler and CPU by ``native_build``; without a compiler, or with SVMATTN_NATIVE_DRAWS=0, ``rng``
+runs its XLA program, with the same values.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from svmattn import native_build
+
+SOURCE = Path(__file__).with_name("native") / "draws.cc"
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off", "-w")
+ENV = "SVMATTN_NATIVE_DRAWS"       # 0: the XLA program draws every value
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _load():
+  """The C entry point (built and loaded once per process), or None (and why, in _state)."""
+  with _lock:
+    if "fn" in _state:
+      return _state["fn"]
+    fn, why = None, None
+    cxx = native_build.compiler()
+    if os.environ.get(ENV, "1") == "0":
+      why = f"{ENV}=0"
+    elif cxx is None:
+      why = "no C++ compiler (g++) found"
+    else:
+      try:
+        lib = ctypes.cdll.LoadLibrary(str(native_build.build(SOURCE, FLAGS, cxx, native_build.key(SOURCE, FLAGS, cxx))))
+        fn = lib.SvmattnUniforms
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
+                       ctypes.c_double, ctypes.c_void_p]
+        fn.restype = None
+      except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        fn, why = None, str(e)
+    _state["fn"], _state["why"] = fn, why
+    return fn
+
+
+def available() -> bool:
+  """True when the native uniforms are built and loaded."""
+  return _load() is not None
+
+
+def why_not() -> str | None:
+  """Why the native uniforms are not used (None when they are)."""
+  _load()
+  return _state.get("why")
+
+
+def uniforms(keys: np.ndarray, size: int, lo: float, hi: float) -> np.ndarray:
+  """(B, size) float64: the uniform on [lo, hi) of positions 0..size-1 of every key (B, 2) uint32,
+  as ``rng``'s draw program computes it."""
+  fn = _load()
+  keys = np.ascontiguousarray(keys, np.uint32).reshape(-1, 2)
+  out = np.empty((len(keys), size), np.float64)
+  if out.size:
+    fn(keys.ctypes.data, 0, size, out.size, float(lo), float(hi), out.ctypes.data)
+  return out
+
+
+def report() -> dict:
+  """What a summary records: {"draws": "native-cpu"} where the uniforms were computed here, {"draws":
+  "xla", "draws_why": why} where the XLA program drew them, {"draws": "not loaded"} where nothing was
+  drawn in float64 (the values are the same either way)."""
+  if "fn" not in _state:
+    return {"draws": "not loaded"}
+  if _state["fn"] is not None:
+    return {"draws": "native-cpu"}
+  return {"draws": "xla", "draws_why": _state["why"]}
