@@ -265,12 +265,17 @@ class Group {
       for (int j = 0; j < L; ++j) dst[i][j] = set[j][i * src.elem];
   }
 
-  // element i of data set j0 + j of observation at = lane j of src[i], for the used lanes
+  // element i of data set j0 + j of observation at = lane j of src[i], for the used lanes (in the
+  // order of memory: the lanes innermost where the data sets are last)
   static void scatter(const vd* src, int64_t count, const Out& dst, int64_t at, int64_t j0, int used) {
-    for (int j = 0; j < used; ++j) {
-      double* out = dst.p + at * dst.obs + (j0 + j) * dst.set;
-      for (int64_t i = 0; i < count; ++i) out[i * dst.elem] = src[i][j];
+    double* out = dst.p + at * dst.obs + j0 * dst.set;
+    if (dst.set == 1) {
+      for (int64_t i = 0; i < count; ++i)
+        for (int j = 0; j < used; ++j) out[i * dst.elem + j] = src[i][j];
+      return;
     }
+    for (int j = 0; j < used; ++j)
+      for (int64_t i = 0; i < count; ++i) out[j * dst.set + i * dst.elem] = src[i][j];
   }
 
   // head: v (d) with the linear head, whose h = X v (n,T) is computed here once (each h_it a chain
