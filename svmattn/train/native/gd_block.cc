@@ -200,6 +200,50 @@ inline void matvec(vd* out, const vd* a, int64_t ao, int64_t ak, const vd* x, in
   if (o < O) matvec_tile<1>(out, a, ao, ak, x, xk, o, K);
 }
 
+// out[r * orr + c * oc] = sum over k < K, in the order of k, of A[r * ar + k * ak] * B[k * bk + c * bc],
+// for r0 <= r < r0 + R, c0 <= c < c0 + C: an R x C tile of independent chains of fused multiply-adds in
+// registers, each A and B entry loaded once per k for the whole tile (every output is the same
+// chain as matvec's: its terms in the order of k, from zero).
+template <int R, int C>
+__attribute__((always_inline)) inline void matmul_tile(vd* out, int64_t orr, int64_t oc, const vd* A, int64_t ar,
+                                                       int64_t ak, const vd* B, int64_t bk, int64_t bc, int64_t r0,
+                                                       int64_t c0, int64_t K) {
+  vd acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = vd{};
+  for (int64_t k = 0; k < K; ++k) {
+    vd b[C];
+    for (int c = 0; c < C; ++c) b[c] = B[k * bk + (c0 + c) * bc];
+    for (int r = 0; r < R; ++r) {
+      vd a = A[(r0 + r) * ar + k * ak];
+      for (int c = 0; c < C; ++c) acc[r][c] = fmadd(b[c], a, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[(r0 + r) * orr + (c0 + c) * oc] = acc[r][c];
+}
+
+template <int C>
+inline void matmul_cols(vd* out, int64_t orr, int64_t oc, const vd* A, int64_t ar, int64_t ak, const vd* B,
+                        int64_t bk, int64_t bc, int64_t Rn, int64_t c0, int64_t K) {
+  constexpr int TR = C > 4 ? 2 : 4;                       // (accumulators, B's and one A in 32 registers)
+  int64_t r = 0;
+  for (; r + TR <= Rn; r += TR) matmul_tile<TR, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K);
+  for (; r + 2 <= Rn; r += 2) matmul_tile<2, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K);
+  if (r < Rn) matmul_tile<1, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K);
+}
+
+// out[r * orr + c * oc] = sum over k < K, in the order of k, of A[r * ar + k * ak] * B[k * bk + c * bc]
+// for r < Rn, c < Cn: the same values as a matvec per row r, with fewer loads per fused multiply-add
+inline void matmul(vd* out, int64_t orr, int64_t oc, const vd* A, int64_t ar, int64_t ak, const vd* B, int64_t bk,
+                   int64_t bc, int64_t Rn, int64_t Cn, int64_t K) {
+  int64_t c = 0;
+  for (; c + 8 <= Cn; c += 8) matmul_cols<8>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K);
+  if (c + 4 <= Cn) matmul_cols<4>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K), c += 4;
+  if (c + 2 <= Cn) matmul_cols<2>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K), c += 2;
+  if (c < Cn) matmul_cols<1>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K);
+}
+
 // Subnormal inputs and results read and round to zero during a call, as in XLA:CPU's own
 // programs (jnp.exp(-720.0) is 0.0 there): the kernel keeps the engine's semantics and never
 // pays the processor's microcode assists on subnormal operands.
@@ -299,8 +343,7 @@ class Group {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* mx = &seq_[0];
     vd* sum = &seq_[n];
-    for (int64_t i = 0; i < n; ++i)                                       // q_i = W z_i
-      matvec(&q_[i * d], W_.data(), d, 1, &Z_[i * d], 1, d, d);
+    matmul(q_.data(), d, 1, Z_.data(), d, 1, W_.data(), 1, d, n, d, d);   // q_i = W z_i
     for (int64_t i = 0; i < n; ++i)                                       // logits X_i q_i
       matvec(&e_[i * T], &X_[i * T * d], d, 1, &q_[i * d], 1, T, d);
     for (int64_t i = 0; i < n; ++i) mx[i] = splat(-INFINITY), sum[i] = splat(0.0);
@@ -355,8 +398,7 @@ class Group {
         e_[i * T + t] = e_[i * T + t] * fmadd(a[i], h_[i * T + t] - h_ref[i], -(a[i] * sd[i]));
     for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
       matvec(&R_[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
-    for (int64_t k = 0; k < d; ++k)                                       // G = sum_i r_i z_i^T
-      matvec(&G_[k * d], Z_.data(), 1, d, &R_[k], d, d, n);
+    matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
   }
 
   // dL/dW into G_ at the current W_ with a head on the pooled token
@@ -433,13 +475,12 @@ class Group {
     }
     for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
       matvec(&R_[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
-    for (int64_t k = 0; k < d; ++k)                                       // G = sum_i r_i z_i^T
-      matvec(&G_[k * d], Z_.data(), 1, d, &R_[k], d, d, n);
+    matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
   }
 
   void kq_to_w() {                                                       // W = K Q^T
     const int64_t d = s_.d, m = s_.m;
-    for (int64_t k = 0; k < d; ++k) matvec(&W_[k * d], Q_.data(), m, 1, &K_[k * m], 1, d, m);
+    matmul(W_.data(), d, 1, K_.data(), m, 1, Q_.data(), 1, m, d, d, m);
   }
 
   // The observation of the current parameters (train.loop's Trainer.observe): W_ (K Q^T for
@@ -483,10 +524,8 @@ class Group {
     }
     kq_to_w();
     gradient(o.loss);
-    for (int64_t k = 0; k < d; ++k)                                       // dK = G Q
-      matvec(&gK_[k * m], Q_.data(), 1, m, &G_[k * d], 1, m, d);
-    for (int64_t e = 0; e < d; ++e)                                       // dQ = G^T K
-      matvec(&gQ_[e * m], K_.data(), 1, m, &G_[e], d, m, d);
+    matmul(gK_.data(), m, 1, G_.data(), d, 1, Q_.data(), m, 1, d, m, d);  // dK = G Q
+    matmul(gQ_.data(), m, 1, G_.data(), 1, d, K_.data(), m, 1, d, m, d);  // dQ = G^T K
     update(K_.data(), gK_.data(), d * m, o);
     update(Q_.data(), gQ_.data(), d * m, o);
   }
