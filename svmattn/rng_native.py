@@ -1,4 +1,5 @@
-"""The uniforms of ``rng``'s flat float64 draws computed on the host by ``native/draws.cc``.
+"""The uniforms of ``rng``'s flat float64 draws, and the unit rows of the generated data sets,
+computed on the host by ``native/draws.cc``.
 
 XLA:CPU runs the draw program's threefry and index arithmetic at 20-50 ns a value; the native
 loop computes the same integers and the same fused multiply-add at 2-5 ns, so every uniform is
@@ -45,6 +46,10 @@ def _load():
         fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
                        ctypes.c_double, ctypes.c_void_p]
         fn.restype = None
+        rows = lib.SvmattnUnitRows
+        rows.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
+        rows.restype = None
+        _state["unit_rows"] = rows
       except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         fn, why = None, str(e)
     _state["fn"], _state["why"] = fn, why
@@ -70,6 +75,17 @@ def uniforms(keys: np.ndarray, size: int, lo: float, hi: float) -> np.ndarray:
   out = np.empty((len(keys), size), np.float64)
   if out.size:
     fn(keys.ctypes.data, 0, size, out.size, float(lo), float(hi), out.ctypes.data)
+  return out
+
+
+def unit_rows(a: np.ndarray) -> np.ndarray:
+  """Rows of the float64 array ``a`` (last axis) scaled to unit norm: ``datasets._np_unit_rows``'s
+  values bit for bit (the same IEEE operations in the same order), in one pass on the host."""
+  _load()
+  a = np.ascontiguousarray(a, np.float64)
+  out = np.empty_like(a)
+  if a.size:
+    _state["unit_rows"](a.ctypes.data, a.size // a.shape[-1], a.shape[-1], out.ctypes.data)
   return out
 
 

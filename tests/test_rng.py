@@ -117,3 +117,26 @@ def test_the_native_uniforms_equal_the_draw_program(monkeypatch):
     want = draw[kind](keys[:3] if s > 1000 else keys, s)
     assert got.dtype == want.dtype == np.float64 and got.shape == want.shape
     np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64), err_msg=f"{kind} of size {s}")
+
+
+def test_the_native_unit_rows_equal_numpys(monkeypatch):
+  """The generator's unit rows (datasets._np_unit_rows: Dot2 sums of squares, then a square root and
+  a division) computed by rng_native's C loop are NumPy's bit for bit: Gaussian rows of lengths
+  1 to 400, rows spanning many binades, a zero row (0/0: NaN in both) and an infinite entry."""
+  from svmattn import rng_native
+  from svmattn.data import datasets
+  assert rng_native.available(), rng_native.why_not()
+  gen = np.random.default_rng(3)
+  cases = [gen.standard_normal((7, 5, d)) for d in (1, 2, 3, 10, 33, 400)]
+  cases.append(gen.standard_normal((50, 12)) * 10.0 ** gen.integers(-150, 150, (50, 12)))
+  edge = gen.standard_normal((4, 6))
+  edge[1] = 0.0
+  edge[2, 3] = np.inf
+  edge[3] = np.nextafter(0.0, 1.0) * 2 ** 60
+  cases.append(edge)
+  native = [datasets._np_unit_rows(a) for a in cases]
+  monkeypatch.setattr(rng_native, "_state", {"fn": None, "why": "turned off by the test"})
+  for a, got in zip(cases, native):
+    want = datasets._np_unit_rows(a)
+    assert got.shape == want.shape == a.shape
+    np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64), err_msg=f"rows of shape {a.shape}")

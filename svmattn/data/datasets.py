@@ -169,7 +169,12 @@ def _np_unit_rows(a: np.ndarray) -> np.ndarray:
   not depend on the other rows: NumPy's own reductions may order a sum differently for different
   array shapes), with error-free transformations (Ogita, Rump and Oishi's Dot2: as accurate as
   twice the working precision, plain IEEE operations, the same bits on every platform), so the
-  norm is within about an ulp of the exact one."""
+  norm is within about an ulp of the exact one. In float64, where ``rng_native`` is built, its C loop
+  computes the same operations in the same order (the same bits, 5-10x faster)."""
+  if a.dtype == np.float64 and a.size and a.shape[-1]:
+    from svmattn import rng_native
+    if rng_native.available():
+      return rng_native.unit_rows(a)
   split = np.asarray(2.0 ** ((np.finfo(a.dtype).nmant + 2) // 2) + 1, a.dtype)   # Dekker's splitter
 
   def two_square(x):

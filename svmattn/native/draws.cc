@@ -47,3 +47,38 @@ extern "C" void SvmattnUniforms(const uint32_t* keys, uint64_t skip, uint64_t si
     e += run;
   }
 }
+
+// out[r * cols + k] = a[r * cols + k] / sqrt(s_r) for every row r < rows, s_r the row's sum of squares
+// computed as datasets._np_unit_rows computes it in NumPy, operation for operation: Dekker's split of
+// each square into p + e (TwoProduct with the splitter 2^27 + 1), the p's summed in column order with
+// Knuth's TwoSum and every error term added to one running error (Ogita, Rump and Oishi's Dot2), then
+// one square root of total + error and one division per element. Plain IEEE operations, no
+// contraction and no reassociation (-ffp-contract=off, no fast-math): the same bits (tested).
+extern "C" void SvmattnUnitRows(const double* a, uint64_t rows, uint64_t cols, double* out) {
+  if (cols == 0) return;
+  const double split = 134217729.0;                          // 2^27 + 1
+  auto two_square = [split](double x, double& p, double& e) {
+    p = x * x;
+    const double c = split * x;
+    const double hi = c - (c - x);
+    const double lo = x - hi;
+    e = lo * lo - (((p - hi * hi) - lo * hi) - hi * lo);
+  };
+  for (uint64_t r = 0; r < rows; ++r) {
+    const double* x = a + r * cols;
+    double total, err;
+    two_square(x[0], total, err);
+    for (uint64_t k = 1; k < cols; ++k) {
+      double h, q;
+      two_square(x[k], h, q);
+      const double t = total + h;
+      const double z = t - total;
+      const double s = (total - (t - z)) + (h - z);
+      total = t;
+      err = err + (s + q);
+    }
+    const double norm = std::sqrt(total + err);
+    double* o = out + r * cols;
+    for (uint64_t k = 0; k < cols; ++k) o[k] = x[k] / norm;
+  }
+}
