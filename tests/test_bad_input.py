@@ -84,7 +84,7 @@ TABLE = {
 }
 
 # The binaries whose table runs in the default suite (one import each); the others are slow.
-QUICK = ("local_convergence", "precision", "benchmark", "optimizer_geometry")
+QUICK = ("local_convergence", "benchmark")   # (an experiment and a tool; the other binaries: slow tests)
 
 DRIVER = textwrap.dedent("""
     import json, sys

@@ -147,6 +147,7 @@ def test_binary_with_data_file(generated_run, e2e_data, tmp_path):
     np.testing.assert_array_equal(arrays["optimal_tokens"][b], metrics.optimal_tokens(gamma))
 
 
+@pytest.mark.slow   # (test_bad_input.py keeps a bad data file in the fast set; CI runs the slow ones too)
 def test_binary_bad_data_file(e2e_data, tmp_path):
   """A truncated .npz: non-zero exit, the file and the problem named, no results written.
   (Every other kind of bad file goes through the same data.load_npz, see test_data.py.)"""

@@ -73,7 +73,7 @@ def test_a_study_that_trains_nothing_gives_the_same_cells_with_its_default_worke
       np.testing.assert_array_equal(a[k], b[k])
 
 
-@pytest.mark.parametrize("batch_size, workers", [(1, 0), (2, 0), (4, 2)])
+@pytest.mark.parametrize("batch_size, workers", [(1, 0), (2, 0), pytest.param(4, 2, marks=pytest.mark.slow)])   # (a sibling: slow)
 def test_early_stop_keeps_the_first_batches_that_suffice(tmp_path, batch_size, workers):
   """A cell stops at the first batch after which ``enough`` holds; extra batches trained while
   workers were busy are not used, so the results depend on the batch size only through that."""
