@@ -10,6 +10,7 @@ compiler's version, the CPU's model and flags and the jax version.
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import os
@@ -25,6 +26,22 @@ import jax
 def compiler() -> str | None:
   """The C++ compiler: $CXX, else g++ or c++ on the PATH (None: none found)."""
   return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
+def why_off(env: str, cxx: str | None) -> str | None:
+  """Why a native library is not to be used (``env`` set to 0, or no compiler), or None."""
+  if os.environ.get(env, "1") == "0":
+    return f"{env}=0"
+  if cxx is None:
+    return "no C++ compiler (g++) found"
+  return None
+
+
+def load(source: Path, flags: tuple[str, ...], cxx: str) -> tuple[ctypes.CDLL, str]:
+  """(the loaded library of ``source``, built now unless a process already did, and its key).
+  OSError, RuntimeError or subprocess.SubprocessError where it cannot be built or loaded."""
+  name_key = key(source, flags, cxx)
+  return ctypes.cdll.LoadLibrary(str(build(source, flags, cxx, name_key))), name_key
 
 
 def _cpu_id() -> str:

@@ -11,7 +11,6 @@ runs its XLA program, with the same values.
 from __future__ import annotations
 
 import ctypes
-import os
 import subprocess
 import threading
 from pathlib import Path
@@ -33,15 +32,11 @@ def _load():
   with _lock:
     if "fn" in _state:
       return _state["fn"]
-    fn, why = None, None
-    cxx = native_build.compiler()
-    if os.environ.get(ENV, "1") == "0":
-      why = f"{ENV}=0"
-    elif cxx is None:
-      why = "no C++ compiler (g++) found"
-    else:
+    fn, cxx = None, native_build.compiler()
+    why = native_build.why_off(ENV, cxx)
+    if why is None:
       try:
-        lib = ctypes.cdll.LoadLibrary(str(native_build.build(SOURCE, FLAGS, cxx, native_build.key(SOURCE, FLAGS, cxx))))
+        lib, _ = native_build.load(SOURCE, FLAGS, cxx)
         fn = lib.SvmattnUniforms
         fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
                        ctypes.c_double, ctypes.c_void_p]

@@ -17,7 +17,6 @@ compiler is found, or on another platform than the CPU, training runs the XLA bl
 from __future__ import annotations
 
 import ctypes
-import os
 import subprocess
 import threading
 from pathlib import Path
@@ -63,16 +62,11 @@ def _load():
   with _lock:
     if "targets" in _state:
       return _state["targets"]
-    targets, why = None, None
-    compiler = _compiler()
-    if os.environ.get(ENV, "1") == "0":
-      why = f"{ENV}=0"
-    elif compiler is None:
-      why = "no C++ compiler (g++) found"
-    else:
+    targets, compiler = None, _compiler()
+    why = native_build.why_off(ENV, compiler)
+    if why is None:
       try:
-        key = native_build.key(SOURCE, FLAGS, compiler)
-        lib = ctypes.cdll.LoadLibrary(str(native_build.build(SOURCE, FLAGS, compiler, key)))
+        lib, key = native_build.load(SOURCE, FLAGS, compiler)
         targets = {"host": _host_entry(lib)}
         for name, symbol in (("W", "SvmattnGdBlockW"), ("KQ", "SvmattnGdBlockKQ"), ("W_relu", "SvmattnGdBlockWRelu"),
                              ("W_lambda", "SvmattnGdBlockWLambda")):

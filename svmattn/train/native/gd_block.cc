@@ -74,19 +74,28 @@ inline vd vsqrt(vd a) {
   return r;
 }
 
-// exp(x), lanewise: x = k ln2 + r with |r| <= ln2 / 2, exp(r) by its Taylor polynomial of degree 13
-// (truncation below 1e-17 relative), times 2^k built from its bits in two factors (k down to -1075).
-inline vd vexp(vd x) {
+// exp(r) for x = k ln2 + r, |r| <= ln2 / 2, by its Taylor polynomial of degree 13 (truncation below
+// 1e-17 relative), and k = round(x / ln 2): the part of vexp and vexp_nonpositive they share
+inline vd exp_reduced(vd x, vd& k) {
   const vd shifter = splat(0x1.8p52);
-  vd xc = x < -745.2 ? splat(-745.2) : x;
-  xc = xc > 709.8 ? splat(709.8) : xc;
-  vd k = fmadd(xc, splat(1.4426950408889634), shifter) - shifter;  // round(x / ln 2)
-  vd r = fmadd(-k, splat(0.693147180559945286226764), xc);           // ln 2, high part
+  k = fmadd(x, splat(1.4426950408889634), shifter) - shifter;        // round(x / ln 2)
+  vd r = fmadd(-k, splat(0.693147180559945286226764), x);            // ln 2, high part
   r = fmadd(-k, splat(2.319046813846299558e-17), r);                 // ln 2, low part
   vd p = splat(1.0 / 6227020800.0);                                  // 1/13!
   const double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
                       1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
   for (double ci : c) p = fmadd(p, r, splat(ci));
+  return p;
+}
+
+// exp(x), lanewise: exp_reduced's polynomial times 2^k built from its bits in two factors (k down
+// to -1075).
+inline vd vexp(vd x) {
+  const vd shifter = splat(0x1.8p52);
+  vd xc = x < -745.2 ? splat(-745.2) : x;
+  xc = xc > 709.8 ? splat(709.8) : xc;
+  vd k;
+  const vd p = exp_reduced(xc, k);
   vd k1 = (k * 0.5 + shifter) - shifter;                             // k = k1 + k2, both in [-538, 513]
   vd k2 = k - k1;
   const vd two52 = splat(0x1p52);
@@ -102,14 +111,8 @@ inline vd vexp(vd x) {
 // There 2^k is one factor, and k < -1022 gives 0: vexp's two factors give a subnormal result
 // there, which the kernel flushes to zero (FlushDenormals), as it does for p 2^k below 2^-1022.
 inline vd vexp_nonpositive(vd x) {
-  const vd shifter = splat(0x1.8p52);
-  vd k = fmadd(x, splat(1.4426950408889634), shifter) - shifter;    // round(x / ln 2)
-  vd r = fmadd(-k, splat(0.693147180559945286226764), x);            // ln 2, high part
-  r = fmadd(-k, splat(2.319046813846299558e-17), r);                 // ln 2, low part
-  vd p = splat(1.0 / 6227020800.0);                                  // 1/13!
-  const double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
-                      1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
-  for (double ci : c) p = fmadd(p, r, splat(ci));
+  vd k;
+  const vd p = exp_reduced(x, k);
   const vd two52 = splat(0x1p52);
   vl b = ((vl)(k + (two52 + 1023.0)) - (vl)two52) << 52;
   vd y = k < -1022.0 ? splat(0.0) : p * (vd)b;
