@@ -99,7 +99,7 @@ def _corrupt(step_dir, how):
 # orbax's asyncio callbacks, reported by pytest as an unraisable exception when garbage collected:
 # orbax's noise, not ours; collected within the test (gc.collect) and ignored there.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.parametrize("how", ["garbage", "data", "truncate"])
+@pytest.mark.parametrize("how", ["garbage", pytest.param("data", marks=pytest.mark.slow), pytest.param("truncate", marks=pytest.mark.slow)])
 def test_corrupt_newest_step_falls_back_with_a_warning(tmp_path, caplog, how):
   _saved(tmp_path, [1, 2, 3])
   _corrupt(tmp_path / "3", how)

@@ -52,6 +52,7 @@ def test_the_shipped_grid_config_is_short_and_names_nine_cells():
   assert len(sweep_lib.grid(dict(config.sweep))) == 9
 
 
+@pytest.mark.slow   # (its sweep takes 13-23 s; test_sweep.py keeps sweeps in the fast set)
 def test_a_sweep_is_one_study_with_a_cell_per_combination(sweep_out):
   with open(os.path.join(sweep_out, "runs", "study.json")) as f:
     record = json.load(f)

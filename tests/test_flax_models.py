@@ -463,6 +463,7 @@ def test_auto_loss_scale_of_single_head_is_the_builtin_one(data):
   assert metrics.corr(a32, a64) > 1 - 1e-6
 
 
+@pytest.mark.slow   # (the fast set keeps the single head's sibling; CI runs the slow ones too)
 def test_auto_loss_scale_of_two_heads_shares_one_shift(data):
   """MultiHead(2), "auto": one shift c for both heads (the smaller of the two heads' own), so the
   gradient is exp(c) times the plain one, leaf by leaf: its direction is unchanged."""

@@ -12,7 +12,7 @@ from svmattn.train import loop as train_lib
 
 @pytest.mark.parametrize("param", ["W", "KQ", "p"])
 @pytest.mark.parametrize("scheme", ["uniform", "normal", "zero"])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("dtype", [np.float64, pytest.param(np.float32, marks=pytest.mark.slow)])   # (float32: slow tests)
 def test_the_start_is_the_parameterizations_init_bit_for_bit(param, scheme, dtype):
   """70 runs (two blocks, the second padded), (K,Q) rectangular: every leaf equals
   Parameterization.init of the run's key, the program each training chunk ran before."""

@@ -73,7 +73,7 @@ def _fns(param_name, loss, ridge):
 
 
 @pytest.mark.parametrize("param_name", ["W", "KQ"])
-@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("loss", [LOSSES[0]] + [pytest.param(x, marks=pytest.mark.slow) for x in LOSSES[1:]])   # (siblings: slow)
 def test_gradient_matches_central_differences(batch, param_name, loss):
   ds = _one(batch, 1)
   d = ds.X.shape[-1]

@@ -67,7 +67,7 @@ def _stream(n, m, sampling, steps, key=None):
 # The indices
 # ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("n, m", [(5, 2)] + [pytest.param(*nm, marks=pytest.mark.slow) for nm in [(6, 2), (6, 4), (5, 5)]])
+@pytest.mark.parametrize("n, m", [pytest.param(*nm, marks=pytest.mark.slow) for nm in [(5, 2), (6, 2), (6, 4), (5, 5)]])   # (slow)
 def test_without_replacement_each_sequence_once_per_epoch(n, m):
   epochs = 7
   steps = -(-epochs * n // m)
@@ -133,7 +133,7 @@ SLOW = pytest.mark.slow     # (each path compiles its own programs: with the slo
 
 
 @pytest.mark.parametrize("kwargs", [
-    dict(param="W"),                                                      # closed-form gradient, normalized GD
+    pytest.param(dict(param="W"), marks=SLOW),                           # closed-form gradient, normalized GD
     pytest.param(dict(param="KQ", optimizer="gd"), marks=SLOW),
     pytest.param(dict(param="W", optimizer="adam", lr=0.01), marks=SLOW),  # an optax optimizer
     pytest.param(dict(param="p", model="prompt"), marks=SLOW),            # autodiff

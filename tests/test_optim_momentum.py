@@ -51,7 +51,7 @@ def _updates(name, grads):
 FAST_NAMES = ("sd_linf+nesterov0.9@sqrt",)   # the rest with the slow tests
 
 
-@pytest.mark.parametrize("param", ["W", "KQ"])
+@pytest.mark.parametrize("param", ["W", pytest.param("KQ", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", [n if n in FAST_NAMES else pytest.param(n, marks=pytest.mark.slow) for n in NEW_NAMES])
 def test_new_names_train(tiny, name, param):
   data, keys = tiny

@@ -38,7 +38,8 @@ def _tail_exponent(W, X, Z):
   return np.min(scipy.special.logsumexp(logits, -1) - np.sort(logits, -1)[..., -2], -1)
 
 
-@pytest.mark.parametrize("name, param", [("single_query", "W"), ("single_query", "KQ"), ("causal", "W")])
+@pytest.mark.parametrize("name, param", [("single_query", "W"), pytest.param("single_query", "KQ", marks=pytest.mark.slow),
+                                         pytest.param("causal", "W", marks=pytest.mark.slow)])   # (siblings: slow)
 def test_auto_objective_has_the_value_and_a_scaled_gradient(batch, name, param):
   """Value: the default objective's, bit for bit. Gradient: exp(c) times the default one,
   with c = -max over rows of the largest non-top log-probability (capped by -log ridge)."""

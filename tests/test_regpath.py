@@ -135,6 +135,7 @@ def test_w_is_a_minimizer_on_the_smallest_ball(paths, problem):
       assert float(loss({"W": jnp.asarray(Wp)}, one)) >= base - 1e-15
 
 
+@pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
 def test_vmap_equals_loop(batch, paths, problem):
   _, _, _, svms = problem
   keys = train_lib.init_keys(SEED, np.arange(4))

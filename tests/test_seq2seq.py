@@ -121,7 +121,7 @@ def test_seq2seq_position_equals_single_query_model():
   np.testing.assert_allclose(s[:, 0], s1, atol=1e-14)
 
 
-@pytest.mark.parametrize("mode", s2s.MODES)
+@pytest.mark.parametrize("mode", [s2s.MODES[0]] + [pytest.param(m, marks=pytest.mark.slow) for m in s2s.MODES[1:]])   # (siblings: slow)
 def test_gradient_matches_finite_differences(mode):
   ds, W = _one(run=1), _W(seed=2)
   loss = jax.jit(lambda W: model_lib.make_loss(model_lib.W_PARAM, HEAD, "logistic", model=mode)({"W": W}, ds))

@@ -207,8 +207,9 @@ def test_muon_and_polyak_steps():
 # End to end: train 2 tiny data sets
 # ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, param", [("sd_linf", "W"), ("md_l3", "W"), ("sd_spectral", "W"),
-                                         ("sd_spectral", "KQ"), ("polyak", "W")])
+@pytest.mark.parametrize("name, param", [("sd_linf", "W"), pytest.param("md_l3", "W", marks=pytest.mark.slow),
+                                         ("sd_spectral", "W"), pytest.param("sd_spectral", "KQ", marks=pytest.mark.slow),
+                                         pytest.param("polyak", "W", marks=pytest.mark.slow)])   # (siblings: slow)
 def test_train_end_to_end(batch, keys, name, param):
   data = data_lib.Dataset(*(np.asarray(a)[:2] for a in batch))
   cfg = train_lib.TrainConfig(param=param, optimizer=name, lr=0.1, steps=30, snapshot_every=10,
