@@ -163,3 +163,18 @@ def test_a_minimal_config_runs_with_the_other_defaults(tmp_path):
   with open(tmp_path / "o" / "summary.json") as f:
     summary = json.load(f)
   assert summary["flags"]["lr"] == 0.1 and summary["flags"]["runs"] == 2 and summary["flags"]["params"] == ["W"]
+
+
+def test_e4_block_size_reaches_its_training():
+  """E4's --block_size (for a GPU, where one block per pipeline batch beats 64) sets its training's
+  block; a block larger than the batch is refused, as in every experiment that trains."""
+  from svmattn.config import fields
+  from svmattn.studies import overparam
+  values = overparam.SETTINGS.validate({**overparam.SETTINGS.defaults(), "block_size": 256})
+  study = overparam.build(values)
+  (train,) = study.stages(study.cells[0])
+  assert train.config.block_size == 256
+  default = overparam.build(overparam.SETTINGS.validate(overparam.SETTINGS.defaults()))
+  assert default.stages(default.cells[0])[0].config.block_size == 64
+  with pytest.raises(fields.ConfigError, match="block_size=2000 exceeds --batch_size=1000"):
+    overparam.SETTINGS.validate({**overparam.SETTINGS.defaults(), "block_size": 2000})

@@ -109,6 +109,12 @@ def block_fits_batch(block: str = "block_size", batch: str = "batch_size", defau
   return F.Rule((block, batch), check)
 
 
+def block_size_field() -> F.Int:
+  """--block_size: data sets per vectorized block (``train.loop.TrainConfig.block_size``)."""
+  return F.Int("block_size", 64, "Data sets per vectorized block (results are bit-identical for a fixed block size, "
+               "whatever the batch size or device count).", lower=1)
+
+
 def training(params=("W", "KQ"), steps: int = 2000, n: int = 6, T: int = 8, d: int = 10, chunk_steps: int = 1000,
              init: bool = True, minibatch: bool = False) -> F.Settings:
   """E2's sizes and normalized-GD fields: --n --T --d --params --steps --lr --optimizer --snapshot_every
@@ -123,8 +129,7 @@ def training(params=("W", "KQ"), steps: int = 2000, n: int = 6, T: int = 8, d: i
         F.Str("optimizer", "normalized_gd", "normalized_gd, gd, or an optax optimizer name.", check=allowed.optimizer),
         F.Int("snapshot_every", 10, "Record the matrices every this many steps.", lower=1),
         F.Int("chunk_steps", chunk_steps, "Steps per jitted chunk; a checkpoint is saved after each.", lower=1),
-        F.Int("block_size", 64, "Data sets per vectorized block (results are bit-identical for a fixed block size, "
-              "whatever the batch size or device count).", lower=1)) + ((init_field(),) if init else ())
+        block_size_field()) + ((init_field(),) if init else ())
   out = F.Settings(fs, (block_fits_batch(),))
   return out + minibatch_fields() if minibatch else out
 

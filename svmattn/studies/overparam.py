@@ -46,7 +46,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   every = min(fl["chunk_steps"], fl["steps"]) if fl["steps"] > 0 else 1
   config = train_lib.TrainConfig(param="W", lr=fl["lr"], steps=fl["steps"], snapshot_every=every,
                                  chunk_steps=every, numerics=fl.get("numerics", "exact"),
-                                 minibatch=fl.get("minibatch", 0), sampling=fl.get("sampling", "without")).validate()
+                                 minibatch=fl.get("minibatch", 0), sampling=fl.get("sampling", "without"),
+                                 block_size=fl.get("block_size", 64)).validate()
   dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
   cells = tuple(pipeline.Cell(c, fl["runs"]) for c in sweep_lib.grid({"n": n_values, "d": [int(d) for d in ds]}))
 
@@ -196,7 +197,9 @@ SETTINGS = (common.base(runs=500) + common.pipeline(batch_size=1000) + common.nu
     F.Float("lr", 0.1, "Learning rate (step size eta).", check=allowed.positive),
     F.Int("chunk_steps", 500, "Steps per jitted chunk (one snapshot and checkpoint each; only the final W is "
           "used).", lower=1),
-), (F.Rule(("d_min", "d_max"), lambda v: None if v["d_min"] <= v["d_max"] else "need --d_min <= --d_max"),))
+    common.block_size_field(),
+), (F.Rule(("d_min", "d_max"), lambda v: None if v["d_min"] <= v["d_max"] else "need --d_min <= --d_max"),
+    common.block_fits_batch()))
     + minibatch.settings(("n_values",), lambda v: (min(v["n_values"]), f"--n_values' smallest n={min(v['n_values'])}")))
 
 EXPERIMENT = registry.Experiment(

@@ -1,0 +1,367 @@
+r"""The GPU checks of the speed issue, in one command (nothing else depends on them):
+
+    python -m benchmarks.gpu --out=DIR                          # every part, about 6 minutes on one H100/H200
+    python -m benchmarks.gpu --out=DIR --parts=gd,determinism --cpu_e2=CPU_E2_DIR
+
+Parts (--parts):
+  gd           the GD kernel at E2's sizes (n=6, T=8, d=10), W and (K,Q), B = 1e4 and 1e5, as
+               ``train.train`` runs it, for several --block_size values and the per-data-set
+               (vmapped) program: ns per data-set-step beside the floor. The floor is the larger
+               of the step's flops (XLA's count) at this device's float64 matrix rate and its
+               bytes at its copy bandwidth, both measured in the same run; "min" counts the data
+               set and its state crossing device memory once per call, "stream" once per step
+               (what a program of one kernel launch per step must move when the batch exceeds L2).
+  determinism  the same rows in fresh processes with no XLA flag, --xla_gpu_deterministic_ops=true
+               and --xla_gpu_exclude_nondeterministic_ops=true: whether every output is bit for
+               bit the first process's, and each flag's cost.
+  e2           E2 (local_convergence) end to end, cold (empty compilation cache) and warm, without
+               and with the deterministic flag: wall times, the results compared array by array,
+               and with --cpu_e2 the per-run differences to a CPU run of the same version.
+  e4           E4 (overparam) end to end at its defaults, then at 10^4 data sets per cell while the
+               --deadline_s allows.
+
+Every part runs in child processes: XLA reads its flags once per process, and a process that has
+started JAX holds most of the GPU's memory. Writes DIR/gpu.json and prints a table per part.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("out", None, "Directory for gpu.json and the runs' outputs.")
+flags.DEFINE_list("parts", ["gd", "determinism", "e2", "e4"], "Parts: gd, determinism, e2, e4.")
+flags.DEFINE_string("cpu_e2", None, "A CPU run of E2 at its defaults (its --out) to compare the GPU's with.")
+flags.DEFINE_float("deadline_s", 330.0, "Skip what would start after this many seconds.")
+flags.DEFINE_integer("gd_steps", 200, "Steps per timed GD call.")
+flags.DEFINE_integer("repeats", 2, "Timed calls per row after the first (the best is kept).")
+flags.DEFINE_list("rows", [], "(child) rows param:B:block:kernel to time.")
+flags.DEFINE_string("child", None, "(child) the part this process runs: gd.")
+flags.DEFINE_integer("svm_workers", 12, "SVM worker processes of the E4 runs.")
+flags.DEFINE_list("e4_runs", ["500", "10000"], "Data sets per cell of the E4 runs, in order.")
+
+GD_ROWS = ["W:10000:64:block", "W:10000:10000:block", "W:100000:2048:block", "W:100000:100000:block",
+           "W:100000:100000:vmapped", "KQ:10000:64:block", "KQ:10000:10000:block", "KQ:100000:2048:block",
+           "KQ:100000:100000:block", "KQ:100000:100000:vmapped"]
+DET_ROWS = ["W:10000:64:block", "W:100000:100000:block", "KQ:100000:100000:block"]
+flags.DEFINE_list("gd_rows", GD_ROWS, "Rows param:B:block:kernel of the gd part (kernel: block or vmapped).")
+flags.DEFINE_list("det_rows", DET_ROWS, "Rows of the determinism part (each also among --gd_rows).")
+DET_FLAGS = {"none": "", "deterministic_ops": "--xla_gpu_deterministic_ops=true",
+             "exclude_nondeterministic_ops": "--xla_gpu_exclude_nondeterministic_ops=true"}
+E2 = dict(n=6, T=8, d=10)
+T0 = time.time()
+
+
+def log(*a):
+  print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
+
+
+# ---------------------------------------------------------------- child: the GD rows
+def peaks():
+  """float64 matrix rate (4096^3 product) and copy bandwidth (1 GiB read + written) of device 0."""
+  import jax
+  import jax.numpy as jnp
+  a = jax.random.normal(jax.random.key(0), (4096, 4096), jnp.float64)
+  mm = jax.jit(lambda x: x @ x)
+  big = jax.random.normal(jax.random.key(1), (128 * 1024 * 1024,), jnp.float64)
+  cp = jax.jit(lambda x: x * 1.0000001)
+
+  def best(fn, x, k=5):
+    jax.block_until_ready(fn(x))
+    ts = []
+    for _ in range(k):
+      t = time.perf_counter()
+      jax.block_until_ready(fn(x))
+      ts.append(time.perf_counter() - t)
+    return min(ts)
+  return 2 * 4096 ** 3 / best(mm, a), 2 * big.nbytes / best(cp, big)
+
+
+def step_cost(param):
+  """(flops, the data set's bytes, its state's bytes) of one data-set-step: XLA's cost analysis of
+  the step the engine runs on a block of 64 (the block kernel)."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from svmattn.data import datasets as data_lib
+  from svmattn.train import block_kernel
+  from svmattn.train import loop as train_lib
+  cfg = train_lib.TrainConfig(param=param)
+  trainer = train_lib.make_trainer(cfg)
+  runs = np.arange(64)
+  host = data_lib.generate_host(data_lib.DataSpec(**E2), 0, runs)
+  dt = data_lib.Dataset(*(jnp.asarray(a) for a in host))
+  state = jax.jit(jax.vmap(trainer.init_one))(train_lib.init_keys(0, runs), dt)
+  last = lambda x: jnp.moveaxis(jnp.asarray(x), 0, -1)  # noqa: E731
+  X, Z, Y = last(dt.X), last(dt.Z), last(dt.Y)
+  h = jnp.einsum("ntdb,db->ntb", X, last(dt.v))
+  args = (jax.tree_util.tree_map(last, state.params), X, Z, Y, h)
+  cost = jax.jit(block_kernel.make_step(cfg)).lower(*args).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  item = 8
+  data_bytes = sum(int(np.prod(a.shape[1:])) for a in host) * item
+  state_bytes = sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(state)) * item
+  return float(cost.get("flops", float("nan"))) / 64, data_bytes, state_bytes
+
+
+def gd_row(spec, steps, repeats):
+  import numpy as np
+  from svmattn.data import datasets as data_lib
+  from svmattn.train import block_kernel
+  from svmattn.train import loop as train_lib
+  param, B, block, kernel = spec.split(":")
+  B, block = int(B), int(block)
+  block_kernel.ENABLED = kernel != "vmapped"
+  train_lib._JIT_CACHE.clear()
+  try:
+    cfg = train_lib.TrainConfig(param=param, steps=steps, snapshot_every=steps, chunk_steps=steps, block_size=block)
+    runs = np.arange(B)
+    data = data_lib.generate_host(data_lib.DataSpec(**E2), 0, runs)
+    keys = train_lib.init_keys(0, runs)
+    t = time.perf_counter()
+    first = train_lib.train(cfg, data, keys)
+    first_wall = time.perf_counter() - t
+    digest = lambda tr: hashlib.sha256(b"".join(np.ascontiguousarray(a).tobytes() for a in  # noqa: E731
+                                                (tr.W, tr.max_prob, tr.loss, tr.attention))).hexdigest()[:16]
+    h0, runs_s, same = digest(first), [], True
+    for _ in range(repeats):
+      tr = train_lib.train(cfg, data, keys)
+      runs_s.append(tr.run_seconds)
+      same &= digest(tr) == h0
+  finally:
+    block_kernel.ENABLED = True
+    train_lib._JIT_CACHE.clear()
+  return {"row": spec, "param": param, "batch": B, "block": block, "kernel": kernel, "steps": steps,
+          "compile_s": first.compile_seconds, "first_call_s": first_wall, "run_s": min(runs_s),
+          "ns_per_dataset_step": 1e9 * min(runs_s) / (B * steps), "hash": h0, "repeat_same_bits": bool(same),
+          "padded_batch": -(-B // block) * block}
+
+
+def child_gd():
+  import svmattn  # noqa: F401  (float64 on, as in every binary)
+  import jax
+  dev = jax.devices()[0]
+  out = {"device": getattr(dev, "device_kind", str(dev)), "platform": dev.platform, "jax": jax.__version__,
+         "xla_flags": os.environ.get("XLA_FLAGS", "")}
+  flops, bw = peaks()
+  out.update(matmul_flops=flops, bandwidth=bw)
+  costs = {}
+  rows = []
+  for spec in FLAGS.rows:
+    param = spec.split(":")[0]
+    if param not in costs:
+      costs[param] = step_cost(param)
+    f, data_b, state_b = costs[param]
+    r = gd_row(spec, FLAGS.gd_steps, FLAGS.repeats)
+    stream = data_b + 2 * state_b
+    r.update(flops_per_dataset_step=f, stream_bytes=stream, min_bytes=stream / FLAGS.gd_steps,
+             compute_floor_ns=1e9 * f / flops, min_floor_ns=1e9 * max(f / flops, stream / FLAGS.gd_steps / bw),
+             stream_floor_ns=1e9 * max(f / flops, stream / bw))
+    r["x_min_floor"] = r["ns_per_dataset_step"] / r["min_floor_ns"]
+    r["x_stream_floor"] = r["ns_per_dataset_step"] / r["stream_floor_ns"]
+    rows.append(r)
+    print("ROW " + json.dumps(r), flush=True)
+  out["rows"] = rows
+  print("RESULT " + json.dumps(out), flush=True)
+
+
+# ---------------------------------------------------------------- parent
+def run_child(rows, xla_flags, label, timeout):
+  env = dict(os.environ, XLA_FLAGS=xla_flags, PYTHONUNBUFFERED="1")
+  cmd = [sys.executable, "-m", "benchmarks.gpu", "--child=gd", "--rows=" + ",".join(rows),
+         f"--gd_steps={FLAGS.gd_steps}", f"--repeats={FLAGS.repeats}"]
+  log(f"gd child [{label}] XLA_FLAGS='{xla_flags}'")
+  t = time.time()
+  try:
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+  except subprocess.TimeoutExpired as e:
+    return {"label": label, "error": f"timed out after {timeout:.0f} s", "stdout": (e.stdout or "")[-3000:]
+            if isinstance(e.stdout, str) else ""}
+  res = next((json.loads(l[7:]) for l in p.stdout.splitlines() if l.startswith("RESULT ")), None)
+  if res is None:
+    return {"label": label, "error": f"exit {p.returncode}", "stderr": p.stderr[-3000:]}
+  res.update(label=label, wall_s=time.time() - t)
+  return res
+
+
+def print_gd(res):
+  log(f"{res.get('device')} ({res.get('platform')}, jax {res.get('jax')}): float64 matmul "
+      f"{res['matmul_flops'] / 1e12:.1f} TFLOP/s, copy {res['bandwidth'] / 1e12:.2f} TB/s, XLA_FLAGS='{res['xla_flags']}'")
+  print(f"{'param':<6}{'batch':>8}{'block':>8}{'kernel':>9}{'flops':>7}{'ns/step':>9}{'floor min':>10}"
+        f"{'x min':>8}{'floor strm':>11}{'x strm':>8}{'compile':>9}  hash")
+  for r in res["rows"]:
+    print(f"{r['param']:<6}{r['batch']:>8}{r['block']:>8}{r['kernel']:>9}{r['flops_per_dataset_step']:>7.0f}"
+          f"{r['ns_per_dataset_step']:>9.2f}{r['min_floor_ns']:>10.3f}{r['x_min_floor']:>8.1f}"
+          f"{r['stream_floor_ns']:>11.3f}{r['x_stream_floor']:>8.1f}{r['compile_s']:>9.2f}  {r['hash']}"
+          f"{'' if r['repeat_same_bits'] else ' REPEAT DIFFERS'}", flush=True)
+
+
+def left():
+  return FLAGS.deadline_s - (time.time() - T0)
+
+
+def part_gd(report):
+  res = run_child(FLAGS.gd_rows, "", "none", max(60, left()))
+  report["gd"] = res
+  if "rows" in res:
+    print_gd(res)
+  else:
+    log("gd failed:", json.dumps(res)[:3000])
+
+
+def part_determinism(report):
+  base = {r["row"]: r for r in report.get("gd", {}).get("rows", [])}
+  out = []
+  for label, xf in DET_FLAGS.items():
+    if left() < 30:
+      log(f"determinism [{label}]: skipped (deadline)")
+      continue
+    res = run_child(FLAGS.det_rows, xf, label, max(30, left()))
+    out.append(res)
+    if "rows" not in res:
+      log(f"determinism [{label}] failed:", json.dumps(res)[:2000])
+      continue
+    for r in res["rows"]:
+      b = base.get(r["row"])
+      r["same_bits_as_first_process"] = None if b is None else r["hash"] == b["hash"]
+      r["time_vs_first_process"] = None if b is None else r["run_s"] / b["run_s"]
+      log(f"  [{label}] {r['row']:<26} {r['ns_per_dataset_step']:8.2f} ns  "
+          f"x{r['time_vs_first_process'] or float('nan'):.2f} of the first process  "
+          f"bits same as first process: {r['same_bits_as_first_process']}  repeat same: {r['repeat_same_bits']}")
+  report["determinism"] = out
+
+
+def run_binary(args, env_extra, timeout):
+  env = dict(os.environ, PYTHONUNBUFFERED="1", **env_extra)
+  cmd = [sys.executable, "-m", "svmattn"] + args
+  log("$", " ".join(f"{k}={shlex.quote(v)}" for k, v in env_extra.items()), " ".join(map(shlex.quote, cmd[1:])))
+  t = time.time()
+  try:
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    rc, tail = p.returncode, (p.stdout + p.stderr)[-1500:]
+  except subprocess.TimeoutExpired:
+    rc, tail = "timeout", ""
+  wall = time.time() - t
+  log(f"  exit {rc}, {wall:.1f} s")
+  if rc != 0:
+    print(tail, flush=True)
+  return {"args": args, "env": env_extra, "rc": rc, "wall_s": wall}
+
+
+def npz_diff(a, b):
+  import numpy as np
+  za, zb = np.load(os.path.join(a, "results.npz")), np.load(os.path.join(b, "results.npz"))
+  keys = sorted(set(za.files) & set(zb.files))
+  differ = [k for k in keys if za[k].shape != zb[k].shape or za[k].tobytes() != zb[k].tobytes()]
+  return {"arrays": len(keys), "differ": differ}
+
+
+def vs_cpu(gpu, cpu):
+  """Per-run final corr differences, the share of runs with the same selection, every check's verdict."""
+  import numpy as np
+  zg, zc = np.load(os.path.join(gpu, "results.npz")), np.load(os.path.join(cpu, "results.npz"))
+  out = {}
+  for k in zg.files:
+    if k.startswith("corr_") and k in zc.files:
+      d = np.abs(zg[k][:, -1] - zc[k][:, -1])
+      out[k] = {"max": float(np.nanmax(d)), "median": float(np.nanmedian(d))}
+    if k.startswith("selected_") and k in zc.files:
+      out[k] = {"same_share": float(np.mean(np.all(zg[k] == zc[k], axis=tuple(range(1, zg[k].ndim)))))}
+  sg, sc = (json.load(open(os.path.join(x, "summary.json"))) for x in (gpu, cpu))
+  out["checks"] = [{"name": g["name"], "gpu_ok": g["ok"], "cpu_ok": c["ok"], "gpu": g.get("value"), "cpu": c.get("value")}
+                   for g, c in zip(sg["checks"], sc["checks"])]
+  return out
+
+
+def timings(d):
+  try:
+    s = json.load(open(os.path.join(d, "summary.json")))
+    return {"timings_s": s.get("timings_s"), "checks_ok": sum(bool(c["ok"]) for c in s["checks"]),
+            "checks": len(s["checks"])}
+  except (OSError, ValueError, KeyError) as e:
+    return {"error": str(e)}
+
+
+def part_e2(report):
+  out, dirs = {}, {}
+  det = DET_FLAGS["deterministic_ops"]
+  for name, xf, cache in (("cold", "", "c_none"), ("warm", "", "c_none"),
+                          ("det_cold", det, "c_det"), ("det_warm", det, "c_det")):
+    if left() < 20:
+      log(f"e2 {name}: skipped (deadline)")
+      continue
+    d = dirs[name] = os.path.join(FLAGS.out, "e2_" + name)
+    r = run_binary(["local_convergence", f"--out={d}", f"--compilation_cache_dir={os.path.join(FLAGS.out, cache)}"],
+                   {"XLA_FLAGS": xf} if xf else {}, max(20, left()))
+    r.update(timings(d))
+    out[name] = r
+  for a, b in (("cold", "warm"), ("cold", "det_cold"), ("det_cold", "det_warm")):
+    if a in dirs and b in dirs and out[a]["rc"] == 0 and out[b]["rc"] == 0:
+      out[f"{a}_vs_{b}"] = npz_diff(dirs[a], dirs[b])
+      log(f"e2 {a} vs {b}: {len(out[f'{a}_vs_{b}']['differ'])} of {out[f'{a}_vs_{b}']['arrays']} arrays differ "
+          f"{out[f'{a}_vs_{b}']['differ'][:8]}")
+  if FLAGS.cpu_e2 and out.get("cold", {}).get("rc") == 0:
+    out["vs_cpu"] = vs_cpu(dirs["cold"], FLAGS.cpu_e2)
+    log("e2 GPU vs CPU:", json.dumps(out["vs_cpu"]))
+  for name in ("cold", "warm", "det_cold", "det_warm"):
+    if name in out:
+      log(f"e2 {name}: wall {out[name]['wall_s']:.1f} s, checks {out[name].get('checks_ok')}/{out[name].get('checks')}, "
+          f"stages {out[name].get('timings_s')}")
+  report["e2"] = out
+
+
+def part_e4(report):
+  out = []
+  for runs in FLAGS.e4_runs:
+    if left() < 30:
+      log(f"e4 runs={runs}: skipped (deadline)")
+      continue
+    d = os.path.join(FLAGS.out, f"e4_{runs}")
+    batch = min(int(runs), 10_000)
+    r = run_binary(["overparam", f"--out={d}", f"--runs={runs}", f"--batch_size={batch}", f"--block_size={batch}",
+                    f"--svm_workers={FLAGS.svm_workers}", "--nokeep_runs",
+                    f"--compilation_cache_dir={os.path.join(FLAGS.out, 'c_none')}"], {}, max(30, left()))
+    r.update(timings(d), runs_per_cell=int(runs))
+    out.append(r)
+    log(f"e4 runs={runs}: wall {r['wall_s']:.1f} s, checks {r.get('checks_ok')}/{r.get('checks')}, "
+        f"stages {r.get('timings_s')}")
+  report["e4"] = out
+
+
+def main(argv):
+  del argv
+  if FLAGS.child == "gd":
+    child_gd()
+    return
+  if not FLAGS.out:
+    raise app.UsageError("--out is required")
+  os.makedirs(FLAGS.out, exist_ok=True)
+  report = {"started": time.strftime("%Y-%m-%d %H:%M:%S")}
+  try:
+    report["nvidia_smi"] = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version,clocks.max.sm",
+                                           "--format=csv,noheader"], capture_output=True, text=True,
+                                          timeout=30).stdout.strip()
+  except (OSError, subprocess.SubprocessError) as e:
+    report["nvidia_smi"] = f"unavailable: {e}"
+  log("nvidia-smi:", report["nvidia_smi"])
+  parts = {"gd": part_gd, "determinism": part_determinism, "e2": part_e2, "e4": part_e4}
+  for name in FLAGS.parts:
+    if left() < 10:
+      log(f"{name}: skipped (deadline)")
+      continue
+    parts[name](report)
+    with open(os.path.join(FLAGS.out, "gpu.json"), "w") as f:
+      json.dump(report, f, indent=1, default=str)
+  log("done")
+
+
+if __name__ == "__main__":
+  app.run(main)
