@@ -1,27 +1,30 @@
 r"""The GPU checks of the speed issue, in one command (nothing else depends on them):
 
-    python -m benchmarks.gpu --out=DIR                          # every part, about 6 minutes on one H100/H200
+    python -m benchmarks.gpu --out=DIR                     # every part, about 6 minutes on one H200
     python -m benchmarks.gpu --out=DIR --parts=gd,determinism --cpu_e2=CPU_E2_DIR
 
 Parts (--parts):
   gd           the GD kernel at E2's sizes (n=6, T=8, d=10), W and (K,Q), B = 1e4 and 1e5, as
-               ``train.train`` runs it, for several --block_size values and the per-data-set
-               (vmapped) program: ns per data-set-step beside the floor. The floor is the larger
-               of the step's flops (XLA's count) at this device's float64 matrix rate and its
-               bytes at its copy bandwidth, both measured in the same run; "min" counts the data
-               set and its state crossing device memory once per call, "stream" once per step
-               (what a program of one kernel launch per step must move when the batch exceeds L2).
-  determinism  the same rows in fresh processes with no XLA flag, --xla_gpu_deterministic_ops=true
-               and --xla_gpu_exclude_nondeterministic_ops=true: whether every output is bit for
-               bit the first process's, and each flag's cost.
-  e2           E2 (local_convergence) end to end, cold (empty compilation cache) and warm, without
-               and with the deterministic flag: wall times, the results compared array by array,
-               and with --cpu_e2 the per-run differences to a CPU run of the same version.
-  e4           E4 (overparam) end to end at its defaults, then at 10^4 data sets per cell while the
-               --deadline_s allows.
+               ``train.train`` runs it, for several block sizes and the per-data-set (vmapped)
+               program: ns per data-set-step beside the floor. The floor is the larger of the
+               step's flops (XLA's count) at the device's float64 matrix rate and its bytes at its
+               copy bandwidth, both measured in the same run; "min" counts the data set and its
+               state crossing device memory once per call, "stream" once per step (what a program
+               that launches kernels step by step must move once the batch exceeds the L2 cache).
+  determinism  --det_processes fresh processes per XLA flag setting (--det_labels): the engine's
+               own (no XLA_FLAGS: svmattn sets --xla_gpu_autotune_level=0), XLA's autotuning
+               (level 4), --xla_gpu_deterministic_ops and --xla_gpu_exclude_nondeterministic_ops:
+               whether each setting gives the same bits in every process, and its cost.
+  e2           E2 (local_convergence) end to end, each of --e2_runs with its own flags and
+               compilation cache (a cache named twice: the second run is warm): wall times, each
+               results.npz against the first run's array by array, and with --cpu_e2 the per-run
+               final corr differences, selections and checks against a CPU run of the same version.
+  e4           E4 (overparam) end to end at --e4_runs data sets per cell, one block per pipeline
+               batch (--block_size = --batch_size), while --deadline_s allows.
 
 Every part runs in child processes: XLA reads its flags once per process, and a process that has
-started JAX holds most of the GPU's memory. Writes DIR/gpu.json and prints a table per part.
+started JAX holds most of the GPU's memory. Writes DIR/gpu.json and prints a table per part. The
+README's "On a GPU" subsection gives what it measured on an H200.
 """
 from __future__ import annotations
 
@@ -54,8 +57,18 @@ GD_ROWS = ["W:10000:64:block", "W:10000:10000:block", "W:100000:2048:block", "W:
 DET_ROWS = ["W:10000:64:block", "W:100000:100000:block", "KQ:100000:100000:block"]
 flags.DEFINE_list("gd_rows", GD_ROWS, "Rows param:B:block:kernel of the gd part (kernel: block or vmapped).")
 flags.DEFINE_list("det_rows", DET_ROWS, "Rows of the determinism part (each also among --gd_rows).")
-DET_FLAGS = {"none": "", "deterministic_ops": "--xla_gpu_deterministic_ops=true",
+# "engine": no XLA_FLAGS, so svmattn's own default (--xla_gpu_autotune_level=0, see svmattn/__init__.py);
+# "autotune_level_4": XLA's default autotuning, which svmattn turns off
+DET_FLAGS = {"engine": "", "autotune_level_4": "--xla_gpu_autotune_level=4",
+             "deterministic_ops": "--xla_gpu_deterministic_ops=true",
              "exclude_nondeterministic_ops": "--xla_gpu_exclude_nondeterministic_ops=true"}
+flags.DEFINE_list("det_labels", list(DET_FLAGS), f"XLA flag settings of the determinism part: {', '.join(DET_FLAGS)}.")
+flags.DEFINE_integer("det_processes", 2, "Fresh processes per flag setting in the determinism part.")
+flags.DEFINE_list("e2_runs", ["engine:cache_a", "engine:cache_a", "engine:cache_b", "autotune_level_4:cache_c",
+                              "autotune_level_4:cache_d", "deterministic_ops:cache_e"],
+                  "E2 runs of the e2 part, in order, each FLAG_SETTING:CACHE (a cache named twice: the second run "
+                  "is warm).")
+flags.DEFINE_bool("peaks", True, "(child) measure the device's matrix rate and bandwidth.")
 E2 = dict(n=6, T=8, d=10)
 T0 = time.time()
 
@@ -151,7 +164,7 @@ def child_gd():
   dev = jax.devices()[0]
   out = {"device": getattr(dev, "device_kind", str(dev)), "platform": dev.platform, "jax": jax.__version__,
          "xla_flags": os.environ.get("XLA_FLAGS", "")}
-  flops, bw = peaks()
+  flops, bw = peaks() if FLAGS.peaks else (float("nan"), float("nan"))
   out.update(matmul_flops=flops, bandwidth=bw)
   costs = {}
   rows = []
@@ -174,10 +187,10 @@ def child_gd():
 
 
 # ---------------------------------------------------------------- parent
-def run_child(rows, xla_flags, label, timeout):
+def run_child(rows, xla_flags, label, timeout, measure_peaks=True):
   env = dict(os.environ, XLA_FLAGS=xla_flags, PYTHONUNBUFFERED="1")
   cmd = [sys.executable, "-m", "benchmarks.gpu", "--child=gd", "--rows=" + ",".join(rows),
-         f"--gd_steps={FLAGS.gd_steps}", f"--repeats={FLAGS.repeats}"]
+         f"--gd_steps={FLAGS.gd_steps}", f"--repeats={FLAGS.repeats}", f"--peaks={measure_peaks}"]
   log(f"gd child [{label}] XLA_FLAGS='{xla_flags}'")
   t = time.time()
   try:
@@ -209,7 +222,7 @@ def left():
 
 
 def part_gd(report):
-  res = run_child(FLAGS.gd_rows, "", "none", max(60, left()))
+  res = run_child(FLAGS.gd_rows, "", "engine", max(60, left()))
   report["gd"] = res
   if "rows" in res:
     print_gd(res)
@@ -218,24 +231,29 @@ def part_gd(report):
 
 
 def part_determinism(report):
-  base = {r["row"]: r for r in report.get("gd", {}).get("rows", [])}
-  out = []
-  for label, xf in DET_FLAGS.items():
-    if left() < 30:
-      log(f"determinism [{label}]: skipped (deadline)")
-      continue
-    res = run_child(FLAGS.det_rows, xf, label, max(30, left()))
-    out.append(res)
-    if "rows" not in res:
-      log(f"determinism [{label}] failed:", json.dumps(res)[:2000])
-      continue
-    for r in res["rows"]:
-      b = base.get(r["row"])
-      r["same_bits_as_first_process"] = None if b is None else r["hash"] == b["hash"]
-      r["time_vs_first_process"] = None if b is None else r["run_s"] / b["run_s"]
-      log(f"  [{label}] {r['row']:<26} {r['ns_per_dataset_step']:8.2f} ns  "
-          f"x{r['time_vs_first_process'] or float('nan'):.2f} of the first process  "
-          f"bits same as first process: {r['same_bits_as_first_process']}  repeat same: {r['repeat_same_bits']}")
+  """--det_processes fresh processes per flag setting: each row's bits against the first process of
+  the same setting (is the setting deterministic across processes?) and against the first process
+  of the engine's own setting (does the setting change the numbers?), and its time against the latter."""
+  out, first = [], {}
+  for label in FLAGS.det_labels:
+    for k in range(FLAGS.det_processes):
+      if left() < 30:
+        log(f"determinism [{label}] process {k}: skipped (deadline)")
+        continue
+      res = run_child(FLAGS.det_rows, DET_FLAGS[label], label, max(30, left()), measure_peaks=False)
+      res["process"] = k
+      out.append(res)
+      if "rows" not in res:
+        log(f"determinism [{label}] failed:", json.dumps(res)[:2000])
+        continue
+      for r in res["rows"]:
+        own, none = first.setdefault((label, r["row"]), r), first.get(("engine", r["row"]))
+        r["same_bits_as_first_process_same_flags"] = r["hash"] == own["hash"]
+        r["same_bits_as_engine"] = None if none is None else r["hash"] == none["hash"]
+        r["time_vs_engine"] = None if none is None else r["run_s"] / none["run_s"]
+        log(f"  [{label} #{k}] {r['row']:<20} {r['ns_per_dataset_step']:8.2f} ns  x{r['time_vs_engine'] or float('nan'):.2f}"
+            f" of the engine's  same bits as: its first process {r['same_bits_as_first_process_same_flags']}, the engine's "
+            f"{r['same_bits_as_engine']}, its repeat {r['repeat_same_bits']}")
   report["determinism"] = out
 
 
@@ -291,30 +309,35 @@ def timings(d):
 
 
 def part_e2(report):
-  out, dirs = {}, {}
-  det = DET_FLAGS["deterministic_ops"]
-  for name, xf, cache in (("cold", "", "c_none"), ("warm", "", "c_none"),
-                          ("det_cold", det, "c_det"), ("det_warm", det, "c_det")):
+  """The --e2_runs in order; each run's results.npz against the first run's and the first of its own
+  flag setting (array by array, bit for bit); the first against --cpu_e2."""
+  out, dirs = {}, []
+  for i, spec in enumerate(FLAGS.e2_runs):
+    label, cache = spec.split(":")
     if left() < 20:
-      log(f"e2 {name}: skipped (deadline)")
+      log(f"e2 {spec}: skipped (deadline)")
       continue
-    d = dirs[name] = os.path.join(FLAGS.out, "e2_" + name)
+    d = os.path.join(FLAGS.out, f"e2_{i}_{label}")
+    xf = DET_FLAGS[label]
     r = run_binary(["local_convergence", f"--out={d}", f"--compilation_cache_dir={os.path.join(FLAGS.out, cache)}"],
                    {"XLA_FLAGS": xf} if xf else {}, max(20, left()))
-    r.update(timings(d))
-    out[name] = r
-  for a, b in (("cold", "warm"), ("cold", "det_cold"), ("det_cold", "det_warm")):
-    if a in dirs and b in dirs and out[a]["rc"] == 0 and out[b]["rc"] == 0:
-      out[f"{a}_vs_{b}"] = npz_diff(dirs[a], dirs[b])
-      log(f"e2 {a} vs {b}: {len(out[f'{a}_vs_{b}']['differ'])} of {out[f'{a}_vs_{b}']['arrays']} arrays differ "
-          f"{out[f'{a}_vs_{b}']['differ'][:8]}")
-  if FLAGS.cpu_e2 and out.get("cold", {}).get("rc") == 0:
-    out["vs_cpu"] = vs_cpu(dirs["cold"], FLAGS.cpu_e2)
+    r.update(timings(d), label=label, cache=cache,
+             warm=any(c == cache for _, c, _ in dirs))
+    if r["rc"] == 0:
+      for name, (l0, c0, d0) in (("vs_first", dirs[0] if dirs else (None, None, None)),
+                                 ("vs_first_same_flags", next((x for x in dirs if x[0] == label), (None, None, None)))):
+        if d0 is not None:
+          r[name] = npz_diff(d0, d)
+      dirs.append((label, cache, d))
+    out[f"{i}_{label}"] = r
+    log(f"e2 #{i} {label} ({'warm' if r['warm'] else 'cold'}, {cache}): exit {r['rc']}, wall {r['wall_s']:.1f} s, "
+        f"checks {r.get('checks_ok')}/{r.get('checks')}, compile {(r.get('timings_s') or {}).get('compile')}, "
+        f"train {(r.get('timings_s') or {}).get('train')}; arrays differing from the first run: "
+        f"{len(r['vs_first']['differ']) if 'vs_first' in r else None}, from the first with its flags: "
+        f"{len(r['vs_first_same_flags']['differ']) if 'vs_first_same_flags' in r else None}")
+  if FLAGS.cpu_e2 and dirs:
+    out["vs_cpu"] = vs_cpu(dirs[0][2], FLAGS.cpu_e2)
     log("e2 GPU vs CPU:", json.dumps(out["vs_cpu"]))
-  for name in ("cold", "warm", "det_cold", "det_warm"):
-    if name in out:
-      log(f"e2 {name}: wall {out[name]['wall_s']:.1f} s, checks {out[name].get('checks_ok')}/{out[name].get('checks')}, "
-          f"stages {out[name].get('timings_s')}")
   report["e2"] = out
 
 

@@ -58,4 +58,14 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
   except RuntimeError:   # the CPU backend already exists: keep its devices
     pass
 
+# On a GPU, XLA times candidate kernels when it compiles a program (autotuning) and keeps the fastest,
+# so two compilations of one program can pick different kernels that round differently: a replay or
+# a resumed run compiled afresh would then not be bit-identical to the run it repeats (seen on an
+# H200: 12 of E2's 38 result arrays differed between two processes with empty compilation caches).
+# Level 0 takes XLA's default kernels: bit-identical across processes there, training 2-5% slower.
+# An explicit --xla_gpu_autotune_level in XLA_FLAGS is left alone; a CPU ignores the flag. Like the
+# device count, it has no effect once JAX has created its backends.
+if "xla_gpu_autotune_level" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
+
 __version__ = "0.1.0"

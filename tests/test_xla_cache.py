@@ -60,3 +60,19 @@ def test_the_counter_tells_compiles_from_cache_loads(tmp_path):
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
   stats = ast.literal_eval(out.strip().splitlines()[-1])
   assert stats["xla_programs_compiled"] == 1 and stats["xla_programs_loaded"] == 1
+
+
+@pytest.mark.parametrize("given, expected", [
+    (None, "--xla_gpu_autotune_level=0"),
+    ("--xla_force_host_platform_device_count=2", "--xla_force_host_platform_device_count=2 --xla_gpu_autotune_level=0"),
+    ("--xla_gpu_autotune_level=4", "--xla_gpu_autotune_level=4")])
+def test_gpu_autotuning_is_off_unless_asked_for(given, expected):
+  """Importing svmattn sets XLA's GPU autotuning to level 0 (a GPU program compiled twice must
+  round the same: a replay or a resume may compile afresh), keeping every flag already given and
+  an explicit level."""
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  if given is not None:
+    env["XLA_FLAGS"] = given
+  out = subprocess.run([sys.executable, "-c", "import os, svmattn; print(os.environ['XLA_FLAGS'])"], env=env,
+                       capture_output=True, text=True, check=True, timeout=120).stdout.strip()
+  assert out == expected
