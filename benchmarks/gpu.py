@@ -39,6 +39,9 @@ import time
 from absl import app
 from absl import flags
 
+from benchmarks import flag_checks as checks_lib
+from svmattn.config import allowed
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for gpu.json and the runs' outputs.")
 flags.DEFINE_list("parts", ["gd", "determinism", "e2", "e4"], "Parts: gd, determinism, e2, e4.")
@@ -71,6 +74,46 @@ flags.DEFINE_list("e2_runs", ["engine:cache_a", "engine:cache_a", "engine:cache_
 flags.DEFINE_bool("peaks", True, "(child) measure the device's matrix rate and bandwidth.")
 E2 = dict(n=6, T=8, d=10)
 T0 = time.time()
+
+
+def _rows_problem(rows):
+  for row in rows:
+    parts = row.split(":")
+    if (len(parts) != 4 or parts[0] not in ("W", "KQ") or not all(p.isdigit() and int(p) >= 1 for p in parts[1:3])
+        or parts[3] not in ("block", "vmapped")):
+      return f"{row!r} is not PARAM:B:BLOCK:KERNEL (PARAM W or KQ, B and BLOCK integers >= 1, KERNEL block or vmapped)"
+  return None
+
+
+def _e2_runs_problem(runs):
+  for run in runs:
+    label, _, cache = run.partition(":")
+    if label not in DET_FLAGS or not cache.replace("_", "").replace("-", "").isalnum():
+      return f"{run!r} is not SETTING:CACHE (SETTING among {', '.join(DET_FLAGS)}; CACHE a plain folder name)"
+  return None
+
+
+def _cpu_e2_problem(path):
+  if path is not None and not os.path.isfile(os.path.join(path, "results.npz")):
+    return f"{path} holds no results.npz (give the --out of a CPU run of E2)"
+  return None
+
+
+# every value checked when the flags are parsed: one line, nothing run
+checks_lib.check("out", allowed.out_dir)
+checks_lib.check("gd_rows", _rows_problem)
+checks_lib.check("det_rows", _rows_problem)
+checks_lib.check("e2_runs", _e2_runs_problem)
+checks_lib.check("cpu_e2", _cpu_e2_problem)
+checks_lib.check("e4_runs", allowed.int_list(minimum=1))
+for _name in ("gd_steps", "repeats", "det_processes"):
+  checks_lib.at_least(_name, 1, "an integer >= 1")
+checks_lib.at_least("svm_workers", 0, "an integer >= 0")
+checks_lib.at_least("deadline_s", 1, "a number of seconds >= 1")
+for _name, _allowed in (("parts", ("gd", "determinism", "e2", "e4")), ("det_labels", tuple(DET_FLAGS))):
+  flags.register_validator(_name, lambda v, ok=_allowed: bool(v) and all(x in ok for x in v),
+                           message=f"must list among {', '.join(_allowed)}")
+checks_lib.distinct_lists("parts", "det_labels")
 
 
 def log(*a):

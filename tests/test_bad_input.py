@@ -79,6 +79,10 @@ TABLE = {
                   ("--repeats=0", "repeats"), ("--svm_sets=0", "svm_sets"), ("--suites=bogus", "suites"),
                   ("--suites=svm,svm", "repeats svm"), ("--norms=l1e400", "1 < p <= 100"),
                   ("--suites=stages", "reproduce_json")],
+    "gpu": [("--parts=foo", "must list among gd"), ("--gd_rows=W:10:0:block", "is not PARAM:B:BLOCK:KERNEL"),
+            ("--e2_runs=bad", "is not SETTING:CACHE"), ("--cpu_e2=@FILE", "holds no results.npz"),
+            ("--repeats=0", "an integer >= 1"), ("--out=@FILE", "is an existing file"),
+            ("--det_labels=engine,engine", "repeats engine")],
     "reproduce": [("--out=@FILE", "is an existing file"), ("--seed=-1", "[0, 4294967296)"),
                   ("--only=E1,E1", "repeats E1"), ("--jobs=-1", "not a non-negative integer")],
 }
@@ -90,7 +94,7 @@ DRIVER = textwrap.dedent("""
     import json, sys
     from absl import flags
     import importlib
-    tools = ("precision", "benchmark")          # benchmarks/; the experiments' front ends are in experiments/
+    tools = ("precision", "benchmark", "gpu")   # benchmarks/; the experiments' front ends are in experiments/
     importlib.import_module(("benchmarks." if sys.argv[1] in tools else "experiments.") + sys.argv[1])
     out = []
     for args in json.loads(sys.argv[2]):
