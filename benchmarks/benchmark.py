@@ -302,13 +302,8 @@ def step_cost(trainer, state, batch):
   block = jax.tree_util.tree_map(lambda x: np.asarray(x)[:FLAGS.block_size], (state, batch))
   if block_kernel.supports(trainer.config):
     st, dt = block
-    last = lambda x: jnp.moveaxis(jnp.asarray(x), 0, -1)  # noqa: E731
-    X, Z, Y = last(dt.X), last(dt.Z), last(dt.Y)
-    h = jnp.einsum("ntdb,db->ntb", X, last(dt.v))                  # once per call, not per step
-    args = (jax.tree_util.tree_map(last, st.params), X, Z, Y, h)
-    compiled = jax.jit(block_kernel.make_step(trainer.config)).lower(*args).compile()
-  else:
-    compiled = jax.jit(jax.vmap(trainer.step_one)).lower(*block).compile()
+    return block_kernel.step_cost(trainer.config, st.params, data_lib.Dataset(*(jnp.asarray(a) for a in dt)))
+  compiled = jax.jit(jax.vmap(trainer.step_one)).lower(*block).compile()
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   return (float(cost.get("flops", float("nan"))) / FLAGS.block_size,

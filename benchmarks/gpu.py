@@ -156,16 +156,11 @@ def step_cost(param):
   host = data_lib.generate_host(data_lib.DataSpec(**E2), 0, runs)
   dt = data_lib.Dataset(*(jnp.asarray(a) for a in host))
   state = jax.jit(jax.vmap(trainer.init_one))(train_lib.init_keys(0, runs), dt)
-  last = lambda x: jnp.moveaxis(jnp.asarray(x), 0, -1)  # noqa: E731
-  X, Z, Y = last(dt.X), last(dt.Z), last(dt.Y)
-  h = jnp.einsum("ntdb,db->ntb", X, last(dt.v))
-  args = (jax.tree_util.tree_map(last, state.params), X, Z, Y, h)
-  cost = jax.jit(block_kernel.make_step(cfg)).lower(*args).compile().cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  flops, _ = block_kernel.step_cost(cfg, state.params, dt)
   item = 8
   data_bytes = sum(int(np.prod(a.shape[1:])) for a in host) * item
   state_bytes = sum(int(np.prod(x.shape[1:])) for x in jax.tree_util.tree_leaves(state)) * item
-  return float(cost.get("flops", float("nan"))) / 64, data_bytes, state_bytes
+  return flops, data_bytes, state_bytes
 
 
 def gd_row(spec, steps, repeats):
@@ -394,7 +389,7 @@ def part_e4(report):
     batch = min(int(runs), 10_000)
     r = run_binary(["overparam", f"--out={d}", f"--runs={runs}", f"--batch_size={batch}", f"--block_size={batch}",
                     f"--svm_workers={FLAGS.svm_workers}", "--nokeep_runs",
-                    f"--compilation_cache_dir={os.path.join(FLAGS.out, 'c_none')}"], {}, max(30, left()))
+                    f"--compilation_cache_dir={os.path.join(FLAGS.out, 'cache_e4')}"], {}, max(30, left()))
     r.update(timings(d), runs_per_cell=int(runs))
     out.append(r)
     log(f"e4 runs={runs}: wall {r['wall_s']:.1f} s, checks {r.get('checks_ok')}/{r.get('checks')}, "

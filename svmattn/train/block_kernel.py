@@ -156,6 +156,23 @@ def make_native_chunk(trainer, every: int, snapshots: int, starts: bool):
   return run
 
 
+def _step_inputs(data):
+  """The data arguments of ``make_step``'s step for a block with the data sets first: X, Z, Y with
+  the data sets last, and h = X v, computed once per call."""
+  X, Z, Y = _last(data.X), _last(data.Z), _last(data.Y)
+  return X, Z, Y, jnp.einsum("ntdb,db->ntb", X, _last(data.v))
+
+
+def step_cost(config, params, data) -> tuple[float, float]:
+  """(flops, bytes accessed) per data set of one step of ``make_step(config)`` on the block ``data``
+  (leading axis b on every field, ``params`` likewise): XLA's cost analysis of the compiled step."""
+  args = (jax.tree_util.tree_map(_last, params),) + _step_inputs(data)
+  cost = jax.jit(make_step(config)).lower(*args).compile().cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  b = data.X.shape[0]
+  return float(cost.get("flops", float("nan"))) / b, float(cost.get("bytes accessed", float("nan"))) / b
+
+
 def make_advance(trainer, every: int, snapshots: int):
   """advance(state, data) for a whole block (leading axis b on every field): ``snapshots``
   times ``every`` steps then a snapshot, as ``jax.vmap(trainer.advance_one)`` returns it.
@@ -176,8 +193,7 @@ def make_advance(trainer, every: int, snapshots: int):
       return state, out
     if pooled:                                               # float32: the vmapped program, as without this kernel
       return jax.vmap(lambda st, dt: trainer.advance_one(st, dt, every, snapshots))(state, data)
-    X, Z, Y = _last(data.X), _last(data.Z), _last(data.Y)
-    h = jnp.einsum("ntdb,db->ntb", X, _last(data.v))                      # h = X v
+    X, Z, Y, h = _step_inputs(data)
 
     def outer(params, _):
       params = steps(params, X, Z, Y, h)
