@@ -1,10 +1,10 @@
-"""The uniforms of ``rng``'s flat float64 draws, and the unit rows of the generated data sets,
-computed on the host by ``native/draws.cc``.
+"""The uniforms of ``rng``'s flat float64 draws, its threefry hash of keys and counters, and the unit
+rows of the generated data sets, computed on the host by ``native/draws.cc``.
 
 XLA:CPU runs the draw program's threefry and index arithmetic at 20-50 ns a value; the native
 loop computes the same integers and the same fused multiply-add at 2-5 ns, so every uniform is
 the program's bit for bit (tests/test_rng.py), and a normal is the program's sqrt(2) erfinv of
-that uniform (``rng`` applies it in one XLA program of CALL values). Built once per source,
+that uniform (``rng`` applies it in an XLA program of 4,096 to CALL values). Built once per source,
 compiler and CPU by ``native_build``; without a compiler, or with SVMATTN_NATIVE_DRAWS=0, ``rng``
 runs its XLA program, with the same values.
 """
@@ -45,6 +45,10 @@ def _load():
         rows.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
         rows.restype = None
         _state["unit_rows"] = rows
+        hash_fn = lib.SvmattnThreefry
+        hash_fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
+        hash_fn.restype = None
+        _state["threefry"] = hash_fn
       except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         fn, why = None, str(e)
     _state["fn"], _state["why"] = fn, why
@@ -62,15 +66,30 @@ def why_not() -> str | None:
   return _state.get("why")
 
 
-def uniforms(keys: np.ndarray, size: int, lo: float, hi: float) -> np.ndarray:
+def uniforms(keys: np.ndarray, size: int, lo: float, hi: float, out: np.ndarray | None = None) -> np.ndarray:
   """(B, size) float64: the uniform on [lo, hi) of positions 0..size-1 of every key (B, 2) uint32,
-  as ``rng``'s draw program computes it."""
+  as ``rng``'s draw program computes it (written into ``out``, a contiguous float64 array of B * size
+  values, where given)."""
   fn = _load()
   keys = np.ascontiguousarray(keys, np.uint32).reshape(-1, 2)
-  out = np.empty((len(keys), size), np.float64)
+  if out is None:
+    out = np.empty((len(keys), size), np.float64)
+  elif out.dtype != np.float64 or not out.flags.c_contiguous or out.size != len(keys) * size:
+    raise ValueError(f"uniforms: out must be a contiguous float64 array of {len(keys) * size} values")
   if out.size:
     fn(keys.ctypes.data, 0, size, out.size, float(lo), float(hi), out.ctypes.data)
   return out
+
+
+def threefry2x32(k1, k2, x1, x2) -> tuple[np.ndarray, np.ndarray]:
+  """``rng.threefry2x32`` of uint32 arrays (broadcast together) in one pass on the host: the same
+  integers."""
+  _load()
+  parts = [np.ascontiguousarray(a, np.uint32) for a in np.broadcast_arrays(k1, k2, x1, x2)]
+  a, b = np.empty(parts[0].shape, np.uint32), np.empty(parts[0].shape, np.uint32)
+  if a.size:
+    _state["threefry"](*(p.ctypes.data for p in parts), a.size, a.ctypes.data, b.ctypes.data)
+  return a, b
 
 
 def unit_rows(a: np.ndarray) -> np.ndarray:

@@ -298,14 +298,14 @@ def test_flat_draws_equal_jax_multidimensional_draws():
 
 def test_heads_with_one_init_share_the_generator_and_its_data():
   """A sampler reads only the head's init: E6's lambda heads (the linear head's init) draw the same
-  data sets, bit for bit, from one compiled generator, whatever lambda (one program, not one per
-  lambda: 10 programs of about 0.7 s each in E6 before)."""
+  data sets, bit for bit, whatever lambda, on the host (E6's sampler compiles no program: it
+  compiled one per shape, about 2 s in a fresh process, before numerics version 9)."""
   from svmattn.studies import lambda_head as e6
   spec = data_lib.DataSpec(n=2, T=3, d=4, labels="positive")
   data_lib._generate_fn.cache_clear()
   draws = [data_lib.generate_host(spec, 5, np.arange(3), heads.lambda_head(lam), e6.orthonormal_tokens)
            for lam in (0.0, 0.3, 1.5)]
-  assert data_lib._generate_fn.cache_info().misses == 1
+  assert data_lib._generate_fn.cache_info().misses == 0
   for other in draws[1:]:
     for a, b in zip(draws[0], other):
       assert np.array_equal(a, b)

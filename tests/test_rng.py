@@ -104,11 +104,12 @@ def test_the_native_uniforms_equal_the_draw_program(monkeypatch):
   """Where the host's C++ draws are built (this machine, CI's), rng's float64 draws compute the
   uniforms there and apply erfinv in a program of their own: normals, scaled normals and uniforms
   equal the XLA draw program's (the path without a compiler) bit for bit, for sizes across call
-  boundaries and a draw of one value; the summary's environment says which ran."""
+  boundaries and a draw of one value, whose erfinv runs in each of the program's sizes
+  (rng.ERFINV_SIZES); the summary's environment says which ran."""
   from svmattn import rng_native
   assert rng_native.available(), rng_native.why_not()
   keys = rng.run_keys(5, RUNS[:40])
-  cases = [(s, kind) for s in (1, 13, 480, rng.CALL + 3) for kind in ("normal", "scaled", "uniform")]
+  cases = [(s, kind) for s in (1, 13, 200, 480, rng.CALL + 3) for kind in ("normal", "scaled", "uniform")]
   draw = {"normal": lambda k, s: rng.normals(k, s), "scaled": lambda k, s: rng.normals(k, s, np.float64, 0.1),
           "uniform": lambda k, s: rng.uniforms(k, s, np.float64, -0.3, 0.7)}
   native = [draw[kind](keys[:3] if s > 1000 else keys, s) for s, kind in cases]
@@ -142,3 +143,53 @@ def test_the_native_unit_rows_equal_numpys(monkeypatch):
     want = datasets._np_unit_rows(a)
     assert got.shape == want.shape == a.shape
     np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64), err_msg=f"rows of shape {a.shape}")
+
+
+def test_the_erfinv_program_gives_the_same_bits_at_every_size():
+  """rng applies erfinv to the last values of a draw in the smallest program of ERFINV_SIZES that
+  holds them: every size gives each value the same bits as the CALL-sized program (element-wise
+  code; a processor whose vector loop and remainder rounded differently would fail here), on
+  uniforms across (-1, 1), both ends and the branches' boundaries included."""
+  gen = np.random.default_rng(7)
+  u = gen.uniform(-1.0, 1.0, rng.CALL)
+  u[:12] = [np.nextafter(-1.0, 0.0), -0.999999999999, 1 - 2.0**-53, 0.0, -0.0, 5e-324, 1e-300, 0.5,
+            -0.85, 0.99999, np.nextafter(1.0, 0.0), -0.3]
+  c = np.sqrt(np.float64(2))
+  fn = rng._erfinv_fn(np.dtype(np.float64))
+  want = np.asarray(fn(u, c))
+  for size in rng.ERFINV_SIZES:
+    for start in (0, rng.CALL - size):
+      got = np.asarray(fn(u[start:start + size], c))
+      np.testing.assert_array_equal(got.view(np.uint64), want[start:start + size].view(np.uint64),
+                                    err_msg=f"size {size} at {start}")
+
+
+def test_normals_many_equal_one_draw_at_a_time(monkeypatch):
+  """rng.normals_many (the erfinv of several draws in one pass) gives each draw's rng.normals bit
+  for bit, with and without the native draws, an empty draw included."""
+  from svmattn import rng_native
+  keys = rng.run_keys(9, RUNS[:50])
+  draws = [(keys, 37), (keys[:7], 0), (keys[:3], rng.CALL + 11), (keys, 4)]
+  got = rng.normals_many(draws)
+  monkeypatch.setattr(rng_native, "_state", {"fn": None, "why": "turned off by the test"})
+  for (k, size), g in zip(draws, got):
+    want = rng.normals(k, size)
+    assert g.shape == want.shape == (len(k), size)
+    np.testing.assert_array_equal(g.view(np.uint64), want.view(np.uint64))
+
+
+def test_the_native_threefry_equals_numpys(monkeypatch):
+  """The host's threefry2x32 in C (rng_native) computes NumPy's integers, on random keys and counters
+  and with broadcasting (one key, many counters)."""
+  from svmattn import rng_native
+  assert rng_native.available(), rng_native.why_not()
+  gen = np.random.default_rng(5)
+  k1, k2, x1, x2 = gen.integers(0, 2**32, (4, 1000), dtype=np.uint64).astype(np.uint32)
+  cases = [(k1, k2, x1, x2), (k1[:1, None], k2[:1, None], np.zeros((1, 9), np.uint32), np.arange(9, dtype=np.uint32)[None])]
+  native = [rng.threefry2x32(*case) for case in cases]
+  monkeypatch.setattr(rng_native, "_state", {"fn": None, "why": "turned off by the test"})
+  for case, (a, b) in zip(cases, native):
+    want_a, want_b = rng.threefry2x32(*case)
+    assert a.shape == want_a.shape and a.dtype == want_a.dtype == np.uint32
+    np.testing.assert_array_equal(a, want_a)
+    np.testing.assert_array_equal(b, want_b)

@@ -94,7 +94,10 @@ def unit_gaussian(key: jax.Array, spec: DataSpec, head: heads.Head,
   return Dataset(X, Y, Z, v)
 
 
-Sampler = Callable[[jax.Array, DataSpec, heads.Head], Dataset]   # (reads the head's init alone)
+# A sampler: a JAX function of one data set's key (compiled per shape by ``generate_host``, a data set
+# at a time), or a ``host_sampler`` of every run of a batch at once (no program); either reads the
+# head's init alone.
+Sampler = Callable[..., Dataset]
 
 
 def generate(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
@@ -117,6 +120,11 @@ def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
   with jax.default_device(_host_device()):   # drawn on the host CPU: the same bits on every backend
     if sampler is unit_gaussian and head.init in _FLAT_HEADS:
       return Dataset(*_unit_gaussian_flat(spec, seed, runs, head, jnp.dtype(dtype)))
+    if getattr(sampler, "on_host", False):
+      if head.init not in _FLAT_HEADS:
+        raise ValueError(f"the host sampler {sampler.__name__} draws a head with a unit vector or unit Frobenius "
+                         f"matrix init (the linear, lambda and ReLU heads), not {head.name}")
+      return Dataset(*sampler(spec, seed, runs, head, jnp.dtype(dtype)))
     # Pad the run list to a power of two so that a few compiled generators serve every
     # batch size (data set r does not depend on the length of the list it is drawn in).
     size = 1 << max(int(len(runs)) - 1, 0).bit_length()
@@ -159,7 +167,69 @@ def _flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, 
     return [np.zeros((0, c), np.bool_ if i == 2 else dtype) for i, c in enumerate((nx, nz, ny, nv))]
   # the keys of the four draws: split(split_run_key(run_key(seed, r))[0], 4), on the host (rng)
   kx, kz, ky, kv = np.moveaxis(rng.split_host(rng.split_host(rng.run_keys(seed, runs))[:, 0], 4), 1, 0)
-  return [rng.normals(kx, nx, dtype), rng.normals(kz, nz, dtype), rng.bits_host(ky, ny), rng.normals(kv, nv, dtype)]
+  fx, fz, fv = rng.normals_many([(kx, nx), (kz, nz), (kv, nv)], dtype)
+  return [fx, fz, rng.bits_host(ky, ny), fv]
+
+
+def host_sampler(fn):
+  """Mark ``fn(spec, seed, runs, head, dtype) -> (X, Y, Z, v)`` (NumPy arrays with a leading axis, one
+  data set per run) as a sampler computed on the host: ``generate_host`` calls it with every run at
+  once instead of compiling a program per shape. It must draw with ``flat_draws`` (or ``rng``'s flat
+  draws of each run's keys) and compute every data set on its own, so that data set r is the same
+  whatever the runs drawn with it; its head must be one ``flat_head`` draws."""
+  fn.on_host = True
+  return fn
+
+
+def flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, dtype) -> list[np.ndarray]:
+  """The four flat draws of a data set of run r, for every run of ``runs`` (B, count each): normals
+  of the keys kx, kz and kv and label bits of ky, where (kx, kz, ky, kv) = split(data key of r, 4)
+  (``unit_gaussian``'s keys); ``counts`` the number of values of each."""
+  return _flat_draws(counts, seed, np.asarray(runs, np.uint32).reshape(-1), dtype)
+
+
+def flat_head(fv: np.ndarray, head: heads.Head, d: int) -> np.ndarray:
+  """The head parameters of a flat draw ``fv`` (B, d or d * d) of ``head_size(head, d)`` normals:
+  scaled to unit norm (a vector head, (B, d)) or unit Frobenius norm (a matrix head, (B, d, d))."""
+  v = _np_unit_rows(fv)   # a matrix head: unit Frobenius norm, the flat draw's norm
+  return v if head.init is heads._unit_vector else v.reshape(len(fv), d, d)
+
+
+def head_size(head: heads.Head, d: int) -> int:
+  """The number of normals ``flat_head`` reads for ``head`` in dimension d."""
+  return _head_size(head, d)
+
+
+def orthonormal_columns(G: np.ndarray) -> np.ndarray:
+  """Q of G = Q R with diag R > 0, for every d x T matrix of G (..., d, T), T <= d: the Q factor of
+  a QR decomposition with its signs fixed (a Haar-random orthonormal frame when G is Gaussian).
+
+  Gram-Schmidt twice per column (Giraud, Langou and Rozloznik, 2005: orthonormal to about the
+  machine epsilon for a numerically full-rank G), vectorized over the leading axes, every dot
+  product summed in index order with plain IEEE operations (no BLAS or LAPACK), so a matrix's Q
+  depends on that matrix alone, the same bits on every processor."""
+  G = np.asarray(G)
+  d, T = G.shape[-2:]
+  if T > d:
+    raise ValueError(f"orthonormal_columns: need T <= d, got a {d} x {T} matrix")
+  cols = np.moveaxis(G, (-2, -1), (1, 0)).reshape(T, d, -1)        # cols[j][k]: entry k of column j
+
+  def dot(a, b):
+    s = a[0] * b[0]
+    for k in range(1, d):
+      s = s + a[k] * b[k]
+    return s
+
+  Q = []
+  for j in range(T):
+    v = cols[j].copy()
+    for _ in range(2):                                                # classical Gram-Schmidt, twice
+      coefs = [dot(q, v) for q in Q]
+      for q, c in zip(Q, coefs):
+        v = v - q * c
+    Q.append(v / np.sqrt(dot(v, v)))
+  out = np.stack(Q).reshape((T, d) + G.shape[:-2])
+  return np.moveaxis(out, (0, 1), (-1, -2))
 
 
 def _np_unit_rows(a: np.ndarray) -> np.ndarray:
@@ -206,10 +276,7 @@ def _unit_gaussian_flat(spec: DataSpec, seed: int, runs: np.ndarray, head: heads
   Z = X[:, :, spec.query_pos] if spec.attention == "self" else _np_unit_rows(fz[:, :counts[1]].reshape(B, n, d))
   nd = np.dtype(dtype)
   Y = np.ones((B, n), nd) if spec.labels == "positive" else np.where(fy[:, :n], 1.0, -1.0).astype(nd)
-  v = _np_unit_rows(fv[:, :counts[3]])   # a matrix head: unit Frobenius norm, the flat draw's norm
-  if head.init is not heads._unit_vector:
-    v = v.reshape(B, d, d)
-  return X, Y, Z, v
+  return X, Y, Z, flat_head(fv[:, :counts[3]], head, d)
 
 
 def _host_device():

@@ -48,6 +48,30 @@ extern "C" void SvmattnUniforms(const uint32_t* keys, uint64_t skip, uint64_t si
   }
 }
 
+// (a[j], b[j]) = threefry2x32 of the counters (x1[j], x2[j]) under the key (k1[j], k2[j]), j < count: the
+// hash of rng.threefry2x32 (integer arithmetic: the same integers as NumPy and XLA compute), for the
+// keys, splits and coin flips that rng derives on the host.
+extern "C" void SvmattnThreefry(const uint32_t* k1, const uint32_t* k2, const uint32_t* x1, const uint32_t* x2,
+                                uint64_t count, uint32_t* out_a, uint32_t* out_b) {
+  for (uint64_t j = 0; j < count; ++j) {                 // (independent lanes: the compiler vectorizes)
+    const uint32_t k0 = k1[j], k1j = k2[j], k2j = k0 ^ k1j ^ 0x1BD11BDAu;
+    uint32_t a = x1[j] + k0, b = x2[j] + k1j;
+#define SVMATTN_ROUND(r) a += b, b = rotl(b, r), b ^= a;
+#define SVMATTN_FOUR_EVEN SVMATTN_ROUND(13) SVMATTN_ROUND(15) SVMATTN_ROUND(26) SVMATTN_ROUND(6)
+#define SVMATTN_FOUR_ODD SVMATTN_ROUND(17) SVMATTN_ROUND(29) SVMATTN_ROUND(16) SVMATTN_ROUND(24)
+    SVMATTN_FOUR_EVEN a += k1j, b += k2j + 1u;
+    SVMATTN_FOUR_ODD a += k2j, b += k0 + 2u;
+    SVMATTN_FOUR_EVEN a += k0, b += k1j + 3u;
+    SVMATTN_FOUR_ODD a += k1j, b += k2j + 4u;
+    SVMATTN_FOUR_EVEN a += k2j, b += k0 + 5u;
+#undef SVMATTN_FOUR_ODD
+#undef SVMATTN_FOUR_EVEN
+#undef SVMATTN_ROUND
+    out_a[j] = a;
+    out_b[j] = b;
+  }
+}
+
 // out[r * cols + k] = a[r * cols + k] / sqrt(s_r) for every row r < rows, s_r the row's sum of squares
 // computed as datasets._np_unit_rows computes it in NumPy, operation for operation: Dekker's split of
 // each square into p + e (TwoProduct with the splitter 2^27 + 1), the p's summed in column order with

@@ -21,8 +21,6 @@ fields), or the "flags" of its summary.json: replay rebuilds the same study from
 from __future__ import annotations
 
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from svmattn import registry
@@ -52,28 +50,30 @@ SHARED = ("X", "Z", "v", "Y")   # the same data sets at every lambda: written on
 SATURATION = 0.0
 
 
-def orthonormal_tokens(key: jax.Array, spec: data_lib.DataSpec, head: heads.Head, dtype=jnp.float64):
-  """Sampler (the signature of data.unit_gaussian): the T tokens of each sequence are the
-  rows of a Haar-random d x T orthonormal frame (QR of a Gaussian matrix, signs fixed by
-  diag R), so X_i X_i^T = I; queries unit Gaussian (or x_{i,query_pos} for self-attention);
-  labels +1 ("positive") or +-1 ("random"); head parameters from head.init."""
-  if spec.T > spec.d:
-    raise ValueError(f"orthonormal_tokens: need T <= d for orthonormal tokens, got T={spec.T}, d={spec.d}")
-  kx, kz, ky, kv = jax.random.split(key, 4)
-  G = data_lib.normal(kx, (spec.n, spec.d, spec.T), dtype)
-  Q, R = jnp.linalg.qr(G)                                          # Q (n,d,T), R (n,T,T)
-  signs = jnp.sign(jnp.diagonal(R, axis1=-2, axis2=-1))
-  X = jnp.swapaxes(Q * jnp.where(signs == 0, 1.0, signs)[:, None, :], 1, 2)   # (n,T,d)
+@data_lib.host_sampler
+def orthonormal_tokens(spec: data_lib.DataSpec, seed: int, runs: np.ndarray, head: heads.Head,
+                       dtype=np.float64) -> tuple[np.ndarray, ...]:
+  """E6's sampler (on the host, every run at once: ``data.datasets.host_sampler``): the T tokens of
+  each sequence are the rows of a Haar-random d x T orthonormal frame (the Q factor, signs fixed by
+  diag R > 0, of a Gaussian matrix: ``datasets.orthonormal_columns``), so X_i X_i^T = I; queries unit
+  Gaussian (or x_{i,query_pos} for self-attention); labels +1 ("positive") or +-1 ("random"); head
+  parameters unit Gaussian. Run r draws from split(data key of r, 4) = (kx, kz, ky, kv): the
+  Gaussian matrices (n, d, T) from kx, the queries from kz, the labels from ky, the head from kv.
+  (Numerics version 9; before, a compiled program per shape took the QR of XLA's LAPACK call.)"""
+  n, T, d = spec.n, spec.T, spec.d
+  if T > d:
+    raise ValueError(f"orthonormal_tokens: need T <= d for orthonormal tokens, got T={T}, d={d}")
+  counts = (n * d * T, n * d, n, data_lib.head_size(head, d))
+  fx, fz, fy, fv = data_lib.flat_draws(counts, seed, runs, dtype)
+  B = len(fx)
+  X = np.swapaxes(data_lib.orthonormal_columns(fx.reshape(B, n, d, T)), -1, -2)   # (B, n, T, d)
   if spec.attention == "self":
-    Z = X[:, spec.query_pos]
+    Z = X[:, :, spec.query_pos]
   else:
-    Z = data_lib.normal(kz, (spec.n, spec.d), dtype)
-    Z = Z / jnp.linalg.norm(Z, axis=-1, keepdims=True)
-  if spec.labels == "positive":
-    Y = jnp.ones((spec.n,), dtype)
-  else:
-    Y = jnp.where(jax.random.bernoulli(ky, 0.5, (spec.n,)), 1.0, -1.0).astype(dtype)
-  return data_lib.Dataset(X, Y, Z, head.init(kv, spec.d, dtype))
+    Z = data_lib._np_unit_rows(fz.reshape(B, n, d))
+  dt = np.dtype(dtype)
+  Y = np.ones((B, n), dt) if spec.labels == "positive" else np.where(fy, 1.0, -1.0).astype(dt)
+  return np.ascontiguousarray(X), Y, Z, data_lib.flat_head(fv, head, d)
 
 
 def lams_of(fl: dict) -> list[float]:

@@ -15,11 +15,10 @@ from __future__ import annotations
 import functools
 
 from absl import logging
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from svmattn import registry
+from svmattn import rng
 from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.config import allowed
@@ -44,18 +43,23 @@ NORM_NAME = {"fro": "Frobenius", "nuc": "nuclear"}
 OWN_NORM = {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items()}
 
 
-def two_clusters(key: jax.Array, spec: data_lib.DataSpec, head: heads.Head, dtype=jnp.float64) -> data_lib.Dataset:
-  """E1 generator for one data set: x_it = 0.3 N(0, I_d) + c_i with cluster centres
-  c_i = (-1 + 2 i / (n - 1), 0, ..., 0) ((-1,0) and (+1,0) for n=2; c = 0 for n=1);
-  z_i and v unit Gaussian; Y = +1. X (n,T,d), Y (n,), Z (n,d), v from ``head.init``."""
-  kx, kz, kv = jax.random.split(key, 3)
-  n, d = spec.n, spec.d
-  centre = jnp.linspace(-SHIFT, SHIFT, n, dtype=dtype) if n > 1 else jnp.zeros((1,), dtype)
-  shift = jnp.zeros((n, 1, d), dtype).at[:, 0, 0].set(centre)
-  X = NOISE * data_lib.normal(kx, (n, spec.T, d), dtype) + shift
-  Z = data_lib.normal(kz, (n, d), dtype)
-  Z = Z / jnp.linalg.norm(Z, axis=-1, keepdims=True)
-  return data_lib.Dataset(X, jnp.ones((n,), dtype), Z, head.init(kv, d, dtype))
+@data_lib.host_sampler
+def two_clusters(spec: data_lib.DataSpec, seed: int, runs, head: heads.Head, dtype=np.float64) -> tuple[np.ndarray, ...]:
+  """E1 generator (on the host, every run at once: ``data.datasets.host_sampler``): x_it = 0.3 N(0, I_d)
+  + c_i with cluster centres c_i = (-1 + 2 i / (n - 1), 0, ..., 0) ((-1,0) and (+1,0) for n=2; c = 0
+  for n=1); z_i and v unit Gaussian; Y = +1. X (n,T,d), Y (n,), Z (n,d), v from the head's flat draw.
+  Run r draws from split(data key of r, 3) = (kx, kz, kv). (Numerics version 9; before, a compiled
+  program per shape, with XLA's norms of z and v.)"""
+  n, T, d = spec.n, spec.T, spec.d
+  dt = np.dtype(dtype)
+  kx, kz, kv = np.moveaxis(rng.split_host(rng.split_host(rng.run_keys(seed, runs))[:, 0], 3), 1, 0)
+  B = len(kx)
+  X = rng.normals(kx, n * T * d, dt, NOISE).reshape(B, n, T, d)     # NOISE * normal, as a program rounds it
+  centre = np.linspace(-SHIFT, SHIFT, n).astype(dt) if n > 1 else np.zeros((1,), dt)
+  X[:, :, :, 0] += centre[None, :, None]
+  fz, fv = rng.normals_many([(kz, n * d), (kv, data_lib.head_size(head, d))], dt)
+  Z = data_lib._np_unit_rows(fz.reshape(B, n, d))
+  return X, np.ones((B, n), dt), Z, data_lib.flat_head(fv, head, d)
 
 
 def spec(fl: dict) -> data_lib.DataSpec:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 
 from absl import logging
-import jax
 import numpy as np
 
 from svmattn import registry
@@ -30,7 +29,6 @@ from svmattn.config import fields as F
 from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
-from svmattn.models import heads
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.svm import att_svm as svm_lib
@@ -63,9 +61,12 @@ def _dtype(fl: dict):
 
 
 def token_scores(batch: data_lib.Dataset) -> np.ndarray:
-  """gamma (B,n,T,T) float64: gamma_ikt = Y_ik v^T x_it."""
-  return np.asarray(jax.vmap(lambda v, X, Y: s2s.token_scores(heads.LINEAR, v, X, Y))(batch.v, batch.X, batch.Y),
-                    np.float64)
+  """gamma (B,n,T,T) float64: gamma_ikt = Y_ik v^T x_it, on the host in the batch's dtype (v^T x_it
+  by ``analysis.metrics.linear_token_scores``: no program compiled per shape; numerics version 9,
+  before a vmapped program of ``svm.seq2seq.token_scores``, within an ulp)."""
+  X, Y, v = (np.asarray(a) for a in (batch.X, batch.Y, batch.v))
+  h = metrics.linear_token_scores(v, X, np.ones(X.shape[:2], X.dtype))      # (B,n,T): v^T x_it
+  return np.asarray(Y[..., :, None] * h[..., None, :], np.float64)
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:

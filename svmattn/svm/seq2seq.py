@@ -69,18 +69,21 @@ class Seq2SeqSpec:
     return self
 
 
-def unit_gaussian(key: jax.Array, spec: Seq2SeqSpec, head: heads.Head,
-                  dtype=jnp.float64) -> data_lib.Dataset:
-  """One seq2seq data set: unit-normalized Gaussian tokens X (n,T,d), queries Z = X,
-  labels Y (n,T) (+-1 uniform, or all +1), head parameters from ``head.init``."""
-  kx, _, ky, kv = jax.random.split(key, 4)
-  X = data_lib.normal(kx, (spec.n, spec.T, spec.d), dtype)
-  X = X / jnp.linalg.norm(X, axis=-1, keepdims=True)
-  if spec.labels == "positive":
-    Y = jnp.ones((spec.n, spec.T), dtype)
-  else:
-    Y = jnp.where(jax.random.bernoulli(ky, 0.5, (spec.n, spec.T)), 1.0, -1.0).astype(dtype)
-  return data_lib.Dataset(X, Y, X, head.init(kv, spec.d, dtype))
+@data_lib.host_sampler
+def unit_gaussian(spec: Seq2SeqSpec, seed: int, runs: np.ndarray, head: heads.Head,
+                  dtype=np.float64) -> tuple[np.ndarray, ...]:
+  """Seq2seq data sets (on the host, every run at once: ``data.datasets.host_sampler``): unit-normalized
+  Gaussian tokens X (n,T,d), queries Z = X, labels Y (n,T) (+-1 uniform, or all +1), head
+  parameters unit Gaussian. Run r draws from split(data key of r, 4) = (kx, kz, ky, kv): X from kx,
+  the labels from ky, the head from kv (kz unused). (Numerics version 9; before, a compiled program
+  per shape normalized the rows with XLA's norm, now ``data.datasets``' exact-sum norm.)"""
+  n, T, d = spec.n, spec.T, spec.d
+  fx, _, fy, fv = data_lib.flat_draws((n * T * d, 0, n * T, data_lib.head_size(head, d)), seed, runs, dtype)
+  B = len(fx)
+  X = data_lib._np_unit_rows(fx.reshape(B, n, T, d))
+  dt = np.dtype(dtype)
+  Y = np.ones((B, n, T), dt) if spec.labels == "positive" else np.where(fy.reshape(B, n, T), 1.0, -1.0).astype(dt)
+  return X, Y, X, data_lib.flat_head(fv, head, d)
 
 
 def generate(spec: Seq2SeqSpec, seed: int, runs: Sequence[int] | np.ndarray,
