@@ -310,3 +310,39 @@ def test_heads_with_one_init_share_the_generator_and_its_data():
     for a, b in zip(draws[0], other):
       assert np.array_equal(a, b)
   assert not np.array_equal(draws[0].X[0], draws[0].X[1])
+
+
+def test_orthonormal_columns_is_the_q_factor_with_positive_diagonal():
+  """datasets.orthonormal_columns (E6's frames: Gram-Schmidt twice, plain IEEE operations) is LAPACK's
+  Q with its signs fixed by diag R > 0, to rounding: Gaussian d x T matrices (condition numbers below
+  about 100, so the two differ by at most about 100 d eps = 2e-13; the bound 1e-11 fails for any
+  wrong column or sign), orthonormal to a few eps, and each matrix's Q the same bits whatever the
+  matrices around it."""
+  gen = np.random.default_rng(4)
+  for d, T in ((8, 4), (5, 5), (20, 3), (3, 1)):
+    G = gen.standard_normal((30, 2, d, T))
+    Q = data_lib.orthonormal_columns(G)
+    ref, R = np.linalg.qr(G)
+    ref = ref * np.sign(np.diagonal(R, axis1=-2, axis2=-1))[..., None, :]
+    assert Q.shape == G.shape
+    assert np.max(np.abs(Q - ref)) < 1e-11
+    gram = np.einsum("...kt,...ku->...tu", Q, Q)
+    assert np.max(np.abs(gram - np.eye(T))) < 1e-14
+    alone = data_lib.orthonormal_columns(G[7:8, 1:])
+    np.testing.assert_array_equal(alone[0, 0], Q[7, 1])
+  with pytest.raises(ValueError, match="T <= d"):
+    data_lib.orthonormal_columns(np.ones((4, 5)))
+
+
+def test_a_host_sampler_draws_the_heads_it_knows():
+  """A host sampler (E6's) draws unit-vector and unit-Frobenius heads; another head is one clear
+  ValueError, not a wrong draw."""
+  from svmattn.studies import lambda_head as e6
+  spec = data_lib.DataSpec(n=2, T=3, d=4, labels="positive")
+  bogus = heads.Head("bogus", lambda key, d, dtype: np.zeros(d), None)
+  with pytest.raises(ValueError, match="bogus"):
+    data_lib.generate_host(spec, 0, np.arange(2), bogus, e6.orthonormal_tokens)
+  relu = data_lib.generate_host(spec, 0, np.arange(2), heads.RELU, e6.orthonormal_tokens)
+  assert relu.v.shape == (2, 4, 4)
+  # (each v_k^2 within 1.5 eps of exact, a sum of 16 within a few eps more: 4e-15 is about 18 eps)
+  np.testing.assert_allclose(np.sum(relu.v ** 2, axis=(1, 2)), 1.0, rtol=4e-15)
