@@ -51,6 +51,34 @@ def _bad(tmp_path, **arrays):
   return str(e.value)
 
 
+def test_the_host_generator_draws_jaxs_tokens_and_labels():
+  """next_token's generator runs on the host (numerics version 9): its tokens and labels are those
+  of the JAX calls it stands for (split, permutation, randint, fold_in per attempt) exactly, on 40
+  runs of two sizes (K = 2000 takes two shuffle rounds), and its embeddings are unit rows of JAX's
+  normal draw to rounding."""
+  import jax
+  import jax.numpy as jnp
+  from svmattn import rng
+
+  def reference(spec, key):
+    ke, kt, kl, kr = jax.random.split(key, 4)
+    E = rng.normal(ke, (spec.K, spec.d), jnp.float64)
+    E = E / jnp.linalg.norm(E, axis=-1, keepdims=True)
+    tokens = jax.vmap(lambda k: jax.random.permutation(k, spec.K)[:spec.T])(jax.random.split(kt, spec.n))
+    labels = jax.random.randint(kl, (spec.n,), 0, spec.K)
+    present = jnp.any(tokens == labels[:, None], axis=1)
+    pos = jax.random.randint(kr, (spec.n,), 0, spec.T)
+    return E, tokens, jnp.where(present, labels, tokens[jnp.arange(spec.n), pos])
+
+  for spec in (next_token_data.TokenSpec(K=6, d=8, n=6, T=4), next_token_data.TokenSpec(K=2000, d=3, n=2, T=3)):
+    keys = jax.vmap(lambda r: jax.random.fold_in(rng.split_run_key(rng.run_key(5, r))[0], 3))(jnp.arange(40))
+    want = jax.jit(jax.vmap(lambda k: reference(spec, k)))(keys)
+    got = next_token_data._draw(spec, np.asarray(keys))
+    np.testing.assert_array_equal(got[1], np.asarray(want[1]))
+    np.testing.assert_array_equal(got[2], np.asarray(want[2]))
+    np.testing.assert_allclose(got[0], np.asarray(want[0]), rtol=0, atol=1e-15)   # unit rows: a few ulps
+
+
 def test_data_file_errors(tmp_path):
   d = next_token_data.generate(next_token_data.TokenSpec(), 1, np.arange(2))
   good = {"E": d.E, "tokens": d.tokens, "labels": d.labels}

@@ -19,13 +19,10 @@ batch it is drawn in.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import zipfile
 from typing import NamedTuple, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from svmattn import rng
@@ -63,19 +60,42 @@ class TokenSpec:
     return self
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _draw(spec: TokenSpec, keys: jax.Array):
-  def one(key):
-    ke, kt, kl, kr = jax.random.split(key, 4)
-    E = rng.normal(ke, (spec.K, spec.d), jnp.float64)
-    E = E / jnp.linalg.norm(E, axis=-1, keepdims=True)
-    tokens = jax.vmap(lambda k: jax.random.permutation(k, spec.K)[:spec.T])(jax.random.split(kt, spec.n))
-    labels = jax.random.randint(kl, (spec.n,), 0, spec.K)
-    present = jnp.any(tokens == labels[:, None], axis=1)
-    pos = jax.random.randint(kr, (spec.n,), 0, spec.T)
-    labels = jnp.where(present, labels, tokens[jnp.arange(spec.n), pos])
-    return E, tokens, labels
-  return jax.vmap(one)(keys)
+def permutations_host(keys: np.ndarray, K: int) -> np.ndarray:
+  """(M, K) int64: ``jax.random.permutation(key, K)`` of every key of ``keys`` (M, 2), on the host.
+  JAX shuffles arange(K) by ceil(3 ln K / ln(2^32 - 1)) stable sorts (one below K = 1626), each
+  keyed by the 32 random bits (threefry2x32 of (0, i), its two words xored) of the second half of
+  the key's split, the first half going on to the next round: integer arithmetic and a stable
+  sort, JAX's values exactly (tests/test_next_token_exp.py)."""
+  keys = np.asarray(keys, np.uint32).reshape(-1, 2)
+  rounds = int(np.ceil(3 * np.log(max(1, K)) / np.log(np.iinfo(np.uint32).max)))
+  x = np.tile(np.arange(K, dtype=np.int64), (len(keys), 1))
+  count = np.arange(K, dtype=np.uint32)[None]
+  for _ in range(rounds):
+    halves = rng.split_host(keys, 2)
+    keys, sub = halves[:, 0], halves[:, 1]
+    a, b = rng.threefry2x32(sub[:, :1], sub[:, 1:], np.zeros_like(count), count)
+    x = np.take_along_axis(x, np.argsort(a ^ b, axis=1, kind="stable"), axis=1)
+  return x
+
+
+def _draw(spec: TokenSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(E (B,K,d), tokens (B,n,T), labels (B,n)) of the attempt keys (B, 2), on the host: for each key
+  (ke, kt, kl, kr) = split(key, 4); E the rows of normal(ke, (K, d)) scaled to unit norm (the exact-sum
+  norm of ``data.datasets``); sequence i the first T entries of permutation(split(kt, n)[i], K); labels
+  randint(kl, (n,), 0, K), one absent from its sequence replaced by the token at position
+  randint(kr, (n,), 0, T)[i]. JAX's draws of those calls, computed without a program (numerics
+  version 9; before, a compiled program per shape with XLA's norm of E)."""
+  from svmattn.data import datasets as data_lib
+  keys = np.asarray(keys, np.uint32).reshape(-1, 2)
+  B, K, d, n, T = len(keys), spec.K, spec.d, spec.n, spec.T
+  ke, kt, kl, kr = np.moveaxis(rng.split_host(keys, 4), 1, 0)
+  E = data_lib._np_unit_rows(rng.normals(ke, K * d).reshape(B, K, d))
+  tokens = permutations_host(rng.split_host(kt, n).reshape(-1, 2), K)[:, :T].reshape(B, n, T)
+  labels = rng.randint_host(kl, n, 0, K)
+  present = np.any(tokens == labels[..., None], axis=2)
+  pos = rng.randint_host(kr, n, 0, T)
+  labels = np.where(present, labels, np.take_along_axis(tokens, pos[..., None], axis=2)[..., 0])
+  return E, tokens, labels
 
 
 def has_cycle(tokens: np.ndarray, labels: np.ndarray) -> bool:
@@ -87,16 +107,17 @@ def generate(spec: TokenSpec, seed: int, runs: Sequence[int] | np.ndarray) -> To
   """Data sets ``runs`` of ``seed`` (leading axis B = len(runs))."""
   spec.validate()
   runs = np.asarray(runs, np.int64)
-  data_keys = jax.vmap(lambda r: rng.split_run_key(rng.run_key(seed, r))[0])(jnp.asarray(runs, jnp.uint32))
+  data_keys = rng.split_host(rng.run_keys(seed, runs.astype(np.uint32)))[:, 0]     # split_run_key(run_key)[0]
   B = len(runs)
   E = np.zeros((B, spec.K, spec.d))
   tokens = np.zeros((B, spec.n, spec.T), np.int64)
   labels = np.zeros((B, spec.n), np.int64)
   todo = np.arange(B)
   for attempt in range(MAX_ATTEMPTS):
-    # every run drawn at every attempt: one shape, one compiled program (only the todo ones are used)
-    keys = jax.vmap(lambda k: jax.random.fold_in(k, attempt))(data_keys)
-    e, t, y = (np.asarray(a)[todo] for a in _draw(spec, keys))
+    # attempt a of a run draws from fold_in(its data key, a), on the host for the runs still to draw
+    a, b = rng.threefry2x32(data_keys[todo, 0], data_keys[todo, 1], np.zeros(len(todo), np.uint32),
+                            np.full(len(todo), attempt, np.uint32))
+    e, t, y = _draw(spec, np.stack([a, b], axis=-1))
     keep = np.array([not spec.require_cycle or has_cycle(t[j], y[j]) for j in range(len(todo))], bool)
     E[todo[keep]], tokens[todo[keep]], labels[todo[keep]] = e[keep], t[keep], y[keep]
     todo = todo[~keep]
