@@ -79,6 +79,22 @@ def test_the_host_generator_draws_jaxs_tokens_and_labels():
     np.testing.assert_allclose(got[0], np.asarray(want[0]), rtol=0, atol=1e-15)   # unit rows: a few ulps
 
 
+def test_has_cycle_is_an_scc_of_two_tokens_or_more():
+  """next_token.has_cycle (Warshall on each query's graph) answers as the SCCs of token_graph.graphs
+  do, on 400 random data sets of several sizes, with and without cycles."""
+  from svmattn.data import token_graph
+  gen = np.random.default_rng(2)
+  seen = set()
+  for _ in range(400):
+    K, n, T = int(gen.integers(3, 9)), int(gen.integers(1, 8)), int(gen.integers(2, 4))
+    tokens = np.stack([gen.permutation(K)[:T] for _ in range(n)])
+    labels = tokens[np.arange(n), gen.integers(0, T, n)]
+    want = any(len(c) > 1 for g in token_graph.graphs(tokens, labels).values() for c in g.components)
+    assert next_token_data.has_cycle(tokens, labels) == want
+    seen.add(want)
+  assert seen == {True, False}
+
+
 def test_data_file_errors(tmp_path):
   d = next_token_data.generate(next_token_data.TokenSpec(), 1, np.arange(2))
   good = {"E": d.E, "tokens": d.tokens, "labels": d.labels}
