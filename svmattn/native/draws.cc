@@ -13,6 +13,24 @@ namespace {
 
 inline uint32_t rotl(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
 
+// threefry2x32 of the counters (a, b) under the key (k0, k1), in place: 20 rounds and a key injection
+// every 4, with k2 = k0 ^ k1 ^ 0x1BD11BDA (inlined into the loops below, which the compiler vectorizes)
+inline void threefry(uint32_t k0, uint32_t k1, uint32_t& a, uint32_t& b) {
+  const uint32_t k2 = k0 ^ k1 ^ 0x1BD11BDAu;
+  a += k0, b += k1;
+#define SVMATTN_ROUND(r) a += b, b = rotl(b, r), b ^= a;
+#define SVMATTN_FOUR_EVEN SVMATTN_ROUND(13) SVMATTN_ROUND(15) SVMATTN_ROUND(26) SVMATTN_ROUND(6)
+#define SVMATTN_FOUR_ODD SVMATTN_ROUND(17) SVMATTN_ROUND(29) SVMATTN_ROUND(16) SVMATTN_ROUND(24)
+  SVMATTN_FOUR_EVEN a += k1, b += k2 + 1u;
+  SVMATTN_FOUR_ODD a += k2, b += k0 + 2u;
+  SVMATTN_FOUR_EVEN a += k0, b += k1 + 3u;
+  SVMATTN_FOUR_ODD a += k1, b += k2 + 4u;
+  SVMATTN_FOUR_EVEN a += k2, b += k0 + 5u;
+#undef SVMATTN_FOUR_ODD
+#undef SVMATTN_FOUR_EVEN
+#undef SVMATTN_ROUND
+}
+
 }  // namespace
 
 // out[j], j < count: the uniform on [lo, hi) of element skip + j of the flat run of draws of `size`
@@ -23,21 +41,11 @@ extern "C" void SvmattnUniforms(const uint32_t* keys, uint64_t skip, uint64_t si
   for (uint64_t e = skip, end = skip + count; e < end;) {
     const uint64_t k = e / size, first = e % size;
     const uint64_t run = size - first < end - e ? size - first : end - e;
-    const uint32_t k0 = keys[2 * k], k1 = keys[2 * k + 1], k2 = k0 ^ k1 ^ 0x1BD11BDAu;
+    const uint32_t k0 = keys[2 * k], k1 = keys[2 * k + 1];
     double* o = out + (e - skip);
     for (uint64_t j = 0; j < run; ++j) {                 // (independent lanes: the compiler vectorizes)
-      uint32_t a = k0, b = static_cast<uint32_t>(first + j) + k1;
-#define SVMATTN_ROUND(r) a += b, b = rotl(b, r), b ^= a;
-#define SVMATTN_FOUR_EVEN SVMATTN_ROUND(13) SVMATTN_ROUND(15) SVMATTN_ROUND(26) SVMATTN_ROUND(6)
-#define SVMATTN_FOUR_ODD SVMATTN_ROUND(17) SVMATTN_ROUND(29) SVMATTN_ROUND(16) SVMATTN_ROUND(24)
-      SVMATTN_FOUR_EVEN a += k1, b += k2 + 1u;
-      SVMATTN_FOUR_ODD a += k2, b += k0 + 2u;
-      SVMATTN_FOUR_EVEN a += k0, b += k1 + 3u;
-      SVMATTN_FOUR_ODD a += k1, b += k2 + 4u;
-      SVMATTN_FOUR_EVEN a += k2, b += k0 + 5u;
-#undef SVMATTN_FOUR_ODD
-#undef SVMATTN_FOUR_EVEN
-#undef SVMATTN_ROUND
+      uint32_t a = 0, b = static_cast<uint32_t>(first + j);
+      threefry(k0, k1, a, b);
       const uint64_t bits = ((static_cast<uint64_t>(a) << 32) | b) >> 12 | 0x3FF0000000000000ull;
       double f;
       std::memcpy(&f, &bits, sizeof f);                   // in [1, 2)
@@ -54,19 +62,8 @@ extern "C" void SvmattnUniforms(const uint32_t* keys, uint64_t skip, uint64_t si
 extern "C" void SvmattnThreefry(const uint32_t* k1, const uint32_t* k2, const uint32_t* x1, const uint32_t* x2,
                                 uint64_t count, uint32_t* out_a, uint32_t* out_b) {
   for (uint64_t j = 0; j < count; ++j) {                 // (independent lanes: the compiler vectorizes)
-    const uint32_t k0 = k1[j], k1j = k2[j], k2j = k0 ^ k1j ^ 0x1BD11BDAu;
-    uint32_t a = x1[j] + k0, b = x2[j] + k1j;
-#define SVMATTN_ROUND(r) a += b, b = rotl(b, r), b ^= a;
-#define SVMATTN_FOUR_EVEN SVMATTN_ROUND(13) SVMATTN_ROUND(15) SVMATTN_ROUND(26) SVMATTN_ROUND(6)
-#define SVMATTN_FOUR_ODD SVMATTN_ROUND(17) SVMATTN_ROUND(29) SVMATTN_ROUND(16) SVMATTN_ROUND(24)
-    SVMATTN_FOUR_EVEN a += k1j, b += k2j + 1u;
-    SVMATTN_FOUR_ODD a += k2j, b += k0 + 2u;
-    SVMATTN_FOUR_EVEN a += k0, b += k1j + 3u;
-    SVMATTN_FOUR_ODD a += k1j, b += k2j + 4u;
-    SVMATTN_FOUR_EVEN a += k2j, b += k0 + 5u;
-#undef SVMATTN_FOUR_ODD
-#undef SVMATTN_FOUR_EVEN
-#undef SVMATTN_ROUND
+    uint32_t a = x1[j], b = x2[j];
+    threefry(k1[j], k2[j], a, b);
     out_a[j] = a;
     out_b[j] = b;
   }
