@@ -134,7 +134,12 @@ def _erfinv_flat(flat: np.ndarray, c, dtype) -> None:
     size = next(s for s in ERFINV_SIZES if s >= len(part))
     if len(part) < size:
       part = np.concatenate([part, np.zeros(size - len(part), dtype)])
-    flat[start:start + CALL] = np.asarray(fn(part, c))[:len(flat[start:start + CALL])]
+    flat[start:start + CALL] = np.asarray(fn(part, c))[:min(CALL, flat.size - start)]
+
+
+def _check_size(size: int) -> None:
+  if not 0 <= size < 2 ** 32:
+    raise ValueError(f"a flat draw has 0 to 2^32 - 1 values, got {size}")
 
 
 def _draw_native(keys, size: int, dtype, lo, hi, c, normal: bool) -> np.ndarray:
@@ -152,8 +157,7 @@ def _draw(keys, size: int, dtype, lo, hi, c, normal: bool) -> np.ndarray:
   dtype = np.dtype(dtype)
   keys = np.asarray(keys, np.uint32).reshape(-1, 2)
   size = int(size)
-  if not 0 <= size < 2 ** 32:
-    raise ValueError(f"a flat draw has 0 to 2^32 - 1 values, got {size}")
+  _check_size(size)
   total = len(keys) * size
   if dtype == np.float64 and total:
     from svmattn import rng_native
@@ -194,8 +198,7 @@ def normals_many(draws, dtype=np.float64) -> list[np.ndarray]:
     return [normals(k, size, dtype) for k, size in draws]
   check_partitionable()
   for _, size in draws:
-    if not 0 <= size < 2 ** 32:
-      raise ValueError(f"a flat draw has 0 to 2^32 - 1 values, got {size}")
+    _check_size(size)
   lo = float(np.nextafter(-1.0, 0.0))
   flat = np.empty(sum(len(k) * size for k, size in draws), np.float64)
   out, at = [], 0
@@ -222,14 +225,20 @@ def uniforms(keys, size: int, dtype=np.float64, minval=0.0, maxval=1.0) -> np.nd
 # 0.2 to 1 s each in a fresh process; here they cost nothing, and the values are JAX's bit for bit
 # (tests/test_rng.py compares them on many keys, sizes and seeds).
 
+def fold_in_host(keys, data) -> np.ndarray:
+  """(B, 2) ``jax.random.fold_in(key, d)`` of every key of ``keys`` (B, 2, or one key (2,) for all)
+  and uint32 d of ``data`` (B, or one for all): threefry2x32 of the counters (0, d)."""
+  check_partitionable()
+  keys = np.asarray(keys, np.uint32).reshape(-1, 2)
+  data = np.asarray(data, np.uint32).reshape(-1)
+  a, b = threefry2x32(keys[:, 0], keys[:, 1], np.zeros_like(data), data)
+  return np.stack([a, b], axis=-1)
+
+
 def run_keys(seed: int, runs) -> np.ndarray:
   """(B, 2) ``run_key(seed, r)`` of every run r of ``runs``: fold_in(PRNGKey(seed), r)."""
-  check_partitionable()
-  runs = np.asarray(runs, np.uint32).reshape(-1)
   seed = int(seed)
-  hi, lo = np.uint32((seed >> 32) & 0xFFFFFFFF), np.uint32(seed & 0xFFFFFFFF)
-  a, b = threefry2x32(hi, lo, np.zeros_like(runs), runs)
-  return np.stack([a, b], axis=-1)
+  return fold_in_host([(seed >> 32) & 0xFFFFFFFF, seed & 0xFFFFFFFF], runs)
 
 
 def split_host(keys, num: int = 2) -> np.ndarray:

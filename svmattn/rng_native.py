@@ -93,7 +93,7 @@ def threefry2x32(k1, k2, x1, x2) -> tuple[np.ndarray, np.ndarray]:
 
 
 def unit_rows(a: np.ndarray) -> np.ndarray:
-  """Rows of the float64 array ``a`` (last axis) scaled to unit norm: ``datasets._np_unit_rows``'s
+  """Rows of the float64 array ``a`` (last axis) scaled to unit norm: ``datasets.unit_rows_host``'s
   values bit for bit (the same IEEE operations in the same order), in one pass on the host."""
   _load()
   a = np.ascontiguousarray(a, np.float64)

@@ -89,7 +89,7 @@ def test_flat_draws_are_each_runs_own_draws():
   its keys, one run at a time): the random values of numerics versions 2 onwards. X's 300 values
   are drawn with the others'."""
   counts, runs = (3 * 4 * 25, 3 * 25, 3, 25), np.array([0, 9, 70, 4], np.uint32)
-  draws = data_lib._flat_draws(counts, 7, runs, np.float64)
+  draws = data_lib.flat_draws(counts, 7, runs, np.float64)
   for j, r in enumerate(runs):
     kx, kz, ky, kv = jax.random.split(rng.split_run_key(rng.run_key(7, int(r)))[0], 4)
     own = (jax.random.normal(kx, (counts[0],), np.float64), jax.random.normal(kz, (counts[1],), np.float64),

@@ -123,7 +123,7 @@ def test_the_native_uniforms_equal_the_draw_program(monkeypatch):
 
 
 def test_the_native_unit_rows_equal_numpys(monkeypatch):
-  """The generator's unit rows (datasets._np_unit_rows: Dot2 sums of squares, then a square root and
+  """The generator's unit rows (datasets.unit_rows_host: Dot2 sums of squares, then a square root and
   a division) computed by rng_native's C loop are NumPy's bit for bit: Gaussian rows of lengths
   1 to 400, rows spanning many binades, a zero row (0/0: NaN in both) and an infinite entry."""
   from svmattn import rng_native
@@ -137,10 +137,10 @@ def test_the_native_unit_rows_equal_numpys(monkeypatch):
   edge[2, 3] = np.inf
   edge[3] = np.nextafter(0.0, 1.0) * 2 ** 60
   cases.append(edge)
-  native = [datasets._np_unit_rows(a) for a in cases]
+  native = [datasets.unit_rows_host(a) for a in cases]
   monkeypatch.setattr(rng_native, "_state", {"fn": None, "why": "turned off by the test"})
   for a, got in zip(cases, native):
-    want = datasets._np_unit_rows(a)
+    want = datasets.unit_rows_host(a)
     assert got.shape == want.shape == a.shape
     np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64), err_msg=f"rows of shape {a.shape}")
 

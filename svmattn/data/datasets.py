@@ -150,18 +150,21 @@ def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
 # differently from XLA's: values move at the rounding level from numerics version 1
 # (``_generate_fn`` with ``unit_gaussian``).
 
-def _head_size(head: heads.Head, d: int) -> int:
+def head_size(head: heads.Head, d: int) -> int:
+  """The number of normals ``flat_head`` reads for ``head`` in dimension d."""
   return d if head.init is heads._unit_vector else d * d
 
 
 _FLAT_HEADS = (heads._unit_vector, heads._unit_frobenius_matrix)   # head inits drawn as one flat normal
 
 
-def _flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, dtype) -> list[np.ndarray]:
-  """The flat draws of ``unit_gaussian`` (normals for X, Z, v; label bits) for every run of
-  ``runs``, as NumPy arrays (B, count): the normals from ``rng.normals`` (one program for every
-  size and shape), the keys and the label bits computed on the host (``rng.run_keys``,
-  ``rng.bits_host``)."""
+def flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, dtype) -> list[np.ndarray]:
+  """The four flat draws of run r's data set, for every run of ``runs``, as NumPy arrays (B, count
+  each): normals of the keys kx, kz and kv and label bits of ky, where (kx, kz, ky, kv) = split(data
+  key of r, 4) (``unit_gaussian``'s keys; the host samplers draw with it too); ``counts`` the number
+  of values of each. The normals from ``rng.normals_many``, the keys and the label bits computed on
+  the host (``rng.run_keys``, ``rng.bits_host``)."""
+  runs = np.asarray(runs, np.uint32).reshape(-1)
   nx, nz, ny, nv = (int(c) for c in counts)
   if not len(runs):
     return [np.zeros((0, c), np.bool_ if i == 2 else dtype) for i, c in enumerate((nx, nz, ny, nv))]
@@ -181,23 +184,11 @@ def host_sampler(fn):
   return fn
 
 
-def flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, dtype) -> list[np.ndarray]:
-  """The four flat draws of a data set of run r, for every run of ``runs`` (B, count each): normals
-  of the keys kx, kz and kv and label bits of ky, where (kx, kz, ky, kv) = split(data key of r, 4)
-  (``unit_gaussian``'s keys); ``counts`` the number of values of each."""
-  return _flat_draws(counts, seed, np.asarray(runs, np.uint32).reshape(-1), dtype)
-
-
 def flat_head(fv: np.ndarray, head: heads.Head, d: int) -> np.ndarray:
   """The head parameters of a flat draw ``fv`` (B, d or d * d) of ``head_size(head, d)`` normals:
   scaled to unit norm (a vector head, (B, d)) or unit Frobenius norm (a matrix head, (B, d, d))."""
-  v = _np_unit_rows(fv)   # a matrix head: unit Frobenius norm, the flat draw's norm
+  v = unit_rows_host(fv)   # a matrix head: unit Frobenius norm, the flat draw's norm
   return v if head.init is heads._unit_vector else v.reshape(len(fv), d, d)
-
-
-def head_size(head: heads.Head, d: int) -> int:
-  """The number of normals ``flat_head`` reads for ``head`` in dimension d."""
-  return _head_size(head, d)
 
 
 def orthonormal_columns(G: np.ndarray) -> np.ndarray:
@@ -232,7 +223,7 @@ def orthonormal_columns(G: np.ndarray) -> np.ndarray:
   return np.moveaxis(out, (0, 1), (-1, -2))
 
 
-def _np_unit_rows(a: np.ndarray) -> np.ndarray:
+def unit_rows_host(a: np.ndarray) -> np.ndarray:
   """Rows of ``a`` (last axis) scaled to unit norm, on the host.
 
   The sum of squares is computed element-wise, one column at a time (so a row's result does
@@ -269,11 +260,11 @@ def _unit_gaussian_flat(spec: DataSpec, seed: int, runs: np.ndarray, head: heads
                         dtype) -> tuple[np.ndarray, ...]:
   """``unit_gaussian`` for every run of ``runs`` (NumPy arrays X, Y, Z, v with a leading axis)."""
   n, T, d = spec.n, spec.T, spec.d
-  counts = (n * T * d, n * d, n, _head_size(head, d))
-  fx, fz, fy, fv = _flat_draws(counts, seed, runs, dtype)
+  counts = (n * T * d, n * d, n, head_size(head, d))
+  fx, fz, fy, fv = flat_draws(counts, seed, runs, dtype)
   B = len(runs)
-  X = _np_unit_rows(fx[:, :counts[0]].reshape(B, n, T, d))
-  Z = X[:, :, spec.query_pos] if spec.attention == "self" else _np_unit_rows(fz[:, :counts[1]].reshape(B, n, d))
+  X = unit_rows_host(fx[:, :counts[0]].reshape(B, n, T, d))
+  Z = X[:, :, spec.query_pos] if spec.attention == "self" else unit_rows_host(fz[:, :counts[1]].reshape(B, n, d))
   nd = np.dtype(dtype)
   Y = np.ones((B, n), nd) if spec.labels == "positive" else np.where(fy[:, :n], 1.0, -1.0).astype(nd)
   return X, Y, Z, flat_head(fv[:, :counts[3]], head, d)

@@ -89,7 +89,7 @@ def _draw(spec: TokenSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
   keys = np.asarray(keys, np.uint32).reshape(-1, 2)
   B, K, d, n, T = len(keys), spec.K, spec.d, spec.n, spec.T
   ke, kt, kl, kr = np.moveaxis(rng.split_host(keys, 4), 1, 0)
-  E = data_lib._np_unit_rows(rng.normals(ke, K * d).reshape(B, K, d))
+  E = data_lib.unit_rows_host(rng.normals(ke, K * d).reshape(B, K, d))
   tokens = permutations_host(rng.split_host(kt, n).reshape(-1, 2), K)[:, :T].reshape(B, n, T)
   labels = rng.randint_host(kl, n, 0, K)
   present = np.any(tokens == labels[..., None], axis=2)
@@ -133,9 +133,7 @@ def generate(spec: TokenSpec, seed: int, runs: Sequence[int] | np.ndarray) -> To
   todo = np.arange(B)
   for attempt in range(MAX_ATTEMPTS):
     # attempt a of a run draws from fold_in(its data key, a), on the host for the runs still to draw
-    a, b = rng.threefry2x32(data_keys[todo, 0], data_keys[todo, 1], np.zeros(len(todo), np.uint32),
-                            np.full(len(todo), attempt, np.uint32))
-    e, t, y = _draw(spec, np.stack([a, b], axis=-1))
+    e, t, y = _draw(spec, rng.fold_in_host(data_keys[todo], np.full(len(todo), attempt)))
     keep = np.array([not spec.require_cycle or has_cycle(t[j], y[j]) for j in range(len(todo))], bool)
     E[todo[keep]], tokens[todo[keep]], labels[todo[keep]] = e[keep], t[keep], y[keep]
     todo = todo[~keep]

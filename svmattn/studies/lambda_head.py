@@ -70,7 +70,7 @@ def orthonormal_tokens(spec: data_lib.DataSpec, seed: int, runs: np.ndarray, hea
   if spec.attention == "self":
     Z = X[:, :, spec.query_pos]
   else:
-    Z = data_lib._np_unit_rows(fz.reshape(B, n, d))
+    Z = data_lib.unit_rows_host(fz.reshape(B, n, d))
   dt = np.dtype(dtype)
   Y = np.ones((B, n), dt) if spec.labels == "positive" else np.where(fy, 1.0, -1.0).astype(dt)
   return np.ascontiguousarray(X), Y, Z, data_lib.flat_head(fv, head, d)

@@ -52,10 +52,9 @@ def head_vectors(seed: int, H: int, d: int, runs: np.ndarray) -> np.ndarray:
   exact-sum norm; numerics version 9, before a compiled program per (seed, H, d) with XLA's norm)."""
   runs = np.asarray(runs, np.uint32).reshape(-1)
   data_keys = rng.split_host(rng.run_keys(int(seed), runs))[:, 0]
-  a, b = rng.threefry2x32(data_keys[:, 0], data_keys[:, 1], np.zeros(len(runs), np.uint32),
-                          np.full(len(runs), 1_000_003, np.uint32))                 # fold_in(key, 1000003)
-  v = rng.normals(np.stack([a, b], axis=-1), int(H) * int(d)).reshape(len(runs), int(H), int(d))
-  return data_lib._np_unit_rows(v)
+  keys = rng.fold_in_host(data_keys, np.full(len(runs), 1_000_003))
+  v = rng.normals(keys, int(H) * int(d)).reshape(len(runs), int(H), int(d))
+  return data_lib.unit_rows_host(v)
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:

@@ -58,7 +58,7 @@ def two_clusters(spec: data_lib.DataSpec, seed: int, runs, head: heads.Head, dty
   centre = np.linspace(-SHIFT, SHIFT, n).astype(dt) if n > 1 else np.zeros((1,), dt)
   X[:, :, :, 0] += centre[None, :, None]
   fz, fv = rng.normals_many([(kz, n * d), (kv, data_lib.head_size(head, d))], dt)
-  Z = data_lib._np_unit_rows(fz.reshape(B, n, d))
+  Z = data_lib.unit_rows_host(fz.reshape(B, n, d))
   return X, np.ones((B, n), dt), Z, data_lib.flat_head(fv, head, d)
 
 

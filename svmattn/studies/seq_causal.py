@@ -63,7 +63,7 @@ def _dtype(fl: dict):
 def token_scores(batch: data_lib.Dataset) -> np.ndarray:
   """gamma (B,n,T,T) float64: gamma_ikt = Y_ik v^T x_it, on the host in the batch's dtype (v^T x_it
   by ``analysis.metrics.linear_token_scores``: no program compiled per shape; numerics version 9,
-  before a vmapped program of ``svm.seq2seq.token_scores``, within an ulp)."""
+  before a vmapped program of the head, within an ulp)."""
   X, Y, v = (np.asarray(a) for a in (batch.X, batch.Y, batch.v))
   h = metrics.linear_token_scores(v, X, np.ones(X.shape[:2], X.dtype))      # (B,n,T): v^T x_it
   return np.asarray(Y[..., :, None] * h[..., None, :], np.float64)

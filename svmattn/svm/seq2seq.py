@@ -30,8 +30,6 @@ import os
 import zipfile
 from typing import Callable, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from svmattn.data import datasets as data_lib
@@ -80,14 +78,14 @@ def unit_gaussian(spec: Seq2SeqSpec, seed: int, runs: np.ndarray, head: heads.He
   n, T, d = spec.n, spec.T, spec.d
   fx, _, fy, fv = data_lib.flat_draws((n * T * d, 0, n * T, data_lib.head_size(head, d)), seed, runs, dtype)
   B = len(fx)
-  X = data_lib._np_unit_rows(fx.reshape(B, n, T, d))
+  X = data_lib.unit_rows_host(fx.reshape(B, n, T, d))
   dt = np.dtype(dtype)
   Y = np.ones((B, n, T), dt) if spec.labels == "positive" else np.where(fy.reshape(B, n, T), 1.0, -1.0).astype(dt)
   return X, Y, X, data_lib.flat_head(fv, head, d)
 
 
 def generate(spec: Seq2SeqSpec, seed: int, runs: Sequence[int] | np.ndarray,
-             head: heads.Head = heads.LINEAR, dtype=jnp.float64) -> data_lib.Dataset:
+             head: heads.Head = heads.LINEAR, dtype=np.float64) -> data_lib.Dataset:
   """A batch of seq2seq data sets: entry b is run ``runs[b]`` of ``seed`` (leading axis B);
   drawn like ``data.generate`` (same run keys, bit-exact whatever the batch)."""
   return data_lib.generate(spec, seed, runs, head, sampler=unit_gaussian, dtype=dtype)
@@ -174,14 +172,8 @@ def load_npz(path: str | os.PathLike, dtype=np.float64) -> data_lib.Dataset:
 
 
 # ----------------------------------------------------------------------------
-# Token scores and optimality
+# Optimality
 # ----------------------------------------------------------------------------
-
-def token_scores(head: heads.Head, v: jax.Array, X: jax.Array, Y: jax.Array) -> jax.Array:
-  """gamma_ikt = Y_ik h(x_it) for one data set (device side): X (n,T,d), Y (n,K) -> (n,K,T)."""
-  h = jax.vmap(jax.vmap(head.apply, (None, 0)), (None, 0))(v, X)        # (n,T)
-  return Y[:, :, None] * h[:, None, :]
-
 
 def allowed_tokens(K: int, T: int, mode: str) -> np.ndarray:
   """(K,T) bool: the tokens query k may attend to (all; t <= k when causal)."""
