@@ -97,6 +97,33 @@ def test_ridge_and_a_rectangular_kq():
     assert np.max(np.abs(np.asarray(native[k]) - np.asarray(xla[k])) / scale) < 1e-9, k
 
 
+@pytest.mark.parametrize("param, optimizer", [("W", "normalized_gd"), ("W", "gd"), ("KQ", "normalized_gd")])
+def test_more_sequences_than_dimensions(param, optimizer):
+  """n = 12 sequences in d = 3 (the queries' Gram matrix Z Z^T of rank 3, its buffers n x n and
+  n x d larger than W's d x d): the same as the XLA kernel to rounding, as above."""
+  config = train_lib.TrainConfig(param=param, optimizer=optimizer, lr=0.05 if optimizer == "gd" else 0.1)
+  params, X, Z, Y, h, v = _block(n=12, T=4, d=3, param=param, m=2)
+  xla = _xla_steps(config, params, X, Z, Y, h, 40)
+  native = _native_steps(config, params, X, Z, Y, v, 40)
+  for k in params:
+    scale = np.max(np.abs(np.asarray(xla[k])), axis=(0, 1))
+    assert np.max(np.abs(np.asarray(native[k]) - np.asarray(xla[k])) / scale) < 1e-9, k
+    assert not np.array_equal(np.asarray(native[k]), np.asarray(params[k]))
+
+
+@pytest.mark.parametrize("optimizer", ["normalized_gd", "gd"])
+def test_a_trajectory_does_not_depend_on_where_calls_begin(optimizer):
+  """Bit for bit: W's steps run through the queries W z_i and form W at each snapshot (numerics
+  version 10), so 60 steps with a snapshot every 10 give the same snapshots and final W in one
+  call of 60 steps as in six calls of 10 (a resumed run's calls begin at its chunks' snapshots)."""
+  data = data_lib.generate_host(data_lib.DataSpec(n=6, T=8, d=10), 0, np.arange(5))
+  keys = train_lib.init_keys(0, np.arange(5))
+  runs = [train_lib.train(train_lib.TrainConfig(param="W", optimizer=optimizer, lr=0.1, steps=60, snapshot_every=10,
+                                                chunk_steps=chunk), data, keys) for chunk in (60, 10)]
+  np.testing.assert_array_equal(np.asarray(runs[0].W), np.asarray(runs[1].W))
+  np.testing.assert_array_equal(np.asarray(runs[0].params["W"]), np.asarray(runs[1].params["W"]))
+
+
 def test_a_lane_does_not_depend_on_its_neighbours():
   """Bit for bit: data set 9 of a block of 11 (lane 1 of the second group of 8 lanes, or of the
   third group of 4) equals the same data set alone in a block of 1 (lane 0, the other lanes

@@ -82,7 +82,7 @@ inline vd exp_reduced(vd x, vd& k) {
   vd r = fmadd(-k, splat(0.693147180559945286226764), x);            // ln 2, high part
   r = fmadd(-k, splat(2.319046813846299558e-17), r);                 // ln 2, low part
   vd p = splat(1.0 / 6227020800.0);                                  // 1/13!
-  const double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+  static constexpr double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
                       1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
   for (double ci : c) p = fmadd(p, r, splat(ci));
   return p;
@@ -144,9 +144,9 @@ inline vd loss_derivative(int64_t loss, vd u) {
   return splat(-1.0);
 }
 
-// The normalized step p <- p - lr g / ||g||_F, with g / ||g||_F through u = g / max|g| and 0 where g
-// is 0 (optim.optimizers.normalize_by_leaf_norm), dividing by multiplying with the reciprocal; the
-// step is taken in the last pass over g (g is left as it was)
+// The normalized step p <- p - lr g / ||g||_F, with ||g||_F through u = g / max|g| and no step where g
+// is 0 (optim.optimizers.normalize_by_leaf_norm): p + c g with c = -lr / max|g| / ||u|| (a product of
+// reciprocals) in one pass (g is left as it was)
 void normalized_step(vd* p, const vd* g, int64_t size, double lr) {
   vd pk[4] = {}, sq[4] = {};                              // four independent chains each
   int64_t i = 0;
@@ -166,7 +166,8 @@ void normalized_step(vd* p, const vd* g, int64_t size, double lr) {
   }
   vd norm = vsqrt((sq[0] + sq[1]) + (sq[2] + sq[3]));
   vd ninv = 1.0 / (norm > 0 ? norm : splat(1.0));
-  for (i = 0; i < size; ++i) p[i] = fmadd(splat(-lr), peak > 0 ? (g[i] * inv) * ninv : splat(0.0), p[i]);
+  vd c = splat(-lr) * (peak > 0 ? inv * ninv : splat(0.0));   // -lr / ||g||_F, and -0 where g is 0
+  for (i = 0; i < size; ++i) p[i] = fmadd(c, g[i], p[i]);
 }
 
 // g / (||g||_F + eps) with eps the float64 machine epsilon, the sum of squares in index order, as
@@ -305,7 +306,14 @@ class Group {
       r_.resize(s.d);
     }
     R_.resize(s.n * s.d);
+    if (!kq && !pooled_) {
+      M_.resize(s.n * s.n);
+      A_.resize(s.n * s.d);
+      MU_.resize(s.n * s.d);
+    }
     if (kq) {
+      P_.resize(s.n * s.m);
+      RK_.resize(s.n * s.m);
       K_.resize(s.d * s.m);
       Q_.resize(s.d * s.m);
       gK_.resize(s.d * s.m);
@@ -347,15 +355,19 @@ class Group {
       gather(head, s.d, j0, used, v_.data());
       if (!pooled_) matvec(h_.data(), X_.data(), s.d, 1, v_.data(), 1, s.n * s.T, s.d);
     }
+    if (!M_.empty())                                                      // M_ij = z_i^T z_j
+      matmul(M_.data(), s.n, 1, Z_.data(), s.d, 1, Z_.data(), 1, s.d, s.n, s.n, s.d);
+    q_valid_ = moved_ = false;
   }
 
-  // e_ (n,T) = exp(logit_it - max_t logit_it) with the logits X_i W z_i; seq_[n + i] = sum_t e_it
-  // (the softmax's numerator and denominator; q_ holds W z_i)
-  void exp_logits() {
+  // e_ (n,T) = exp(logit_it - max_t logit_it) with the logits X_i q_i, q_i = W z_i (computed from W_
+  // here unless have_q: step_queries and (K, Q)'s step keep q_ themselves); seq_[n + i] = sum_t e_it
+  // (the softmax's numerator and denominator)
+  void exp_logits(bool have_q = false) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* mx = &seq_[0];
     vd* sum = &seq_[n];
-    matmul(q_.data(), d, 1, Z_.data(), d, 1, W_.data(), 1, d, n, d, d);   // q_i = W z_i
+    if (!have_q) matmul(q_.data(), d, 1, Z_.data(), d, 1, W_.data(), 1, d, n, d, d);   // q_i = W z_i
     for (int64_t i = 0; i < n; ++i)                                       // logits X_i q_i
       matvec(&e_[i * T], &X_[i * T * d], d, 1, &q_[i * d], 1, T, d);
     for (int64_t i = 0; i < n; ++i) mx[i] = splat(-INFINITY), sum[i] = splat(0.0);
@@ -374,13 +386,13 @@ class Group {
   // The linear head's forward pass at the current W_: the attention s in e_ (n,T), its largest
   // entry of every sequence in seq_[2n + i], h at the most-attended token in seq_[3n + i],
   // sum_t s_it (h_it - h_ref) in seq_[4n + i] and the prediction f_i = h_ref + that sum in f[i].
-  void forward_linear(vd* f) {
+  void forward_linear(vd* f, bool have_q = false) {
     const int64_t n = s_.n, T = s_.T;
     vd* sum = &seq_[n];
     vd* best = &seq_[2 * n];
     vd* h_ref = &seq_[3 * n];
     vd* sd = &seq_[4 * n];
-    exp_logits();
+    exp_logits(have_q);
     for (int64_t i = 0; i < n; ++i) sum[i] = 1.0 / sum[i], best[i] = splat(-INFINITY), h_ref[i] = splat(0.0);
     for (int64_t t = 0; t < T; ++t)                                       // s, and h at the first argmax
       for (int64_t i = 0; i < n; ++i) {
@@ -396,13 +408,14 @@ class Group {
     for (int64_t i = 0; i < n; ++i) f[i] = h_ref[i] + sd[i];
   }
 
-  void gradient(int64_t loss) {
+  // The rows r_i = X_i^T dL/dlogits_i into R_ (G = sum_i r_i z_i^T into G_ where form_g)
+  void gradient(int64_t loss, bool have_q = false, bool form_g = true) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     const double inv_n = 1.0 / static_cast<double>(n);
     vd* h_ref = &seq_[3 * n];
     vd* sd = &seq_[4 * n];
     vd* a = &seq_[5 * n];
-    forward_linear(a);
+    forward_linear(a, have_q);
     for (int64_t i = 0; i < n; ++i)                                       // a_i = dL/df_i
       a[i] = Y_[i] * loss_derivative(loss, Y_[i] * a[i]) * inv_n;
     for (int64_t t = 0; t < T; ++t)                                       // dL/dlogits
@@ -410,7 +423,48 @@ class Group {
         e_[i * T + t] = e_[i * T + t] * fmadd(a[i], h_[i * T + t] - h_ref[i], -(a[i] * sd[i]));
     for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
       matvec(&R_[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
-    matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
+    if (form_g) matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
+  }
+
+  // A step of W with the linear head and no ridge through the queries q_i = W z_i (numerics version
+  // 10; docs/science.md section 20). The step W <- W - c U^T Z (U = R, c = lr for GD; U = R / max|R|,
+  // c = lr / ||U^T Z||_F for normalized GD) moves every query by q_i <- q_i - c V_i with
+  // V_i = sum_j (z_i^T z_j) u_j, and ||U^T Z||_F^2 = sum_ij (u_i^T u_j)(z_i^T z_j) = sum_i u_i^T V_i:
+  // neither G nor W is formed. The steps accumulate
+  // in A_ (sum of c U), and observe() forms W = W_ - A_^T Z and the queries again from it, so the
+  // steps after an observation do not depend on where a call began.
+  void step_queries(const Options& o) {
+    const int64_t n = s_.n, d = s_.d, nd = s_.n * s_.d;
+    gradient(o.loss, q_valid_, false);
+    q_valid_ = moved_ = true;
+    vd* U = R_.data();
+    vd peak = splat(0.0);
+    if (o.normalized) {
+      for (int64_t k = 0; k < nd; ++k) peak = vmax(vabs(U[k]), peak);
+      vd inv = 1.0 / (peak > 0 ? peak : splat(1.0));
+      for (int64_t k = 0; k < nd; ++k) U[k] = U[k] * inv;
+    }
+    vd* V = MU_.data();
+    matmul(V, d, 1, M_.data(), n, 1, U, d, 1, n, d, n);                  // V_i = sum_j M_ij u_j
+    vd c = splat(o.lr);
+    if (o.normalized) {                                                   // ||U^T Z||_F^2 = sum_i u_i^T V_i
+      vd sq[2] = {};
+      for (int64_t k = 0; k < nd; ++k) sq[k & 1] = fmadd(U[k], V[k], sq[k & 1]);
+      vd sum = sq[0] + sq[1];
+      vd norm = vsqrt(sum > 0 ? sum : splat(0.0));
+      c = peak > 0 && norm > 0 ? c / norm : splat(0.0);                    // no step where G is 0
+    }
+    for (int64_t k = 0; k < nd; ++k) q_[k] = fmadd(-c, V[k], q_[k]);
+    for (int64_t k = 0; k < nd; ++k) A_[k] = fmadd(c, U[k], A_[k]);
+  }
+
+  // W_ <- W_ - A_^T Z after step_queries' steps (A_ then 0)
+  void catch_up() {
+    const int64_t n = s_.n, d = s_.d;
+    matmul(G_.data(), d, 1, A_.data(), 1, d, Z_.data(), d, 1, d, d, n);  // A^T Z
+    for (int64_t k = 0; k < d * d; ++k) W_[k] = W_[k] - G_[k];
+    for (int64_t k = 0; k < n * d; ++k) A_[k] = splat(0.0);
+    moved_ = false;
   }
 
   // dL/dW into G_ at the current W_ with a head on the pooled token
@@ -501,12 +555,14 @@ class Group {
   void observe(vd* f, vd* max_prob, vd* ridge_sum) {
     const int64_t n = s_.n, d = s_.d, m = s_.m;
     if (kq_) kq_to_w();
+    if (moved_) catch_up();
     if (pooled_) {
       exp_logits();
       for (int64_t i = 0; i < n; ++i) seq_[n + i] = 1.0 / seq_[n + i], seq_[2 * n + i] = splat(-INFINITY);
       for (int64_t i = 0; i < n; ++i) f[i] = pooled_prediction(i, &q_[i * d], u_.data());
     } else {
       forward_linear(f);
+      q_valid_ = !kq_;                                                    // (q_i = W_ z_i now)
     }
     const int64_t T = s_.T;
     vd mp = splat(0.0);
@@ -527,17 +583,22 @@ class Group {
   }
 
   void step(const Options& o) {
-    const int64_t d = s_.d, m = s_.m;
+    const int64_t n = s_.n, d = s_.d, m = s_.m;
     if (!kq_) {
       if (pooled_) gradient_pooled(o.loss);
+      else if (o.ridge == 0.0) return step_queries(o);
       else gradient(o.loss);
       update(W_.data(), G_.data(), d * d, o);
       return;
     }
-    kq_to_w();
-    gradient(o.loss);
-    matmul(gK_.data(), m, 1, G_.data(), d, 1, Q_.data(), m, 1, d, m, d);  // dK = G Q
-    matmul(gQ_.data(), m, 1, G_.data(), 1, d, K_.data(), m, 1, d, m, d);  // dQ = G^T K
+    // (K, Q) through P_i = Q^T z_i (numerics version 10): q_i = K P_i, dK = G Q = sum_i r_i P_i^T and
+    // dQ = G^T K = sum_i z_i (K^T r_i), with neither W = K Q^T nor G formed
+    matmul(P_.data(), m, 1, Z_.data(), d, 1, Q_.data(), m, 1, n, m, d);   // P_i = Q^T z_i
+    matmul(q_.data(), d, 1, P_.data(), m, 1, K_.data(), 1, m, n, d, m);   // q_i = K P_i
+    gradient(o.loss, true, false);
+    matmul(gK_.data(), m, 1, R_.data(), 1, d, P_.data(), m, 1, d, m, n);  // dK = sum_i r_i P_i^T
+    matmul(RK_.data(), m, 1, R_.data(), d, 1, K_.data(), m, 1, n, m, d);  // K^T r_i
+    matmul(gQ_.data(), m, 1, Z_.data(), 1, d, RK_.data(), m, 1, d, m, n); // dQ = sum_i z_i (K^T r_i)^T
     update(K_.data(), gK_.data(), d * m, o);
     update(Q_.data(), gQ_.data(), d * m, o);
   }
@@ -550,7 +611,9 @@ class Group {
     for (int64_t i = 0; i < size; ++i) p[i] = fmadd(splat(-o.lr), g[i], p[i]);
   }
 
-  std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, K_, Q_, gK_, gQ_;
+  std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, K_, Q_, gK_, gQ_, M_, A_, MU_, P_, RK_;
+  bool q_valid_ = false;  // q_ holds W_ z_i for the current W_ (step_queries, observe)
+  bool moved_ = false;    // W_ is behind: the current W is W_ - A_^T Z (step_queries)
 
  private:
   Sizes s_;
