@@ -73,8 +73,9 @@ def test_the_native_kernel_trains_where_it_can_be_built():
 def test_agrees_with_the_xla_block_kernel_to_rounding(param, optimizer, loss):
   """The same 60 steps in both kernels, from the same point, on 11 data sets (whole groups of
   lanes and a part-filled one). One step differs by a few ulps (measured at most 3e-15 of
-  max|p|); after 60 steps the difference is rounding amplified through the steps (measured
-  2e-16 for W, 2e-13 for (K,Q)). The bound 1e-9 is four orders of magnitude above that and
+  max|p|; numerics version 10, whose W steps run through the queries W z_i); after 60 steps the
+  difference is rounding amplified through the steps (measured at most 8e-16 for W, 8e-13 for
+  (K,Q)). The bound 1e-9 is four orders of magnitude above that and
   far below a wrong term of the gradient, which moves p by about lr per step."""
   config = train_lib.TrainConfig(param=param, optimizer=optimizer, loss=loss, lr=0.05 if optimizer == "gd" else 0.1)
   params, X, Z, Y, h, v = _block(param=param)
@@ -97,12 +98,17 @@ def test_ridge_and_a_rectangular_kq():
     assert np.max(np.abs(np.asarray(native[k]) - np.asarray(xla[k])) / scale) < 1e-9, k
 
 
-@pytest.mark.parametrize("param, optimizer", [("W", "normalized_gd"), ("W", "gd"), ("KQ", "normalized_gd")])
-def test_more_sequences_than_dimensions(param, optimizer):
-  """n = 12 sequences in d = 3 (the queries' Gram matrix Z Z^T of rank 3, its buffers n x n and
-  n x d larger than W's d x d): the same as the XLA kernel to rounding, as above."""
+@pytest.mark.parametrize("param, optimizer, n, d, m", [
+    ("W", "normalized_gd", 8, 5, None), ("W", "gd", 8, 5, None),    # n > d through the queries (n < 2d)
+    ("W", "normalized_gd", 12, 3, None),                            # n >= 2d: G and W formed each step
+    ("KQ", "normalized_gd", 4, 5, 3),                               # (K,Q) through Q^T z_i (n < d)
+    ("KQ", "normalized_gd", 12, 3, 2)])                             # (K,Q) through K Q^T and G
+def test_either_form_of_the_step(param, optimizer, n, d, m):
+  """The kernel's two forms of a step, chosen by the sizes (numerics version 10): through the
+  queries' Gram matrix Z Z^T (buffers n x n and n x d, larger than W's d x d where n > d) where that
+  takes fewer operations, through G otherwise. Both the same as the XLA kernel to rounding, as above."""
   config = train_lib.TrainConfig(param=param, optimizer=optimizer, lr=0.05 if optimizer == "gd" else 0.1)
-  params, X, Z, Y, h, v = _block(n=12, T=4, d=3, param=param, m=2)
+  params, X, Z, Y, h, v = _block(n=n, T=4, d=d, param=param, m=m)
   xla = _xla_steps(config, params, X, Z, Y, h, 40)
   native = _native_steps(config, params, X, Z, Y, v, 40)
   for k in params:
