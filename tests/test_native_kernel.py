@@ -48,6 +48,18 @@ def _xla_steps(config, params, X, Z, Y, h, steps):
   return jax.jit(lambda p: jax.lax.fori_loop(0, steps, lambda i, p: step(p, X, Z, Y, h), p))(params)
 
 
+def _assert_agrees(config, block, steps, lam=0.0):
+  """``steps`` steps of both kernels from the block's point agree to 1e-9 of max|p| per data set,
+  and the parameters moved."""
+  params, X, Z, Y, h, v = block
+  xla = _xla_steps(config, params, X, Z, Y, h, steps)
+  native = _native_steps(config, params, X, Z, Y, v, steps, lam=lam)
+  for k in params:
+    scale = np.max(np.abs(np.asarray(xla[k])), axis=(0, 1))
+    assert np.max(np.abs(np.asarray(native[k]) - np.asarray(xla[k])) / scale) < 1e-9, k
+    assert not np.array_equal(np.asarray(native[k]), np.asarray(params[k]))
+
+
 def _native_steps(config, params, X, Z, Y, v, steps, lam=0.0):
   """``steps`` steps of the native kernel (given the head v (d,b): it computes h = X v itself)."""
   normalized = block_kernel.OPTIMIZERS[config.optimizer]
@@ -78,24 +90,13 @@ def test_agrees_with_the_xla_block_kernel_to_rounding(param, optimizer, loss):
   (K,Q)). The bound 1e-9 is four orders of magnitude above that and
   far below a wrong term of the gradient, which moves p by about lr per step."""
   config = train_lib.TrainConfig(param=param, optimizer=optimizer, loss=loss, lr=0.05 if optimizer == "gd" else 0.1)
-  params, X, Z, Y, h, v = _block(param=param)
-  xla = _xla_steps(config, params, X, Z, Y, h, 60)
-  native = _native_steps(config, params, X, Z, Y, v, 60)
-  for k in params:
-    scale = np.max(np.abs(np.asarray(xla[k])), axis=(0, 1))
-    assert np.max(np.abs(np.asarray(native[k]) - np.asarray(xla[k])) / scale) < 1e-9, k
-    assert not np.array_equal(np.asarray(native[k]), np.asarray(params[k]))
+  _assert_agrees(config, _block(param=param), 60)
 
 
 def test_ridge_and_a_rectangular_kq():
   """(K,Q) of d x m with m != d and a ridge: the same as the XLA kernel to rounding."""
   config = train_lib.TrainConfig(param="KQ", ridge=0.01, lr=0.1)
-  params, X, Z, Y, h, v = _block(d=5, n=3, T=4, param="KQ", m=3)
-  xla = _xla_steps(config, params, X, Z, Y, h, 30)
-  native = _native_steps(config, params, X, Z, Y, v, 30, lam=0.01)
-  for k in params:
-    scale = np.max(np.abs(np.asarray(xla[k])), axis=(0, 1))
-    assert np.max(np.abs(np.asarray(native[k]) - np.asarray(xla[k])) / scale) < 1e-9, k
+  _assert_agrees(config, _block(d=5, n=3, T=4, param="KQ", m=3), 30, lam=0.01)
 
 
 @pytest.mark.parametrize("param, optimizer, n, d, m", [
@@ -108,13 +109,7 @@ def test_either_form_of_the_step(param, optimizer, n, d, m):
   queries' Gram matrix Z Z^T (buffers n x n and n x d, larger than W's d x d where n > d) where that
   takes fewer operations, through G otherwise. Both the same as the XLA kernel to rounding, as above."""
   config = train_lib.TrainConfig(param=param, optimizer=optimizer, lr=0.05 if optimizer == "gd" else 0.1)
-  params, X, Z, Y, h, v = _block(n=n, T=4, d=d, param=param, m=m)
-  xla = _xla_steps(config, params, X, Z, Y, h, 40)
-  native = _native_steps(config, params, X, Z, Y, v, 40)
-  for k in params:
-    scale = np.max(np.abs(np.asarray(xla[k])), axis=(0, 1))
-    assert np.max(np.abs(np.asarray(native[k]) - np.asarray(xla[k])) / scale) < 1e-9, k
-    assert not np.array_equal(np.asarray(native[k]), np.asarray(params[k]))
+  _assert_agrees(config, _block(n=n, T=4, d=d, param=param, m=m), 40)
 
 
 @pytest.mark.parametrize("optimizer", ["normalized_gd", "gd"])
