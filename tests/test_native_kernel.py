@@ -100,29 +100,32 @@ def test_ridge_and_a_rectangular_kq():
 
 
 @pytest.mark.parametrize("param, optimizer, n, d, m", [
-    ("W", "normalized_gd", 8, 5, None), ("W", "gd", 8, 5, None),    # n > d through the queries (n < 2d)
-    ("W", "normalized_gd", 12, 3, None),                            # n >= 2d: G and W formed each step
+    ("W", "normalized_gd", 12, 3, None), ("W", "gd", 8, 5, None),   # more sequences than dimensions
     ("KQ", "normalized_gd", 4, 5, 3),                               # (K,Q) through Q^T z_i (n < d)
     ("KQ", "normalized_gd", 12, 3, 2)])                             # (K,Q) through K Q^T and G
 def test_either_form_of_the_step(param, optimizer, n, d, m):
-  """The kernel's two forms of a step, chosen by the sizes (numerics version 10): through the
-  queries' Gram matrix Z Z^T (buffers n x n and n x d, larger than W's d x d where n > d) where that
-  takes fewer operations, through G otherwise. Both the same as the XLA kernel to rounding, as above."""
+  """(K,Q)'s two forms of a step, chosen by the sizes (numerics version 10): through P_i = Q^T z_i
+  (buffers n x m) where that takes fewer operations, through K Q^T and G otherwise; and W with more
+  sequences than dimensions. All the same as the XLA kernel to rounding, as above."""
   config = train_lib.TrainConfig(param=param, optimizer=optimizer, lr=0.05 if optimizer == "gd" else 0.1)
   _assert_agrees(config, _block(n=n, T=4, d=d, param=param, m=m), 40)
 
 
-@pytest.mark.parametrize("optimizer", ["normalized_gd", "gd"])
-def test_a_trajectory_does_not_depend_on_where_calls_begin(optimizer):
-  """Bit for bit: W's steps run through the queries W z_i and form W at each snapshot (numerics
-  version 10), so 60 steps with a snapshot every 10 give the same snapshots and final W in one
-  call of 60 steps as in six calls of 10 (a resumed run's calls begin at its chunks' snapshots)."""
+@pytest.mark.parametrize("param, optimizer", [("W", "normalized_gd"), ("W", "gd"), ("KQ", "normalized_gd")])
+def test_a_trajectory_does_not_depend_on_its_calls_or_observations(param, optimizer):
+  """Bit for bit: 60 steps in one call of 60 with a snapshot every 10, in six calls of 10, and
+  observed at every step (as a replay records a run) give the same parameters at steps 10, 20, ...,
+  60. Each step starts from the parameters alone, nothing carried from step to step."""
   data = data_lib.generate_host(data_lib.DataSpec(n=6, T=8, d=10), 0, np.arange(5))
   keys = train_lib.init_keys(0, np.arange(5))
-  runs = [train_lib.train(train_lib.TrainConfig(param="W", optimizer=optimizer, lr=0.1, steps=60, snapshot_every=10,
-                                                chunk_steps=chunk), data, keys) for chunk in (60, 10)]
-  np.testing.assert_array_equal(np.asarray(runs[0].W), np.asarray(runs[1].W))
-  np.testing.assert_array_equal(np.asarray(runs[0].params["W"]), np.asarray(runs[1].params["W"]))
+  runs = [train_lib.train(train_lib.TrainConfig(param=param, optimizer=optimizer, lr=0.1, steps=60,
+                                                snapshot_every=every, chunk_steps=chunk), data, keys)
+          for every, chunk in ((10, 60), (10, 10), (1, 60))]
+  for run in runs[1:]:
+    at = np.searchsorted(np.asarray(run.steps), np.asarray(runs[0].steps))
+    np.testing.assert_array_equal(np.asarray(run.W)[:, at], np.asarray(runs[0].W))
+    for k in runs[0].params:
+      np.testing.assert_array_equal(np.asarray(run.params[k]), np.asarray(runs[0].params[k]))
 
 
 def test_a_lane_does_not_depend_on_its_neighbours():

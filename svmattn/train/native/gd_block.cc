@@ -289,7 +289,6 @@ class Group {
  public:
   Group(const Sizes& s, bool kq, Head head = kLinear, bool authors = false, double head_lam = 0.0)
       : s_(s), kq_(kq), relu_(head == kRelu), pooled_(head != kLinear), authors_(authors), lam_(head_lam),
-        queries_(!kq && head == kLinear && s.n * s.n * s.d + 3 * s.n * s.d < 2 * s.n * s.d * s.d + 3 * s.d * s.d),
         factored_(kq && 5 * s.n * s.m < 3 * s.d * s.m + 2 * s.n * s.d) {
     X_.resize(s.n * s.T * s.d);
     Z_.resize(s.n * s.d);
@@ -308,11 +307,6 @@ class Group {
       r_.resize(s.d);
     }
     R_.resize(s.n * s.d);
-    if (queries_) {
-      M_.resize(s.n * s.n);
-      A_.resize(s.n * s.d);
-      MU_.resize(s.n * s.d);
-    }
     if (kq) {
       P_.resize(s.n * s.m);
       RK_.resize(s.n * s.m);
@@ -357,13 +351,10 @@ class Group {
       gather(head, s.d, j0, used, v_.data());
       if (!pooled_) matvec(h_.data(), X_.data(), s.d, 1, v_.data(), 1, s.n * s.T, s.d);
     }
-    if (!M_.empty())                                                      // M_ij = z_i^T z_j
-      matmul(M_.data(), s.n, 1, Z_.data(), s.d, 1, Z_.data(), 1, s.d, s.n, s.n, s.d);
-    q_valid_ = moved_ = false;
   }
 
   // e_ (n,T) = exp(logit_it - max_t logit_it) with the logits X_i q_i, q_i = W z_i (computed from W_
-  // here unless have_q: step_queries and (K, Q)'s step keep q_ themselves); seq_[n + i] = sum_t e_it
+  // here unless have_q: (K, Q)'s step computes q_ itself); seq_[n + i] = sum_t e_it
   // (the softmax's numerator and denominator)
   void exp_logits(bool have_q = false) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
@@ -426,47 +417,6 @@ class Group {
     for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
       matvec(&R_[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
     if (form_g) matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
-  }
-
-  // A step of W with the linear head and no ridge through the queries q_i = W z_i (numerics version
-  // 10; docs/science.md section 20). The step W <- W - c U^T Z (U = R, c = lr for GD; U = R / max|R|,
-  // c = lr / ||U^T Z||_F for normalized GD) moves every query by q_i <- q_i - c V_i with
-  // V_i = sum_j (z_i^T z_j) u_j, and ||U^T Z||_F^2 = sum_ij (u_i^T u_j)(z_i^T z_j) = sum_i u_i^T V_i:
-  // neither G nor W is formed. The steps accumulate
-  // in A_ (sum of c U), and observe() forms W = W_ - A_^T Z and the queries again from it, so the
-  // steps after an observation do not depend on where a call began.
-  void step_queries(const Options& o) {
-    const int64_t n = s_.n, d = s_.d, nd = s_.n * s_.d;
-    gradient(o.loss, q_valid_, false);
-    q_valid_ = moved_ = true;
-    vd* U = R_.data();
-    vd peak = splat(0.0);
-    if (o.normalized) {
-      for (int64_t k = 0; k < nd; ++k) peak = vmax(vabs(U[k]), peak);
-      vd inv = 1.0 / (peak > 0 ? peak : splat(1.0));
-      for (int64_t k = 0; k < nd; ++k) U[k] = U[k] * inv;
-    }
-    vd* V = MU_.data();
-    matmul(V, d, 1, M_.data(), n, 1, U, d, 1, n, d, n);                  // V_i = sum_j M_ij u_j
-    vd c = splat(o.lr);
-    if (o.normalized) {                                                   // ||U^T Z||_F^2 = sum_i u_i^T V_i
-      vd sq[2] = {};
-      for (int64_t k = 0; k < nd; ++k) sq[k & 1] = fmadd(U[k], V[k], sq[k & 1]);
-      vd sum = sq[0] + sq[1];
-      vd norm = vsqrt(sum > 0 ? sum : splat(0.0));
-      c = peak > 0 && norm > 0 ? c / norm : splat(0.0);                    // no step where G is 0
-    }
-    for (int64_t k = 0; k < nd; ++k) q_[k] = fmadd(-c, V[k], q_[k]);
-    for (int64_t k = 0; k < nd; ++k) A_[k] = fmadd(c, U[k], A_[k]);
-  }
-
-  // W_ <- W_ - A_^T Z after step_queries' steps (A_ then 0)
-  void catch_up() {
-    const int64_t n = s_.n, d = s_.d;
-    matmul(G_.data(), d, 1, A_.data(), 1, d, Z_.data(), d, 1, d, d, n);  // A^T Z
-    for (int64_t k = 0; k < d * d; ++k) W_[k] = W_[k] - G_[k];
-    for (int64_t k = 0; k < n * d; ++k) A_[k] = splat(0.0);
-    moved_ = false;
   }
 
   // dL/dW into G_ at the current W_ with a head on the pooled token
@@ -557,14 +507,12 @@ class Group {
   void observe(vd* f, vd* max_prob, vd* ridge_sum) {
     const int64_t n = s_.n, d = s_.d, m = s_.m;
     if (kq_) kq_to_w();
-    if (moved_) catch_up();
     if (pooled_) {
       exp_logits();
       for (int64_t i = 0; i < n; ++i) seq_[n + i] = 1.0 / seq_[n + i], seq_[2 * n + i] = splat(-INFINITY);
       for (int64_t i = 0; i < n; ++i) f[i] = pooled_prediction(i, &q_[i * d], u_.data());
     } else {
       forward_linear(f);
-      q_valid_ = !kq_;                                                    // (q_i = W_ z_i now)
     }
     const int64_t T = s_.T;
     vd mp = splat(0.0);
@@ -588,7 +536,6 @@ class Group {
     const int64_t n = s_.n, d = s_.d, m = s_.m;
     if (!kq_) {
       if (pooled_) gradient_pooled(o.loss);
-      else if (queries_ && o.ridge == 0.0) return step_queries(o);
       else gradient(o.loss);
       update(W_.data(), G_.data(), d * d, o);
       return;
@@ -622,19 +569,19 @@ class Group {
     for (int64_t i = 0; i < size; ++i) p[i] = fmadd(splat(-o.lr), g[i], p[i]);
   }
 
-  std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, K_, Q_, gK_, gQ_, M_, A_, MU_, P_, RK_;
-  bool q_valid_ = false;  // q_ holds W_ z_i for the current W_ (step_queries, observe)
-  bool moved_ = false;    // W_ is behind: the current W is W_ - A_^T Z (step_queries)
+  std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, K_, Q_, gK_, gQ_, P_, RK_;
 
  private:
   Sizes s_;
   bool kq_, relu_, pooled_, authors_;
   double lam_;
-  // The shortcuts of numerics version 10 where they take fewer fused multiply-adds per step, a choice
-  // made by the sizes alone (so the same for every data set of a configuration): W's steps through the
-  // queries (n^2 d + 3 n d against 2 n d^2 + 3 d^2: about n < 2d), (K, Q)'s through Q^T z_i
-  // (5 n d m against 3 d^2 m + 2 n d^2: n < d at m = d)
-  bool queries_, factored_;
+  // (K, Q)'s step through Q^T z_i (numerics version 10) where it takes fewer fused multiply-adds, a
+  // choice made by the sizes alone (so the same for every data set of a configuration): 5 n d m against
+  // 3 d^2 m + 2 n d^2 (n < d at m = d). Each step starts from K and Q alone, so a trajectory does not
+  // depend on its observations or on where a call began. (A step of W that carried the queries W z_i
+  // from step to step, forming W only at the observations, was tried and dropped: it made a run depend
+  // on its snapshot schedule, and a replay, which observes every step, must equal its batch bit for bit.)
+  bool factored_;
 };
 
 Options options(double lr, double ridge, int64_t every, int64_t snapshots, int64_t start, int64_t loss,
