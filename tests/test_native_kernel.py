@@ -85,9 +85,8 @@ def test_the_native_kernel_trains_where_it_can_be_built():
 def test_agrees_with_the_xla_block_kernel_to_rounding(param, optimizer, loss):
   """The same 60 steps in both kernels, from the same point, on 11 data sets (whole groups of
   lanes and a part-filled one). One step differs by a few ulps (measured at most 3e-15 of
-  max|p|; numerics version 10, whose W steps run through the queries W z_i); after 60 steps the
-  difference is rounding amplified through the steps (measured at most 8e-16 for W, 8e-13 for
-  (K,Q)). The bound 1e-9 is four orders of magnitude above that and
+  max|p|, numerics version 10); after 60 steps the difference is rounding amplified through the
+  steps (measured at most 4e-16 for W, 8e-13 for (K,Q)). The bound 1e-9 is four orders of magnitude above that and
   far below a wrong term of the gradient, which moves p by about lr per step."""
   config = train_lib.TrainConfig(param=param, optimizer=optimizer, loss=loss, lr=0.05 if optimizer == "gd" else 0.1)
   _assert_agrees(config, _block(param=param), 60)
