@@ -82,7 +82,7 @@ inline vd exp_reduced(vd x, vd& k) {
   vd r = fmadd(-k, splat(0.693147180559945286226764), x);            // ln 2, high part
   r = fmadd(-k, splat(2.319046813846299558e-17), r);                 // ln 2, low part
   vd p = splat(1.0 / 6227020800.0);                                  // 1/13!
-  static constexpr double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+  const double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
                       1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
   for (double ci : c) p = fmadd(p, r, splat(ci));
   return p;
@@ -401,14 +401,15 @@ class Group {
     for (int64_t i = 0; i < n; ++i) f[i] = h_ref[i] + sd[i];
   }
 
-  // The rows r_i = X_i^T dL/dlogits_i into R_ (G = sum_i r_i z_i^T into G_ where form_g)
-  void gradient(int64_t loss, bool have_q = false, bool form_g = true) {
+  // The rows r_i = X_i^T dL/dlogits_i into R_, and G = sum_i r_i z_i^T into G_ unless rows_only (then
+  // q_ holds the queries already: (K, Q)'s step through Q^T z_i)
+  void gradient(int64_t loss, bool rows_only = false) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     const double inv_n = 1.0 / static_cast<double>(n);
     vd* h_ref = &seq_[3 * n];
     vd* sd = &seq_[4 * n];
     vd* a = &seq_[5 * n];
-    forward_linear(a, have_q);
+    forward_linear(a, rows_only);
     for (int64_t i = 0; i < n; ++i)                                       // a_i = dL/df_i
       a[i] = Y_[i] * loss_derivative(loss, Y_[i] * a[i]) * inv_n;
     for (int64_t t = 0; t < T; ++t)                                       // dL/dlogits
@@ -416,7 +417,7 @@ class Group {
         e_[i * T + t] = e_[i * T + t] * fmadd(a[i], h_[i * T + t] - h_ref[i], -(a[i] * sd[i]));
     for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
       matvec(&R_[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
-    if (form_g) matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
+    if (!rows_only) matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
   }
 
   // dL/dW into G_ at the current W_ with a head on the pooled token
@@ -540,23 +541,21 @@ class Group {
       update(W_.data(), G_.data(), d * d, o);
       return;
     }
-    if (!factored_) {
+    if (factored_) {
+      // (K, Q) through P_i = Q^T z_i (numerics version 10): q_i = K P_i, dK = G Q = sum_i r_i P_i^T and
+      // dQ = G^T K = sum_i z_i (K^T r_i), with neither W = K Q^T nor G formed
+      matmul(P_.data(), m, 1, Z_.data(), d, 1, Q_.data(), m, 1, n, m, d);   // P_i = Q^T z_i
+      matmul(q_.data(), d, 1, P_.data(), m, 1, K_.data(), 1, m, n, d, m);   // q_i = K P_i
+      gradient(o.loss, true);
+      matmul(gK_.data(), m, 1, R_.data(), 1, d, P_.data(), m, 1, d, m, n);  // dK = sum_i r_i P_i^T
+      matmul(RK_.data(), m, 1, R_.data(), d, 1, K_.data(), m, 1, n, m, d);  // K^T r_i
+      matmul(gQ_.data(), m, 1, Z_.data(), 1, d, RK_.data(), m, 1, d, m, n); // dQ = sum_i z_i (K^T r_i)^T
+    } else {
       kq_to_w();
       gradient(o.loss);
       matmul(gK_.data(), m, 1, G_.data(), d, 1, Q_.data(), m, 1, d, m, d);  // dK = G Q
       matmul(gQ_.data(), m, 1, G_.data(), 1, d, K_.data(), m, 1, d, m, d);  // dQ = G^T K
-      update(K_.data(), gK_.data(), d * m, o);
-      update(Q_.data(), gQ_.data(), d * m, o);
-      return;
     }
-    // (K, Q) through P_i = Q^T z_i (numerics version 10): q_i = K P_i, dK = G Q = sum_i r_i P_i^T and
-    // dQ = G^T K = sum_i z_i (K^T r_i), with neither W = K Q^T nor G formed
-    matmul(P_.data(), m, 1, Z_.data(), d, 1, Q_.data(), m, 1, n, m, d);   // P_i = Q^T z_i
-    matmul(q_.data(), d, 1, P_.data(), m, 1, K_.data(), 1, m, n, d, m);   // q_i = K P_i
-    gradient(o.loss, true, false);
-    matmul(gK_.data(), m, 1, R_.data(), 1, d, P_.data(), m, 1, d, m, n);  // dK = sum_i r_i P_i^T
-    matmul(RK_.data(), m, 1, R_.data(), d, 1, K_.data(), m, 1, n, m, d);  // K^T r_i
-    matmul(gQ_.data(), m, 1, Z_.data(), 1, d, RK_.data(), m, 1, d, m, n); // dQ = sum_i z_i (K^T r_i)^T
     update(K_.data(), gK_.data(), d * m, o);
     update(Q_.data(), gQ_.data(), d * m, o);
   }
