@@ -50,6 +50,23 @@ def _saved(directory, steps, keep=3, meta=META):
   ckpt.close()
 
 
+def test_a_save_is_due_once_every_s_has_passed_since_the_last(tmp_path, monkeypatch):
+  clock = [50.0]
+  monkeypatch.setattr(ckpt_lib.time, "monotonic", lambda: clock[0])
+  ckpt = ckpt_lib.Checkpoints(str(tmp_path), META, every_s=10.0)
+  assert not ckpt.due()                       # counted from the making of the object
+  clock[0] += 9.5
+  assert not ckpt.due()
+  clock[0] += 0.5
+  assert ckpt.due()
+  ckpt.save(1, _tree(1))
+  assert not ckpt.due()                       # and again from the end of the last save
+  clock[0] += 10.0
+  assert ckpt.due()
+  assert ckpt_lib.Checkpoints(str(tmp_path / "b"), META).due()   # every_s 0 (the default): always
+  ckpt.close()
+
+
 def test_round_trip_is_bit_exact(tmp_path):
   _saved(tmp_path, [1, 2])
   ckpt = ckpt_lib.Checkpoints(str(tmp_path), META)  # a fresh instance, as after a restart

@@ -550,7 +550,8 @@ def test_key_query_rejects_an_unknown_kind(data):
 # ----------------------------------------------------------------------------
 
 E14_FLAGS = ("--runs=3", "--n=3", "--T=4", "--d=5", "--heads=2", "--params=W", "--steps=1000", "--chunk_steps=50",
-             "--snapshot_every=10", "--block_size=2", "--svm_workers=0", "--noprogress")
+             "--snapshot_every=10", "--block_size=2", "--svm_workers=0", "--noprogress",
+             "--checkpoint_every_s=0")   # (the kill waits for a checkpoint)
 
 
 def _e14(out, *args):

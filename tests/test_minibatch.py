@@ -242,7 +242,7 @@ def test_start_continues_the_sampling_stream(data, keys, mini_run, tmp_path):
 # ----------------------------------------------------------------------------
 
 E2_FLAGS = ("--runs=3", "--n=4", "--T=4", "--d=4", "--steps=60", "--chunk_steps=20", "--minibatch=2",
-            "--sampling=with", "--noprogress")
+            "--sampling=with", "--noprogress", "--checkpoint_every_s=0")   # (the kill waits for a checkpoint)
 
 
 def _e2(out, *args):

@@ -30,7 +30,7 @@ from test_sweep import kill_when
 pytestmark = pytest.mark.slow
 
 FLAGS = ["--ds=4", "--runs=3", "--steps=300", "--snapshot_every=50", "--chunk_steps=100", "--lr=0.5",
-         "--noprogress"]
+         "--noprogress", "--checkpoint_every_s=0"]   # (a checkpoint after every chunk: the kill waits for one)
 
 
 def _run(out, *args):

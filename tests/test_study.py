@@ -340,7 +340,7 @@ def test_bad_flags_of_local_convergence(tmp_path):
 # ----------------------------------------------------------------------------
 
 E4_FLAGS = ("--runs=6", "--n_values=2,3", "--T=3", "--d_min=2", "--d_max=3", "--steps=200", "--chunk_steps=50",
-            "--batch_size=4", "--noprogress")
+            "--batch_size=4", "--noprogress", "--checkpoint_every_s=0")   # (kills land between checkpoints)
 
 
 def _e4(out, *args, env=ENV, timeout=300):

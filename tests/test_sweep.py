@@ -86,6 +86,40 @@ def test_train_interrupted_and_resumed_is_bit_identical(request, tmp_path, param
   assert again == [sum(every * n for every, n in plan[:-1]), plan[-1][0] * plan[-1][1]]
 
 
+def test_checkpoints_at_most_once_per_interval_change_no_result(batch, keys, tmp_path, monkeypatch):
+  """With every_s, a chunk is saved only when that long has passed since the last save (a fake clock
+  that advances 11 s at each progress report, which follows a chunk's save, every_s 10: chunk 1 is
+  not saved, 0 s after the start, chunk 2 is, 11 s after); stopped after
+  chunk 2 and resumed, the run continues from chunk 2 and ends bit for bit as an uninterrupted one,
+  and with every_s beyond the run it saves nothing and, stopped, starts again from step 0."""
+  config = _config("W")
+  plan = train_lib.schedule(config.steps, config.snapshot_every, config.chunk_steps)
+  reference = train_lib.train(config, batch, keys)
+  clock = [1000.0]
+  monkeypatch.setattr(ckpt_lib.time, "monotonic", lambda: clock[0])
+  calls = []
+
+  def tick_and_stop_after_two(steps):          # progress is reported after a chunk's save
+    clock[0] += 11.0
+    calls.append(steps)
+    if len(calls) == 2:
+      raise Interrupt
+
+  for every_s, saved, first in ((10.0, [2], 2), (1e9, [], 0)):
+    out = tmp_path / f"every_{every_s:g}"
+    calls.clear()
+    with pytest.raises(Interrupt):
+      train_lib.train(config, batch, keys, progress=tick_and_stop_after_two,
+                      checkpoints=ckpt_lib.Checkpoints(out, {}, every_s=every_s))
+    assert ckpt_lib.Checkpoints(out, {}).steps() == saved
+    resumed_calls = []
+    resumed = train_lib.train(config, batch, keys, progress=resumed_calls.append,
+                              checkpoints=ckpt_lib.Checkpoints(out, {}, every_s=every_s))
+    _assert_same_trajectory(resumed, reference)
+    done = sum(every * n for every, n in plan[:first])
+    assert resumed_calls == ([done] if first else []) + [every * n for every, n in plan[first:]]
+
+
 @pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
 def test_resumed_at_a_chunk_of_another_shape_runs_the_same_programs(batch, keys, tmp_path, monkeypatch):
   """Schedule [(10, 2), (10, 2), (10, 1)]: the last chunk has its own compiled shape, which never
@@ -133,7 +167,8 @@ def test_train_refuses_another_runs_checkpoints(batch, keys, tmp_path):
 # 10 data sets in batches of 4 (the last one holds 2), blocks of 2; 3 chunks of 50 steps per
 # parameterization and batch: 18 checkpoints, 3 batch result files.
 E2_FLAGS = ("--n=3", "--T=4", "--d=5", "--runs=10", "--batch_size=4", "--block_size=2", "--steps=150",
-            "--chunk_steps=50", "--snapshot_every=10", "--noprogress")
+            "--chunk_steps=50", "--snapshot_every=10", "--noprogress",
+            "--checkpoint_every_s=0")   # (a checkpoint after every chunk: the kills below wait for one)
 RUNS, BATCH = 10, 4
 
 

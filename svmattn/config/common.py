@@ -58,7 +58,8 @@ def outputs() -> F.Settings:
 
 
 def pipeline(batch_size: int = 1000, hosts: bool = True) -> F.Settings:
-  """--batch_size --resume --svm_workers --keep_checkpoints --keep_runs and (``hosts``) the multi-host flags."""
+  """--batch_size --resume --svm_workers --keep_checkpoints --checkpoint_every_s --keep_runs and (``hosts``) the
+  multi-host flags."""
   op = dict(operational=True, sweepable=False)
   fs = [F.Int("batch_size", batch_size, "Data sets per pipeline batch: a batch trains on device while the "
               "previous one's SVMs are solved on the host; memory is bounded by the batch.", lower=1,
@@ -70,6 +71,10 @@ def pipeline(batch_size: int = 1000, hosts: bool = True) -> F.Settings:
               "workers than 1 can use the free cores beside training.",
               lower=0, **op),
         F.Int("keep_checkpoints", 3, "Checkpoints kept per batch and configuration.", lower=1, **op),
+        F.Float("checkpoint_every_s", 10.0, "Save a training checkpoint after a chunk only when at least this "
+                "many seconds have passed since the last save of its batch (0: after every chunk). A kill loses "
+                "at most about this much training per batch; which chunks were saved never changes a result.",
+                lower=0.0, **op),
         F.Bool("keep_runs", True, "Keep every run's per-run arrays in OUT/runs/ (what replay compares a replayed "
                "data set with). --nokeep_runs writes only the results and runs/study.json.", **op)]
   rules = ()

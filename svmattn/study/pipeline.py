@@ -22,7 +22,8 @@ stage and data files once the unit's results exist. While the device runs unit u
 one beside training, one per core when the study trains nothing). With ``resume``,
 finished units are read back, trained-but-unanalyzed ones analyzed, and the unit in progress
 continues from its newest checkpoint: the results are bit for bit those of an uninterrupted
-run. The run's identity (``study.identity``) is stored in OUT/work/run.json; resuming a
+run (a stage saves after a chunk at most once per ``checkpoint_every_s`` seconds: which chunks
+were saved never changes a result). The run's identity (``study.identity``) is stored in OUT/work/run.json; resuming a
 different run is an error that names the differences.
 
 A cell may stop early: ``study.enough(label, arrays)`` (arrays: the cell's results so far,
@@ -308,7 +309,8 @@ def _on_devices(jobs: list) -> list:
 
 
 def run(study: Study, out: str, resume: bool = False, workers: int | None = None, show_progress: bool = True,
-        keep_checkpoints: int = 3, process_index: int = 0, process_count: int = 1) -> Output:
+        keep_checkpoints: int = 3, process_index: int = 0, process_count: int = 1,
+        checkpoint_every_s: float = 0.0) -> Output:
   """Run every unit of ``study`` (this process's share); see the module docstring."""
   if study.enough is not None and process_count > 1:
     raise StudyError(f"{study.name}: a study whose cells stop early runs on one process")
@@ -488,7 +490,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
         ckdir = os.path.join(work, f"ckpt_{u.tag}_{stage.name}")
         checkpoints = ckpt_lib.Checkpoints(ckdir, {"cell": u.cell, "batch": u.batch, "stage": stage.name,
                                                    **ckpt_lib._normalize({"identity": study.identity})},
-                                           keep=keep_checkpoints)
+                                           keep=keep_checkpoints, every_s=checkpoint_every_s)
         arrays, compile_s = stage.run(data, u.runs, study.seed, update_train, checkpoints)
         results_io.write_npz(stage_paths[stage.name], arrays)
         checkpoints.remove()

@@ -24,6 +24,7 @@ class Options:
   workers: int | None = None   # SVM worker processes (0: in the main process; None: pipeline.default_workers)
   progress: bool = True
   keep_checkpoints: int = 3
+  checkpoint_every_s: float = 0.0   # (the binaries' default: --checkpoint_every_s)
   process_index: int = 0
   process_count: int = 1
   keep_runs: bool = True       # OUT/runs/cell_*.npz, every run's per-run arrays (what replay compares with)
@@ -52,7 +53,7 @@ def execute(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], 
             options: Options = Options()) -> pipeline.Output:
   o = options
   output = pipeline.run(study, out, o.resume, o.workers, o.progress, o.keep_checkpoints, o.process_index,
-                        o.process_count)
+                        o.process_count, checkpoint_every_s=o.checkpoint_every_s)
   output = hosts_lib.gather(output, study, o.process_index, o.process_count)
   if o.process_index == 0:
     write_record(out, study, output, o.keep_runs)

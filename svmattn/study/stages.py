@@ -7,7 +7,7 @@ A stage has a ``name`` (its arrays are stored as OUT/work/<unit>_<name>.npz), a 
 
 where ``batch`` holds the host arrays of the batch's data file (X, Y, Z, v, ...), ``runs``
 the run indices (B,), ``progress(k)`` reports k steps done and ``checkpoints`` is an
-``io.checkpoint.Checkpoints`` to save after each chunk and resume from (or None). Every
+``io.checkpoint.Checkpoints`` to save after a chunk (when due) and resume from (or None). Every
 returned array has the leading axis B. A stage must give bit for bit the same arrays for a
 data set whatever the batch it runs in (``train.loop`` does, through fixed-size blocks).
 """

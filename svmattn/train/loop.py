@@ -558,7 +558,10 @@ def restore_chunk(checkpoints, shapes, snaps: dict):
 
 
 def save_chunk(checkpoints, chunk: int, state, snaps: dict) -> None:
-  """Checkpoint the state (host arrays) and the snapshots after ``chunk`` chunks."""
+  """Checkpoint the state (host arrays) and the snapshots after ``chunk`` chunks, when a save is
+  due (``Checkpoints.due``: --checkpoint_every_s since the last)."""
+  if not checkpoints.due():
+    return
   leaves = jax.tree_util.tree_leaves(state)
   checkpoints.save(chunk, {"state": {str(i): x for i, x in enumerate(leaves)}, "snapshots": snaps,
                            "chunk": np.asarray(chunk, np.int64)})
@@ -597,7 +600,8 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   keys: (B,) initialization keys (``init_keys(seed, runs)``).
   progress: called with the number of steps just done after each chunk.
   checkpoints: a ``svmattn.io.checkpoint.Checkpoints``: the state and the snapshots so far
-    are saved after every chunk, and training starts from the newest checkpoint found
+    are saved after a chunk (every chunk but the last, where ``Checkpoints.due``: at most one save
+    per ``every_s`` seconds), and training starts from the newest checkpoint found
     there. Resumed runs are bit for bit equal to uninterrupted ones (same compiled
     chunks applied to the same restored state).
   start: (step, State with leaves (B, ...)) to continue from a saved state at ``step``
