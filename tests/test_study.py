@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -123,14 +124,18 @@ def test_growing_batches_give_the_cells_of_fixed_ones(tmp_path, workers):
 
 @dataclasses.dataclass(frozen=True)
 class _DeviceStage:
-  """A toy device stage that records the thread and the JAX default device it ran on."""
+  """A toy device stage that records the thread and the JAX default device it ran on. With a
+  ``meet`` barrier it waits there for the other stage: the two run at once or the wait times out."""
   name: str
   concurrent: bool = True
+  meet: Any = dataclasses.field(default=None, compare=False)
   steps = 1
 
   def run(self, batch, runs, seed, progress, checkpoints):
     import jax
     import threading
+    if self.meet is not None:
+      self.meet.wait(timeout=60)     # (threading.BrokenBarrierError when the other never comes)
     progress(1)
     y = np.asarray(batch["x"]) * (2.0 if self.name == "a" else 3.0)
     device = jax.numpy.zeros(1).devices().pop()
@@ -143,11 +148,16 @@ def _analyze_stages(label, data, stages):
 
 @pytest.mark.parametrize("concurrent", [True, False])
 def test_concurrent_stages_run_at_once_on_their_own_devices(tmp_path, concurrent):
-  """Stages marked ``concurrent`` (E7's paths) run on threads at once, stage j with local device j
-  (mod the count) as the default device, with the results of running them in turn."""
+  """Stages marked ``concurrent`` (E7's paths) run on threads at once (each waits for the other at a
+  barrier), stage j with local device j (mod the count) as the default device, with the results of
+  running them in turn. (Without the barrier, a stage that finished before the other was handed out
+  let the pool reuse its thread on a busy host, and the threads' identities proved nothing.)"""
   import jax
+  import threading
   cells = (pipeline.Cell({"k": 1}, 6),)
-  study = pipeline.Study("toy", cells, _load, lambda cell: (_DeviceStage("a", concurrent), _DeviceStage("b", concurrent)),
+  meet = threading.Barrier(2) if concurrent else None
+  study = pipeline.Study("toy", cells, _load, lambda cell: (_DeviceStage("a", concurrent, meet),
+                                                            _DeviceStage("b", concurrent, meet)),
                          _analyze_stages, 3, 0, {"stages": concurrent})
   out = pipeline.run(study, str(tmp_path), workers=0, show_progress=False).cells[0]
   x = _load(cells[0], np.arange(6))["x"]
