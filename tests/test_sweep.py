@@ -89,9 +89,9 @@ def test_train_interrupted_and_resumed_is_bit_identical(request, tmp_path, param
 def test_checkpoints_at_most_once_per_interval_change_no_result(batch, keys, tmp_path, monkeypatch):
   """With every_s, a chunk is saved only when that long has passed since the last save (a fake clock
   that advances 11 s at each progress report, which follows a chunk's save, every_s 10: chunk 1 is
-  not saved, 0 s after the start, chunk 2 is, 11 s after); stopped after
-  chunk 2 and resumed, the run continues from chunk 2 and ends bit for bit as an uninterrupted one,
-  and with every_s beyond the run it saves nothing and, stopped, starts again from step 0."""
+  not saved, 0 s after the start, chunk 2 is, 11 s after); stopped after chunk 2 and resumed, the
+  run continues from chunk 2 and ends bit for bit as an uninterrupted one, and with every_s beyond
+  the run it saves nothing and, stopped, starts again from step 0."""
   config = _config("W")
   plan = train_lib.schedule(config.steps, config.snapshot_every, config.chunk_steps)
   reference = train_lib.train(config, batch, keys)

@@ -370,9 +370,10 @@ def run_study(study, values: dict, write):
   for cell in study.cells:
     if cell.runs < count:
       fail(f"{cell.runs} data sets cannot be shared by {count} processes")
-  options = runner.Options(values.get("resume", False), values.get("svm_workers"), values.get("progress", True),
-                           values.get("keep_checkpoints", 3), values.get("checkpoint_every_s", 0.0), index, count,
-                           keep_runs=values.get("keep_runs", True))
+  options = runner.Options(resume=values.get("resume", False), workers=values.get("svm_workers"),
+                           progress=values.get("progress", True), keep_checkpoints=values.get("keep_checkpoints", 3),
+                           checkpoint_every_s=values.get("checkpoint_every_s", 0.0), process_index=index,
+                           process_count=count, keep_runs=values.get("keep_runs", True))
   try:
     with stop_on_signals():
       return runner.execute(study, values["out"], write, options)

@@ -23,8 +23,8 @@ one beside training, one per core when the study trains nothing). With ``resume`
 finished units are read back, trained-but-unanalyzed ones analyzed, and the unit in progress
 continues from its newest checkpoint: the results are bit for bit those of an uninterrupted
 run (a stage saves after a chunk at most once per ``checkpoint_every_s`` seconds: which chunks
-were saved never changes a result). The run's identity (``study.identity``) is stored in OUT/work/run.json; resuming a
-different run is an error that names the differences.
+were saved never changes a result). The run's identity (``study.identity``) is stored in
+OUT/work/run.json; resuming a different run is an error that names the differences.
 
 A cell may stop early: ``study.enough(label, arrays)`` (arrays: the cell's results so far,
 in run order) is asked after each analyzed batch, and the cell's results end at the first
