@@ -21,6 +21,10 @@ Parts (--parts):
                final corr differences, selections and checks against a CPU run of the same version.
   e4           E4 (overparam) end to end at --e4_runs data sets per cell, one block per pipeline
                batch (--block_size = --batch_size), while --deadline_s allows.
+  resume       E4 at --resume_runs data sets per cell, its process group killed with SIGKILL after
+               --kill_after_s, then run again with --resume in a fresh process (its own compilation
+               cache, not the e4 part's): the wall time of both together, and its results.npz against
+               the e4 part's uninterrupted run at the same count, array by array, bit for bit.
 
 Every part runs in child processes: XLA reads its flags once per process, and a process that has
 started JAX holds most of the GPU's memory. Writes DIR/gpu.json and prints a table per part. The
@@ -44,7 +48,7 @@ from svmattn.config import allowed
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for gpu.json and the runs' outputs.")
-flags.DEFINE_list("parts", ["gd", "determinism", "e2", "e4"], "Parts: gd, determinism, e2, e4.")
+flags.DEFINE_list("parts", ["gd", "determinism", "e2", "e4"], "Parts: gd, determinism, e2, e4, resume.")
 flags.DEFINE_string("cpu_e2", None, "A CPU run of E2 at its defaults (its --out) to compare the GPU's with.")
 flags.DEFINE_float("deadline_s", 330.0, "Skip what would start after this many seconds.")
 flags.DEFINE_integer("gd_steps", 200, "Steps per timed GD call.")
@@ -53,6 +57,8 @@ flags.DEFINE_list("rows", [], "(child) rows param:B:block:kernel to time.")
 flags.DEFINE_string("child", None, "(child) the part this process runs: gd.")
 flags.DEFINE_integer("svm_workers", 12, "SVM worker processes of the E4 runs.")
 flags.DEFINE_list("e4_runs", ["500", "10000"], "Data sets per cell of the E4 runs, in order.")
+flags.DEFINE_integer("resume_runs", 10000, "Data sets per cell of the resume part's E4 run.")
+flags.DEFINE_float("kill_after_s", 60.0, "The resume part kills its first E4 process after this many seconds.")
 
 GD_ROWS = ["W:10000:64:block", "W:10000:10000:block", "W:100000:2048:block", "W:100000:100000:block",
            "W:100000:100000:vmapped", "KQ:10000:64:block", "KQ:10000:10000:block", "KQ:100000:2048:block",
@@ -71,7 +77,12 @@ flags.DEFINE_list("e2_runs", ["engine:cache_a", "engine:cache_a", "engine:cache_
                               "autotune_level_4:cache_d", "deterministic_ops:cache_e"],
                   "E2 runs of the e2 part, in order, each FLAG_SETTING:CACHE (a cache named twice: the second run "
                   "is warm).")
-flags.DEFINE_bool("peaks", True, "(child) measure the device's matrix rate and bandwidth.")
+flags.DEFINE_float("peak_flops", 0.0, "(child) the device's float64 matrix rate, measured by the parent's peaks child.")
+flags.DEFINE_float("peak_bandwidth", 0.0, "(child) the device's copy bandwidth, likewise.")
+# The peaks are measured with XLA's autotuning on: svmattn's default --xla_gpu_autotune_level=0 ran a
+# float64 4096^3 product at 7.8 TFLOP/s on an H200, against 52.7 with level 4 (cuBLAS's own choice of
+# kernel), while the GD step's small products ran within 5% either way. The floor is the device's.
+PEAK_XLA_FLAGS = "--xla_gpu_autotune_level=4"
 E2 = dict(n=6, T=8, d=10)
 T0 = time.time()
 
@@ -110,7 +121,9 @@ for _name in ("gd_steps", "repeats", "det_processes"):
   checks_lib.at_least(_name, 1, "an integer >= 1")
 checks_lib.at_least("svm_workers", 0, "an integer >= 0")
 checks_lib.at_least("deadline_s", 1, "a number of seconds >= 1")
-for _name, _allowed in (("parts", ("gd", "determinism", "e2", "e4")), ("det_labels", tuple(DET_FLAGS))):
+checks_lib.at_least("resume_runs", 1, "an integer >= 1")
+checks_lib.at_least("kill_after_s", 1, "a number of seconds >= 1")
+for _name, _allowed in (("parts", ("gd", "determinism", "e2", "e4", "resume")), ("det_labels", tuple(DET_FLAGS))):
   flags.register_validator(_name, lambda v, ok=_allowed: bool(v) and all(x in ok for x in v),
                            message=f"must list among {', '.join(_allowed)}")
 checks_lib.distinct_lists("parts", "det_labels")
@@ -202,7 +215,7 @@ def child_gd():
   dev = jax.devices()[0]
   out = {"device": getattr(dev, "device_kind", str(dev)), "platform": dev.platform, "jax": jax.__version__,
          "xla_flags": os.environ.get("XLA_FLAGS", "")}
-  flops, bw = peaks() if FLAGS.peaks else (float("nan"), float("nan"))
+  flops, bw = FLAGS.peak_flops, FLAGS.peak_bandwidth
   out.update(matmul_flops=flops, bandwidth=bw)
   costs = {}
   rows = []
@@ -225,10 +238,11 @@ def child_gd():
 
 
 # ---------------------------------------------------------------- parent
-def run_child(rows, xla_flags, label, timeout, measure_peaks=True):
+def run_child(rows, xla_flags, label, timeout, peak=(float("nan"), float("nan"))):
   env = dict(os.environ, XLA_FLAGS=xla_flags, PYTHONUNBUFFERED="1")
   cmd = [sys.executable, "-m", "benchmarks.gpu", "--child=gd", "--rows=" + ",".join(rows),
-         f"--gd_steps={FLAGS.gd_steps}", f"--repeats={FLAGS.repeats}", f"--peaks={measure_peaks}"]
+         f"--gd_steps={FLAGS.gd_steps}", f"--repeats={FLAGS.repeats}", f"--peak_flops={peak[0]}",
+         f"--peak_bandwidth={peak[1]}"]
   log(f"gd child [{label}] XLA_FLAGS='{xla_flags}'")
   t = time.time()
   try:
@@ -259,8 +273,20 @@ def left():
   return FLAGS.deadline_s - (time.time() - T0)
 
 
+def measure_peaks():
+  """(float64 matrix rate, copy bandwidth) of device 0, in a child with XLA's autotuning on."""
+  code = "import svmattn; from benchmarks import gpu; print('PEAKS', *gpu.peaks())"
+  p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, XLA_FLAGS=PEAK_XLA_FLAGS),
+                     capture_output=True, text=True, timeout=max(30, left()))
+  line = next((l.split()[1:] for l in p.stdout.splitlines() if l.startswith("PEAKS ")), None)
+  if line is None:
+    log("peaks failed:", p.stderr[-2000:])
+    return float("nan"), float("nan")
+  return float(line[0]), float(line[1])
+
+
 def part_gd(report):
-  res = run_child(FLAGS.gd_rows, "", "engine", max(60, left()))
+  res = run_child(FLAGS.gd_rows, "", "engine", max(60, left()), peak=measure_peaks())
   report["gd"] = res
   if "rows" in res:
     print_gd(res)
@@ -278,7 +304,7 @@ def part_determinism(report):
       if left() < 30:
         log(f"determinism [{label}] process {k}: skipped (deadline)")
         continue
-      res = run_child(FLAGS.det_rows, DET_FLAGS[label], label, max(30, left()), measure_peaks=False)
+      res = run_child(FLAGS.det_rows, DET_FLAGS[label], label, max(30, left()))
       res["process"] = k
       out.append(res)
       if "rows" not in res:
@@ -379,6 +405,12 @@ def part_e2(report):
   report["e2"] = out
 
 
+def e4_args(runs, out, cache):
+  batch = min(int(runs), 10_000)
+  return ["overparam", f"--out={out}", f"--runs={runs}", f"--batch_size={batch}", f"--block_size={batch}",
+          f"--svm_workers={FLAGS.svm_workers}", "--nokeep_runs", f"--compilation_cache_dir={cache}"]
+
+
 def part_e4(report):
   out = []
   for runs in FLAGS.e4_runs:
@@ -386,15 +418,42 @@ def part_e4(report):
       log(f"e4 runs={runs}: skipped (deadline)")
       continue
     d = os.path.join(FLAGS.out, f"e4_{runs}")
-    batch = min(int(runs), 10_000)
-    r = run_binary(["overparam", f"--out={d}", f"--runs={runs}", f"--batch_size={batch}", f"--block_size={batch}",
-                    f"--svm_workers={FLAGS.svm_workers}", "--nokeep_runs",
-                    f"--compilation_cache_dir={os.path.join(FLAGS.out, 'cache_e4')}"], {}, max(30, left()))
+    r = run_binary(e4_args(runs, d, os.path.join(FLAGS.out, "cache_e4")), {}, max(30, left()))
     r.update(timings(d), runs_per_cell=int(runs))
     out.append(r)
     log(f"e4 runs={runs}: wall {r['wall_s']:.1f} s, checks {r.get('checks_ok')}/{r.get('checks')}, "
         f"stages {r.get('timings_s')}")
   report["e4"] = out
+
+
+def part_resume(report):
+  """E4 killed with SIGKILL (its whole process group, SVM workers included) after --kill_after_s,
+  then resumed in a fresh process; its results against the e4 part's uninterrupted run."""
+  import signal
+  d = os.path.join(FLAGS.out, f"e4_{FLAGS.resume_runs}_resumed")
+  args = e4_args(FLAGS.resume_runs, d, os.path.join(FLAGS.out, "cache_resume"))
+  cmd = [sys.executable, "-m", "svmattn"] + args
+  log("$", " ".join(map(shlex.quote, cmd[1:])), f"(killed after {FLAGS.kill_after_s:.0f} s)")
+  t = time.time()
+  proc = subprocess.Popen(cmd, env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, start_new_session=True)
+  try:
+    rc = proc.wait(timeout=FLAGS.kill_after_s)
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    rc = proc.wait()
+  killed_s = time.time() - t
+  log(f"  first process ended at {killed_s:.1f} s (exit {rc})")
+  r = run_binary(args + ["--resume"], {}, max(30, left()))
+  res = {"runs_per_cell": FLAGS.resume_runs, "kill_after_s": FLAGS.kill_after_s, "killed_at_s": killed_s,
+         "first_rc": rc, "resume": r, "total_wall_s": killed_s + r["wall_s"], **timings(d)}
+  ref = os.path.join(FLAGS.out, f"e4_{FLAGS.resume_runs}")
+  if r["rc"] == 0 and os.path.isfile(os.path.join(ref, "results.npz")):
+    res["vs_uninterrupted"] = npz_diff(ref, d)
+  log(f"resume: killed at {killed_s:.1f} s, resumed run {r['wall_s']:.1f} s, together {res['total_wall_s']:.1f} s, "
+      f"checks {res.get('checks_ok')}/{res.get('checks')}; arrays differing from the uninterrupted run: "
+      f"{res['vs_uninterrupted']['differ'] if 'vs_uninterrupted' in res else 'not compared'}")
+  report["resume"] = res
 
 
 def main(argv):
@@ -413,7 +472,7 @@ def main(argv):
   except (OSError, subprocess.SubprocessError) as e:
     report["nvidia_smi"] = f"unavailable: {e}"
   log("nvidia-smi:", report["nvidia_smi"])
-  parts = {"gd": part_gd, "determinism": part_determinism, "e2": part_e2, "e4": part_e4}
+  parts = {"gd": part_gd, "determinism": part_determinism, "e2": part_e2, "e4": part_e4, "resume": part_resume}
   for name in FLAGS.parts:
     if left() < 10:
       log(f"{name}: skipped (deadline)")
