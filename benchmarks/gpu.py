@@ -21,6 +21,10 @@ Parts (--parts):
                final corr differences, selections and checks against a CPU run of the same version.
   e4           E4 (overparam) end to end at --e4_runs data sets per cell, one block per pipeline
                batch (--block_size = --batch_size), while --deadline_s allows.
+  padding      E4 at --pad_runs data sets per cell twice, d unpadded (SVMATTN_PAD_D=0) and padded to
+               buckets (the GPU's default, train.buckets), each with an empty compilation cache: wall,
+               compile and program counts, and per run the corr differences, the same convergence
+               types, health labels and selections, and every check's verdict.
   resume       E4 at --resume_runs data sets per cell, its process group killed with SIGKILL after
                --kill_after_s, then run again with --resume in a fresh process (its own compilation
                cache, not the e4 part's): the wall time of both together, and its results.npz against
@@ -48,7 +52,7 @@ from svmattn.config import allowed
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for gpu.json and the runs' outputs.")
-flags.DEFINE_list("parts", ["gd", "determinism", "e2", "e4"], "Parts: gd, determinism, e2, e4, resume.")
+flags.DEFINE_list("parts", ["gd", "determinism", "e2", "e4"], "Parts: gd, determinism, e2, e4, resume, padding.")
 flags.DEFINE_string("cpu_e2", None, "A CPU run of E2 at its defaults (its --out) to compare the GPU's with.")
 flags.DEFINE_float("deadline_s", 330.0, "Skip what would start after this many seconds.")
 flags.DEFINE_integer("gd_steps", 200, "Steps per timed GD call.")
@@ -58,6 +62,7 @@ flags.DEFINE_string("child", None, "(child) the part this process runs: gd.")
 flags.DEFINE_integer("svm_workers", 12, "SVM worker processes of the E4 runs.")
 flags.DEFINE_list("e4_runs", ["500", "10000"], "Data sets per cell of the E4 runs, in order.")
 flags.DEFINE_integer("resume_runs", 10000, "Data sets per cell of the resume part's E4 run.")
+flags.DEFINE_integer("pad_runs", 500, "Data sets per cell of the padding part's two E4 runs.")
 flags.DEFINE_float("kill_after_s", 60.0, "The resume part kills its first E4 process after this many seconds.")
 
 GD_ROWS = ["W:10000:64:block", "W:10000:10000:block", "W:100000:2048:block", "W:100000:100000:block",
@@ -122,8 +127,9 @@ for _name in ("gd_steps", "repeats", "det_processes"):
 checks_lib.at_least("svm_workers", 0, "an integer >= 0")
 checks_lib.at_least("deadline_s", 1, "a number of seconds >= 1")
 checks_lib.at_least("resume_runs", 1, "an integer >= 1")
+checks_lib.at_least("pad_runs", 1, "an integer >= 1")
 checks_lib.at_least("kill_after_s", 1, "a number of seconds >= 1")
-for _name, _allowed in (("parts", ("gd", "determinism", "e2", "e4", "resume")), ("det_labels", tuple(DET_FLAGS))):
+for _name, _allowed in (("parts", ("gd", "determinism", "e2", "e4", "resume", "padding")), ("det_labels", tuple(DET_FLAGS))):
   flags.register_validator(_name, lambda v, ok=_allowed: bool(v) and all(x in ok for x in v),
                            message=f"must list among {', '.join(_allowed)}")
 checks_lib.distinct_lists("parts", "det_labels")
@@ -366,8 +372,10 @@ def vs_cpu(gpu, cpu):
 def timings(d):
   try:
     s = json.load(open(os.path.join(d, "summary.json")))
+    work = s.get("work") or {}
     return {"timings_s": s.get("timings_s"), "checks_ok": sum(bool(c["ok"]) for c in s["checks"]),
-            "checks": len(s["checks"])}
+            "checks": len(s["checks"]), "programs_compiled": work.get("xla_programs_compiled"),
+            "programs_loaded": work.get("xla_programs_loaded"), "numerics_version": s.get("numerics_version")}
   except (OSError, ValueError, KeyError) as e:
     return {"error": str(e)}
 
@@ -456,6 +464,47 @@ def part_resume(report):
   report["resume"] = res
 
 
+def e4_vs(a, b):
+  """E4 run b against run a: per-run corr differences, the share of runs with the same convergence
+  type, health label and selection, and every check's verdict."""
+  import numpy as np
+  za, zb = np.load(os.path.join(a, "results.npz")), np.load(os.path.join(b, "results.npz"))
+  out = {}
+  x, y = za["corr"], zb["corr"]
+  both = np.isfinite(x) & np.isfinite(y)
+  d = np.abs(x[both] - y[both])
+  out["corr"] = {"max": float(d.max()) if d.size else None, "median": float(np.median(d)) if d.size else None,
+                 "nan_pattern_same": bool(np.array_equal(np.isnan(x), np.isnan(y)))}
+  out["same_type"] = float(np.mean(za["types"] == zb["types"]))
+  out["same_health"] = float(np.mean(za["health"] == zb["health"]))
+  for k in za.files:
+    if k.startswith("selected_") and k in zb.files:
+      out[f"same_{k}"] = float(np.mean(np.all(za[k] == zb[k], axis=-1)))
+  sa, sb = (json.load(open(os.path.join(x, "summary.json"))) for x in (a, b))
+  out["health"] = [sa.get("health"), sb.get("health")]
+  out["checks"] = [{"name": p["name"], "ok": [p["ok"], q["ok"]], "value": [p.get("value"), q.get("value")]}
+                   for p, q in zip(sa["checks"], sb["checks"])]
+  return out
+
+
+def part_padding(report):
+  out = {}
+  for label, env in (("unpadded", {"SVMATTN_PAD_D": "0"}), ("padded", {})):
+    if left() < 30:
+      log(f"padding {label}: skipped (deadline)")
+      continue
+    d = os.path.join(FLAGS.out, f"e4_{FLAGS.pad_runs}_{label}")
+    r = run_binary(e4_args(FLAGS.pad_runs, d, os.path.join(FLAGS.out, f"cache_{label}")), env, max(30, left()))
+    r.update(timings(d))
+    out[label] = r
+    log(f"padding {label}: wall {r['wall_s']:.1f} s, programs compiled {r.get('programs_compiled')} "
+        f"(loaded {r.get('programs_loaded')}), checks {r.get('checks_ok')}/{r.get('checks')}, stages {r.get('timings_s')}")
+  if all(out.get(k, {}).get("rc") == 0 for k in ("unpadded", "padded")):
+    out["padded_vs_unpadded"] = e4_vs(*(os.path.join(FLAGS.out, f"e4_{FLAGS.pad_runs}_{k}") for k in ("unpadded", "padded")))
+    log("padding: padded against unpadded:", json.dumps(out["padded_vs_unpadded"]))
+  report["padding"] = out
+
+
 def main(argv):
   del argv
   if FLAGS.child == "gd":
@@ -472,7 +521,8 @@ def main(argv):
   except (OSError, subprocess.SubprocessError) as e:
     report["nvidia_smi"] = f"unavailable: {e}"
   log("nvidia-smi:", report["nvidia_smi"])
-  parts = {"gd": part_gd, "determinism": part_determinism, "e2": part_e2, "e4": part_e4, "resume": part_resume}
+  parts = {"gd": part_gd, "determinism": part_determinism, "e2": part_e2, "e4": part_e4, "resume": part_resume,
+           "padding": part_padding}
   for name in FLAGS.parts:
     if left() < 10:
       log(f"{name}: skipped (deadline)")

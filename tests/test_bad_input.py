@@ -83,7 +83,7 @@ TABLE = {
             ("--e2_runs=bad", "is not SETTING:CACHE"), ("--cpu_e2=@FILE", "holds no results.npz"),
             ("--repeats=0", "an integer >= 1"), ("--out=@FILE", "is an existing file"),
             ("--det_labels=engine,engine", "repeats engine"), ("--resume_runs=0", "an integer >= 1"),
-            ("--kill_after_s=0", "a number of seconds >= 1"), ("--parts=gd,resume,gd", "repeats gd")],
+            ("--kill_after_s=0", "a number of seconds >= 1"), ("--parts=gd,resume,gd", "repeats gd"), ("--pad_runs=0", "an integer >= 1")],
     "reproduce": [("--out=@FILE", "is an existing file"), ("--seed=-1", "[0, 4294967296)"),
                   ("--only=E1,E1", "repeats E1"), ("--jobs=-1", "not a non-negative integer")],
 }

@@ -38,6 +38,7 @@ from svmattn.models import heads
 from svmattn.models import attention as model_lib
 from svmattn.optim import optimizers
 from svmattn.train import block_kernel
+from svmattn.train import buckets
 from svmattn.train import host_init
 from svmattn.train import native_train
 
@@ -629,6 +630,15 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
                               loop=sys.modules[__name__])
   unit = config.block_size * mesh.size
   data, keys = pad_to_blocks((data, keys), unit)
+  d = data.X.shape[-1]
+  pad_d = buckets.plan(config, data, _compiled_opt_init(trainer))     # one program per bucket of d
+  if pad_d is not None:
+    real = jax.eval_shape(jax.vmap(trainer.init_one), keys, data)
+    real_obs = jax.eval_shape(jax.vmap(trainer.observe), real.params, data)
+    if start is None:        # drawn at the real d (host_init), as an unpadded run draws it
+      params = host_init.init_params_of(config, keys, data)
+      start = (0, State(params, _host(_compiled_opt_init(trainer)(params))))
+    data = buckets.pad_data(data, pad_d)
   first_step = 0 if start is None else int(start[0])
   if not 0 <= first_step <= config.steps:
     raise ValueError(f"train: start step {first_step} outside [0, {config.steps}]")
@@ -646,6 +656,8 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     state = jax.tree_util.tree_map(lambda x: np.zeros(x.shape, x.dtype), shapes)
   else:
     state = pad_to_blocks(jax.tree_util.tree_map(np.asarray, start[1]), unit)
+    if pad_d is not None:
+      state = buckets.tree_pad(state, shapes)
   state_p = place(state, mesh)
   first_obs = jax.eval_shape(jax.vmap(trainer.observe), shapes.params, data)
   if config.minibatch:    # the chunks also take each data set's global step
@@ -660,6 +672,9 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   named = lambda extra: {("kq__" + k if config.module is not None else k): v for k, v in extra.items()}  # noqa: E731
   first = {"W": W0, "max_prob": p0, "loss": l0, **named(extra0)}
   snaps = {k: np.zeros((x.shape[0], len(steps)) + x.shape[1:], x.dtype) for k, x in first.items()}
+  if pad_d is not None and checkpoints is not None:     # checkpoints hold the unpadded state and snapshots
+    checkpoints = buckets.Checkpoints(checkpoints, real, shapes, {"W": snaps["W"].shape[:2] + real_obs[0].shape[1:],
+                                                                  **{k: v.shape for k, v in snaps.items() if k != "W"}})
   begin, initialize = 0, start is None
   found = restore_chunk(checkpoints, shapes, snaps)
   if found is not None:
@@ -699,6 +714,8 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
     if chunk + 1 == len(runs):
       s = _host(res.map(lambda r: r[3]))
   params = _host(state_p.map(lambda part: part.params))
+  if pad_d is not None:
+    params, snaps["W"] = buckets.tree_cut(params, real.params), snaps["W"][..., :d, :d]
   run_seconds = time.perf_counter() - t0
   cut = lambda x: np.asarray(x)[:B]  # noqa: E731
   sown = None
