@@ -613,6 +613,8 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   mesh: a 1-D mesh with axis "data" (``data_mesh()``); default: every local device. The
     data sets are split over its devices (see ``place``); each device runs the same
     blocked program, so the results equal a one-device run bit for bit.
+  Where ``buckets.plan`` says so (the XLA block kernel on a GPU or TPU), d is padded with zeros to
+  its bucket for the chunks and the outputs are cut back: one program per bucket of d.
   """
   trainer = make_trainer(config)
   data = data_lib.Dataset(*(np.asarray(a) for a in data))   # placed on the devices by place()
