@@ -40,6 +40,7 @@ import hashlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -86,7 +87,7 @@ flags.DEFINE_float("peak_flops", 0.0, "(child) the device's float64 matrix rate,
 flags.DEFINE_float("peak_bandwidth", 0.0, "(child) the device's copy bandwidth, likewise.")
 # The peaks are measured with XLA's autotuning on: svmattn's default --xla_gpu_autotune_level=0 ran a
 # float64 4096^3 product at 7.8 TFLOP/s on an H200, against 52.7 with level 4 (cuBLAS's own choice of
-# kernel), while the GD step's small products ran within 5% either way. The floor is the device's.
+# kernel), while the GD step's small products ran within 3-7% either way. The floor is the device's.
 PEAK_XLA_FLAGS = "--xla_gpu_autotune_level=4"
 E2 = dict(n=6, T=8, d=10)
 T0 = time.time()
@@ -437,7 +438,6 @@ def part_e4(report):
 def part_resume(report):
   """E4 killed with SIGKILL (its whole process group, SVM workers included) after --kill_after_s,
   then resumed in a fresh process; its results against the e4 part's uninterrupted run."""
-  import signal
   d = os.path.join(FLAGS.out, f"e4_{FLAGS.resume_runs}_resumed")
   args = e4_args(FLAGS.resume_runs, d, os.path.join(FLAGS.out, "cache_resume"))
   cmd = [sys.executable, "-m", "svmattn"] + args

@@ -60,9 +60,8 @@ def plan(config, data, opt_init) -> int | None:
   XLA block kernel, or its optimizer state (``opt_init``, vmapped) holds arrays like the parameters."""
   d = int(data.X.shape[-1])
   D = padded_size(d)
-  if D == d or not enabled() or not block_kernel.supports(config) or not host_init.supports(config):
-    return None
-  if block_kernel.uses_native(config, data.X.dtype) or config.train_head:
+  # (block_kernel.supports implies parameters drawn by host_init and no trained head)
+  if D == d or not enabled() or not block_kernel.supports(config) or block_kernel.uses_native(config, data.X.dtype):
     return None
   params = host_init.init_params_of(config, np.zeros((1, 2), np.uint32), _first(data))
   if any(np.ndim(x) > 1 for x in jax.tree_util.tree_leaves(jax.eval_shape(opt_init, params))):
@@ -114,8 +113,9 @@ class Checkpoints:
     return self.inner.due()
 
   def _state(self, tree, fn, shapes):
+    """The state's leaves {"0": ..., "1": ...} (``loop.save_chunk``), each cut or padded to its shape."""
     leaves = jax.tree_util.tree_leaves(shapes)
-    return {str(i): fn(x, leaves[i].shape) for i, x in ((int(k), v) for k, v in tree.items())}
+    return {k: fn(x, leaves[int(k)].shape) for k, x in tree.items()}
 
   def save(self, step, tree) -> None:
     tree = {**tree, "state": self._state(tree["state"], cut_to, self.real),

@@ -636,7 +636,6 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   pad_d = buckets.plan(config, data, _compiled_opt_init(trainer))     # one program per bucket of d
   if pad_d is not None:
     real = jax.eval_shape(jax.vmap(trainer.init_one), keys, data)
-    real_obs = jax.eval_shape(jax.vmap(trainer.observe), real.params, data)
     if start is None:        # drawn at the real d (host_init), as an unpadded run draws it
       params = host_init.init_params_of(config, keys, data)
       start = (0, State(params, _host(_compiled_opt_init(trainer)(params))))
@@ -675,8 +674,8 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   first = {"W": W0, "max_prob": p0, "loss": l0, **named(extra0)}
   snaps = {k: np.zeros((x.shape[0], len(steps)) + x.shape[1:], x.dtype) for k, x in first.items()}
   if pad_d is not None and checkpoints is not None:     # checkpoints hold the unpadded state and snapshots
-    checkpoints = buckets.Checkpoints(checkpoints, real, shapes, {"W": snaps["W"].shape[:2] + real_obs[0].shape[1:],
-                                                                  **{k: v.shape for k, v in snaps.items() if k != "W"}})
+    checkpoints = buckets.Checkpoints(checkpoints, real, shapes,
+                                      {**{k: v.shape for k, v in snaps.items()}, "W": snaps["W"].shape[:2] + (d, d)})
   begin, initialize = 0, start is None
   found = restore_chunk(checkpoints, shapes, snaps)
   if found is not None:
