@@ -67,7 +67,7 @@ def test_default_solvers(cases, solved):
   X, Z, alpha = cases[0]
   assert svm_lib.att_svm(X, Z, alpha).solver == "nnls"
   r = svm_lib.att_svm(X, Z, alpha, "nuc")
-  assert r.solver == "scs_direct"
+  assert r.solver == "nuc_ipm"
   # the default is deterministic: a repeat solve gives the same bits, and it agrees with cvxpy's SCS
   np.testing.assert_array_equal(r.W, svm_lib.att_svm(X, Z, alpha, "nuc").W)
   ref = solved[("nuc", "SCS")][0].W

@@ -35,14 +35,17 @@ def svm_and_corr(X: np.ndarray, Z: np.ndarray, selected: np.ndarray, W: np.ndarr
   finite = np.ones(B, bool) if finite is None else np.asarray(finite, bool)
   W_svm = np.full((B, d, d), np.nan)
   status = []
+  solve = [b for b in range(B) if finite[b] and np.all(np.isfinite(X[b]))]
+  if Z is None:
+    solved = [s2s.svm(X[b], selected[b], norm) for b in solve]
+  else:   # stacked: the nuclear solver solves the problems of one shape together, each as alone
+    solved = svm_lib.att_svm_many([(X[b], Z[b], selected[b], norm) for b in solve], threads=1)
+  results = dict(zip(solve, solved))
   for b in range(B):
-    if not finite[b] or not np.all(np.isfinite(X[b])):
+    r = results.get(b)
+    if r is None:
       status.append("diverged")
       continue
-    if Z is None:
-      r = s2s.svm(X[b], selected[b], norm)
-    else:
-      r = svm_lib.att_svm(X[b], Z[b], selected[b], norm)
     status.append(r.status)
     if r.ok:
       W_svm[b] = r.W

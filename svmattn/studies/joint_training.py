@@ -159,17 +159,14 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
     health.add(out, name, t, saturation)
     full = _nan((B,) + shape)
     full_status = []
-    for b in range(B):
-      if prompt:
-        r = joint_lib.relaxed_att_svm(X[b], Z[b], sel[b], np.ones(n, bool), "fro", prompt=True)
-        full_status.append(r.status)
-        if r.ok:
-          full[b] = r.w
-      else:
-        r = svm_lib.att_svm(X[b], Z[b], sel[b], norm)
-        full_status.append(r.status)
-        if r.ok:
-          full[b] = r.W
+    if prompt:
+      solved = [joint_lib.relaxed_att_svm(X[b], Z[b], sel[b], np.ones(n, bool), "fro", prompt=True) for b in range(B)]
+    else:
+      solved = svm_lib.att_svm_many([(X[b], Z[b], sel[b], norm) for b in range(B)], threads=1)
+    for b, r in enumerate(solved):
+      full_status.append(r.status)
+      if r.ok:
+        full[b] = r.w if prompt else r.W
     out[f"svm_full_{name}_status"] = np.array(full_status, dtype="<U10")
     out[f"W_full_{name}"] = full
     corr = _vcorr if prompt else metrics.corr

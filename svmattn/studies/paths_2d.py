@@ -115,8 +115,7 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
   B, d = X.shape[0], X.shape[-1]
   out = {"runs": data["runs"], "X": X, "Y": data["Y"], "Z": Z, "v": data["v"], "optimal_tokens": opt,
          "token_scores": gamma}
-  svms = {norm: svm_lib.stack([svm_lib.att_svm(X[b], Z[b], opt[b], norm) for b in range(B)], d)
-          for norm in svm_lib.NORMS}
+  svms = {norm: svm_lib.stack(svm_lib.att_svm_batch(X, Z, opt, norm, threads=1), d) for norm in svm_lib.NORMS}
   for norm in svm_lib.NORMS:
     out[f"svm_{norm}"] = svms[norm]["W"]
     out[f"svm_{norm}_status"] = svms[norm]["status"]

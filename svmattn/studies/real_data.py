@@ -204,7 +204,9 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
     V = np.asarray(t["V"], np.float64)[:, -1] if "V" in t else v0
     sel = np.argmax(s, axis=-1)
     finite = np.asarray(t["finite"], bool)
-    res = [svm_lib.att_svm(X[b], Z[b], sel[b], norm) if finite[b] else None for b in range(B)]
+    res = [None] * B
+    for b, r in zip(np.flatnonzero(finite), svm_lib.att_svm_many([(X[b], Z[b], sel[b], norm) for b in np.flatnonzero(finite)])):
+      res[b] = r
     status = np.array([r.status if r is not None else "diverged" for r in res], dtype=STATUS_DTYPE)
     W_mm = np.stack([r.W if r is not None and r.ok else np.full((d, d), np.nan) for r in res])
     out[f"W_final_{name}"] = W[:, -1]

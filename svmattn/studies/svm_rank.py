@@ -10,7 +10,7 @@ feasibility of every data set and, where feasible, solves Att-SVM(opt) in the Fr
 norm (NNLS, exact) and the nuclear norm (``nuc_solver``) and takes numerical ranks with
 relative tolerance ``rtol``; the reduction keeps the first ``runs`` feasible data sets of
 each cell in run order (a batch may hold more: they are solved, and left out). Every solve
-starts cold (``solve_one``), so a data set's results depend on it alone, whatever the batch
+starts cold (``solve_many``), so a data set's results depend on it alone, whatever the batch
 size, the worker count or an interruption, and alone in a replay. Everything is host-side
 float64. Prediction: the nuclear solution has lower rank than the Frobenius one, whose rank
 is min(n, d).
@@ -39,12 +39,14 @@ from svmattn.svm import feasibility as feas_lib
 NAME = "svm_rank"
 NORMS = ("fro", "nuc")
 NORM_NAMES = {"fro": "Frobenius", "nuc": "nuclear"}
-NUC_SOLVERS = ("SCS", "CLARABEL", "scs_direct", "clarabel_dual", "nuc_auto")
+NUC_SOLVERS = ("SCS", "CLARABEL", "scs_direct", "clarabel_dual", "nuc_auto", "nuc_ipm")
 # nuc_auto: the dual by Clarabel's interior point for small reduced problems, SCS on the primal
 # otherwise. Against cvxpy's SCS (eps 1e-9, the default before issue 14) over E3's 4000 data
 # sets: the same ranks wherever both solved, 4 data sets SCS left "failed" solved, and on
 # ill-conditioned ones (n=15, T=5, d=3) an objective 12% lower that cvxpy's Clarabel confirms.
-DEFAULT_NUC_SOLVER = "nuc_auto"
+# nuc_ipm (the default from numerics version 12): svmattn.svm.nuclear_ipm, the interior point built
+# for rank-one constraint rows, a batch's problems of one shape stacked, nuc_auto where it does not finish.
+DEFAULT_NUC_SOLVER = "nuc_ipm"
 UNSOLVED = "unsolved"   # per-run SVM status of a data set with an infeasible Att-SVM(opt) ("" in results.npz)
 
 log = logging.getLogger(__name__)
@@ -109,13 +111,12 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
                         identity if identity is not None else fl, enough=enough, grow=True)
 
 
-def solve_one(X, Z, alpha, norm: str, nuc_solver: str) -> svm_lib.SVMResult:
-  """Att-SVM(alpha) of one data set: NNLS for "fro", ``nuc_solver`` for "nuc" (any solver of
-  ``svm.att_svm``). Every solve starts cold, so a solution depends on its data set alone,
-  whatever the batch, the worker or an interruption."""
-  if norm == "fro":
-    return svm_lib.att_svm(X, Z, alpha, "fro")
-  return svm_lib.att_svm(X, Z, alpha, "nuc", nuc_solver)
+def solve_many(X, Z, alpha, norm: str, nuc_solver: str) -> list[svm_lib.SVMResult]:
+  """Att-SVM(alpha) of data sets X (B,n,T,d), Z (B,n,d), alpha (B,n): NNLS for "fro", ``nuc_solver``
+  for "nuc" (any solver of ``svm.att_svm``; nuc_ipm stacks the problems of one shape). Every solve
+  starts cold and works on its own problem, so a solution depends on its data set alone (bit for
+  bit), whatever the batch, the worker or an interruption."""
+  return svm_lib.att_svm_batch(X, Z, alpha, norm, None if norm == "fro" else nuc_solver)
 
 
 def analyze(label: dict, data: dict, stage_arrays: dict) -> dict:
@@ -132,8 +133,7 @@ def analyze(label: dict, data: dict, stage_arrays: dict) -> dict:
   solve = np.flatnonzero(out["feasible"])
   for norm in NORMS:
     rank, status, sv = np.full(B, -1, np.int64), np.full(B, UNSOLVED, dtype="<U10"), np.full((B, d), np.nan)
-    for b in solve:
-      r = solve_one(X[b], Z[b], alpha[b], norm, nuc_solver)
+    for b, r in zip(solve, solve_many(X[solve], Z[solve], alpha[solve], norm, nuc_solver)):
       status[b] = r.status
       if r.ok:
         rank[b] = metrics.numerical_rank(r.W, rtol)
@@ -295,8 +295,9 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=50, hosts=False) 
     F.Float("rtol", 1e-4, "Numerical rank: singular values > rtol * the largest.", check=allowed.positive),
     F.Int("max_draws_factor", 100, "Stop a cell after this many times --runs draws.", lower=1),
     F.Enum("nuc_solver", DEFAULT_NUC_SOLVER, NUC_SOLVERS,
-           "Solver of the nuclear-norm SVM: nuc_auto (Clarabel on the dual for small problems, SCS on the primal "
-           "otherwise), clarabel_dual, scs_direct, or SCS / CLARABEL through cvxpy."),
+           "Solver of the nuclear-norm SVM: nuc_ipm (the structured interior point; nuc_auto where it does not "
+           "finish), nuc_auto (Clarabel on the dual for small problems, SCS on the primal otherwise), "
+           "clarabel_dual, scs_direct, or SCS / CLARABEL through cvxpy."),
 )))
 
 EXPERIMENT = registry.Experiment(

@@ -14,7 +14,11 @@ Solvers
   fro, "nnls"   (default) Lawson & Hanson's reduction of the least-distance
                 program to nonnegative least squares: exact up to rounding, and
                 it returns the dual multipliers (w = A^T lambda, lambda >= 0).
-  nuc, "scs_direct" (default)  SCS called directly on the problem restricted to the
+  nuc, "nuc_ipm" (default)  the engine's interior point for rank-one constraint rows on the
+                reduced problem (``svmattn.svm.nuclear_ipm``; a batch's problems of one shape
+                stacked by att_svm_many, each the same bits as alone); nuc_auto where it does
+                not finish.
+  nuc, "scs_direct"  SCS called directly on the problem restricted to the
                 spans the constraints see (``svmattn.svm.nuclear``); a fresh solver per
                 data set, so a solution depends on its data set alone (bit for bit).
   nuc, "clarabel_dual"  the dual (max 1^T lam, ||sum lam_j A_j||_2 <= 1, N variables) by
@@ -50,11 +54,12 @@ STATUSES = ("optimal", "infeasible", "failed")
 NORMS = ("fro", "nuc")  # the two norms the studies iterate over (E2); att_svm accepts more:
 ALL_NORMS = norms_lib.EXAMPLES  # examples of every form att_svm accepts (see norms_lib.parse_norm)
 parse_norm = norms_lib.parse_norm
-DEFAULT_SOLVER = {"fro": "nnls", "nuc": "scs_direct"}
+DEFAULT_SOLVER = {"fro": "nnls", "nuc": "nuc_ipm"}
 # Tolerance on (margin - 1) under which a constraint counts as active (support).
 SUPPORT_TOL = {"nnls": 1e-8, "CLARABEL": 1e-5, "SCS": 1e-5, "scs_direct": 1e-5, "clarabel_dual": 1e-5, "nuc_auto": 1e-5,
+               "nuc_ipm": 1e-5,
                "clarabel_reduced": 1e-5}
-NUCLEAR_DIRECT = ("scs_direct", "clarabel_dual", "nuc_auto")   # nuclear-norm solvers without cvxpy
+NUCLEAR_DIRECT = ("scs_direct", "clarabel_dual", "nuc_auto", "nuc_ipm")   # nuclear-norm solvers without cvxpy
 
 
 @dataclasses.dataclass
@@ -197,7 +202,8 @@ def _solve_nuclear_direct(A: np.ndarray, d: int, solver: str):
   from svmattn.svm import nuclear as svm_nuclear
   if A.shape[0] == 0:
     return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
-  solve = {"scs_direct": svm_nuclear.solve, "clarabel_dual": svm_nuclear.solve_dual, "nuc_auto": svm_nuclear.solve_auto}
+  solve = {"scs_direct": svm_nuclear.solve, "clarabel_dual": svm_nuclear.solve_dual, "nuc_auto": svm_nuclear.solve_auto,
+           "nuc_ipm": svm_nuclear.solve_ipm}
   return svm_nuclear.unit_margin(solve[solver](A, d), A, solver)
 
 
@@ -221,6 +227,11 @@ def solve_margin_program(A: np.ndarray, d: int, norm: str = "fro", solver: str |
     status, w, dual, msg = _solve_nuclear_direct(A, d, solver)
   else:
     status, w, dual, msg = _solve_cvxpy(A, d, norm, solver.upper())
+  return _checked(status, w, dual, msg, A, d, solver)
+
+
+def _checked(status, w, dual, msg, A, d, solver):
+  """A solver's (status, w, dual, message) with W as (d, d); "failed" where the margins fall short of 1."""
   if status == "optimal":
     margins = A @ w
     if A.shape[0] and np.min(margins) < 1 - 1e-6:
@@ -229,7 +240,7 @@ def solve_margin_program(A: np.ndarray, d: int, norm: str = "fro", solver: str |
 
 
 def default_solver(norm) -> str:
-  """The solver att_svm uses for a norm: nnls (fro, l2), scs_direct (nuc), else CLARABEL."""
+  """The solver att_svm uses for a norm: nnls (fro, l2), nuc_ipm (nuc), else CLARABEL."""
   kind = norms_lib.parse_norm(norm).kind
   return DEFAULT_SOLVER.get(kind, norms_lib.DEFAULT_SOLVER)
 
@@ -257,7 +268,8 @@ def att_svm(X, Z, alpha, norm: str = "fro", solver: str | None = None,
   norm: "fro" (Frobenius, W-parameterization) or "nuc" (nuclear, (K,Q)), or "l2" (= fro),
     "spectral", "l1", "linf", "l<p>" for a real p > 1 (entrywise norms of vec(W); see
     svmattn.svm.norms). ValueError for anything else.
-  solver: "nnls" (fro only, default for fro), "scs_direct" (nuc only, default for nuc), "clarabel_dual" (nuc only),
+  solver: "nnls" (fro only, default for fro), "nuc_ipm" (nuc only, default for nuc), "scs_direct",
+    "clarabel_dual" or "nuc_auto" (nuc only),
     or through cvxpy "SCS" or "CLARABEL" (any norm; CLARABEL is the default for the others).
   mask: optional (n,T) bool, the tokens that get a constraint (causal masks).
   support_tol: a constraint is active when margin - 1 <= support_tol
@@ -305,15 +317,24 @@ def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
                  progress: Callable[[int], None] | None = None) -> list[SVMResult]:
   """``att_svm(*job)`` for every job, in order, on ``threads`` threads (default THREADS)."""
   threads = THREADS if threads is None else threads
-  # The calling thread solves the NNLS jobs (~0.1 ms each), or every job with one thread;
-  # the pool runs the conic ones meanwhile.
+  # The calling thread solves the NNLS jobs (~0.1 ms each) and the nuc_ipm ones (stacked by shape:
+  # _nuc_ipm_many), or every job with one thread; the pool runs the other conic ones meanwhile.
   solver = lambda job: (job[4] if len(job) > 4 else None) or default_solver(job[3] if len(job) > 3 else "fro")  # noqa: E731
+  stacked = [i for i, job in enumerate(jobs) if solver(job) == "nuc_ipm"
+             and norms_lib.parse_norm(job[3] if len(job) > 3 else "fro").kind == "nuc"]
   here = [threads <= 1 or solver(job) == "nnls" for job in jobs]
+  for i in stacked:
+    here[i] = None
   out = [None] * len(jobs)
   with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
-    futures = {pool.submit(att_svm, *job): i for i, job in enumerate(jobs) if not here[i]}
+    futures = {pool.submit(att_svm, *job): i for i, job in enumerate(jobs) if here[i] is False}
+    if stacked:
+      for i, result in zip(stacked, _nuc_ipm_many([jobs[i] for i in stacked])):
+        out[i] = result
+        if progress is not None:
+          progress(1)
     for i, job in enumerate(jobs):
-      if here[i]:
+      if here[i] is True:
         out[i] = att_svm(*job)
         if progress is not None:
           progress(1)
@@ -321,6 +342,25 @@ def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
       out[futures[future]] = future.result()
       if progress is not None:
         progress(1)
+  return out
+
+
+def _nuc_ipm_many(jobs: Sequence[tuple]) -> list[SVMResult]:
+  """``att_svm(*job)`` for nuclear-norm jobs of the nuc_ipm solver, their problems stacked by shape
+  (``nuclear.solve_ipm_many``): each result is the one ``att_svm`` gives the job alone, bit for bit."""
+  from svmattn.svm import nuclear as svm_nuclear
+  prepared = []
+  for job in jobs:
+    X, Z, alpha = _check_inputs(*job[:3])
+    mask = job[5] if len(job) > 5 else None
+    tol = SUPPORT_TOL["nuc_ipm"] if len(job) < 7 or job[6] is None else job[6]
+    A, keep = margin_matrix(X, Z, alpha, mask)
+    prepared.append((A, keep, X.shape[-1], tol))
+  solved = svm_nuclear.solve_ipm_many([(A, d) for A, _, d, _ in prepared])
+  out = []
+  for (A, keep, d, tol), result in zip(prepared, solved):
+    status, W, dual, msg = _checked(*svm_nuclear.unit_margin(result, A, "nuc_ipm"), A, d, "nuc_ipm")
+    out.append(_result(status, W, dual, msg, A, keep, "nuc", "nuc_ipm", tol))
   return out
 
 

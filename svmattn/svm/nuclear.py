@@ -246,3 +246,47 @@ def _solve_spectral_reduced(Ar: np.ndarray, p: int, q: int):
     return "failed", None, None, f"clarabel_reduced: {status}"
   x = np.asarray(sol.x)
   return "optimal", x[1:], np.asarray(sol.z)[:N], "" if status == "Solved" else status
+
+
+# ----------------------------------------------------------------------------
+# The structured interior point (svmattn.svm.nuclear_ipm), many problems at once
+# ----------------------------------------------------------------------------
+
+def solve_ipm_many(problems) -> list:
+  """min ||W||_* s.t. A vec(W) >= 1 for every (A, d) of ``problems`` by the interior point of
+  ``nuclear_ipm`` on the reduced problems, those of one reduced shape in one stack; a problem it
+  does not finish (rows not rank one, not converged) is solved by ``solve_auto``. Each result is
+  the same bits whatever else is in ``problems``. Returns [(status, w or None, dual or None, msg)]."""
+  from svmattn.svm import nuclear_ipm
+  out, groups, reduced = [None] * len(problems), {}, {}
+  for i, (A, d) in enumerate(problems):
+    if A.shape[0] == 0:
+      out[i] = ("optimal", np.zeros(d * d), np.zeros(0), "no constraints")
+      continue
+    try:
+      QL, QR, Ar = reduce(A, d)
+    except np.linalg.LinAlgError as e:    # an SVD that did not converge: an outcome
+      out[i] = ("failed", None, None, f"nuc_ipm: LinAlgError: {e}")
+      continue
+    rl, rr = QL.shape[1], QR.shape[1]
+    if rl == 0 or rr == 0:
+      out[i] = ("infeasible", None, None, "nuc_ipm: every constraint row is zero")
+      continue
+    reduced[i] = (QL, QR)
+    groups.setdefault((Ar.shape[0], rl, rr), []).append((i, Ar))
+  for (_, rl, rr), members in groups.items():
+    results = nuclear_ipm.solve_batch(np.stack([Ar for _, Ar in members]), rl, rr)
+    for (i, _), r in zip(members, results):
+      if r is None:
+        status, w, dual, msg = solve_auto(*problems[i])
+        out[i] = (status, w, dual, f"nuc_ipm fell back to nuc_auto: {msg}".rstrip(": "))
+        continue
+      QL, QR = reduced[i]
+      status, wr, dual, msg = r
+      out[i] = (status, (QL @ wr.reshape(rl, rr) @ QR.T).reshape(-1), dual, msg)
+  return out
+
+
+def solve_ipm(A: np.ndarray, d: int):
+  """``solve_ipm_many`` for one problem."""
+  return solve_ipm_many([(A, d)])[0]
