@@ -210,3 +210,31 @@ def test_lambda_head_optimum_maximizes_the_head_and_grows_with_lambda():
     gensvm.lambda_head_optimum(2 * X, v, 0.5)
   with pytest.raises(ValueError, match="lam"):
     gensvm.lambda_head_optimum(X, v, -1.0)
+
+
+def test_batch_equals_one_at_a_time():
+  """gen_svm_many checks and discards a whole batch at once and solves the kept runs: every
+  result is gen_svm's for its data set, bit for bit (kept, discarded either way, infeasible)."""
+  cases = [_random_case(seed, n=2) for seed in range(4)]
+  X, Z, _, W = (np.stack(a) for a in zip(*cases))
+  s = np.stack([c[2] for c in cases])
+  s[1, 0] = [0.5, 0.4995, 5e-4, 0.0]                     # intermediate
+  s[2] = [[0.4, 0.3, 0.2, 0.1]] * 2                     # finite
+  X[3, 0, 2] = X[3, 0, np.argmax(s[3, 0])]               # maybe infeasible: a masked copy of the top token
+  batch = gensvm.gen_svm_many(X, Z, s, W)
+  statuses = []
+  for b, r in enumerate(batch):
+    one = gensvm.gen_svm(X[b], Z[b], s[b], W[b])
+    statuses.append(one.status)
+    assert (r.status, r.reason, r.statuses) == (one.status, one.reason, one.statuses)
+    np.testing.assert_array_equal(r.selected, one.selected)
+    np.testing.assert_array_equal(r.alpha, one.alpha)
+    for name in ("W_fin", "W_mm", "W_svmeq", "W_1token", "dual_mm"):
+      a, e = getattr(r, name), getattr(one, name)
+      assert (a is None) == (e is None) and (a is None or np.array_equal(a, e)), name
+    for name in ("C", "max_masked", "fin_residual", "mm_min_margin", "mm_eq_residual"):
+      assert np.array_equal(getattr(r, name), getattr(one, name), equal_nan=True), name
+  assert statuses[0] == "optimal" and statuses[1] == statuses[2] == "discarded"
+  with pytest.raises(ValueError, match="softmax rows"):
+    gensvm.gen_svm_many(X, Z, 2 * s, W)
+  assert gensvm.gen_svm_many(X[:0], Z[:0], s[:0], W[:0]) == []

@@ -198,15 +198,18 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
   X64, Z64 = np.asarray(X, np.float64), np.asarray(Z, np.float64)
   candidate = has_negative_label(Y)
   outcomes = np.full(B, "skipped", OUTCOME_DTYPE)
+  finite = np.all(np.isfinite(W_final), axis=(1, 2)) & np.all(np.isfinite(s), axis=(1, 2))
+  solve = np.flatnonzero(candidate & finite)
+  solved = dict(zip(solve, gensvm.gen_svm_many(X64[solve], Z64[solve], s[solve], W_final[solve], tau_L, tau_H)))
   res = []
   for b in range(B):
     if not candidate[b]:
       r = gensvm.GenSVMResult("skipped", "no negative label", np.zeros((n, T), bool), np.zeros(n, int))
-    elif not np.all(np.isfinite(W_final[b])) or not np.all(np.isfinite(s[b])):
+    elif not finite[b]:
       r = gensvm.GenSVMResult("failed", "training diverged (non-finite W or softmax)", np.zeros((n, T), bool),
                               np.zeros(n, int))
     else:
-      r = gensvm.gen_svm(X64[b], Z64[b], s[b], W_final[b], tau_L, tau_H)
+      r = solved[b]
     if candidate[b]:
       outcomes[b] = outcome(r)
     res.append(r)

@@ -263,7 +263,55 @@ def gen_svm(X, Z, s, W_gd, tau_L: float = TAU_L, tau_H: float = TAU_H,
   if reason:
     result.status, result.reason = "discarded", reason
     return result
+  return _solve(X, Z, s, W_gd, result)
 
+
+def gen_svm_many(X, Z, s, W_gd, tau_L: float = TAU_L, tau_H: float = TAU_H) -> list[GenSVMResult]:
+  """``gen_svm`` of every data set of a batch: X (B,n,T,d), Z (B,n,d), s (B,n,T), W_gd (B,d,d).
+
+  The checks, the selected sets and the discard rule run on the whole batch at once (the same
+  values: maxima, minima and counts), and only the runs that are kept are solved one by one, so
+  every result is the one ``gen_svm`` gives its data set. ValueError as ``gen_svm``'s."""
+  _check_taus(tau_L, tau_H)
+  X, Z, s, W_gd = (np.asarray(a, np.float64) for a in (X, Z, s, W_gd))
+  if X.ndim != 4:
+    raise ValueError(f"gen_svm: X must have shape (B, n, T, d), got {X.shape}")
+  B, n, T, d = X.shape
+  for name, a, shape in (("Z", Z, (B, n, d)), ("s", s, (B, n, T)), ("W_gd", W_gd, (B, d, d))):
+    if a.shape != shape:
+      raise ValueError(f"gen_svm: {name} must have shape {shape}, got {a.shape}")
+  if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Z)) and np.all(np.isfinite(s))):
+    raise ValueError("gen_svm: X, Z and s must be finite (found NaN or inf)")
+  if np.any(s < 0) or np.any(np.abs(s.sum(-1) - 1) > 1e-6):
+    raise ValueError("gen_svm: s must hold softmax rows (nonnegative, summing to 1)")
+  O = selected_sets(s, tau_H)
+  alpha = np.argmax(s, axis=-1)
+  masked = max_masked(s, tau_H)
+  middle = (s > tau_L) & (s <= tau_H)
+  count = middle.sum(axis=(1, 2))
+  top_middle = np.where(middle, s, -np.inf).max(axis=(1, 2))
+  low = np.any(s <= tau_L, axis=(1, 2))
+  smallest = s.min(axis=(1, 2))
+  out = []
+  for b in range(B):
+    result = GenSVMResult("optimal", "", O[b], alpha[b], max_masked=float(masked[b]))
+    if count[b]:      # discard_reason's words, from the same counts and extremes
+      result.status, result.reason = "discarded", (
+          f"intermediate: {int(count[b])} probabilities in (tau_L={tau_L:g}, tau_H={tau_H:g}] "
+          f"(e.g. {float(top_middle[b]):.3g})")
+    elif not low[b]:
+      result.status, result.reason = "discarded", (
+          f"finite: no probability <= tau_L={tau_L:g} (min {float(smallest[b]):.3g})")
+    else:
+      result = _solve(X[b], Z[b], s[b], W_gd[b], result)
+    out.append(result)
+  return out
+
+
+def _solve(X, Z, s, W_gd, result: GenSVMResult) -> GenSVMResult:
+  """The solves of ``gen_svm`` for a run that is kept (``result`` holds its selection)."""
+  n, T, d = X.shape
+  O, alpha = result.selected, result.alpha
   E, b = equality_system(X, Z, s, O)
   st_fin, W_fin, msg_fin = least_norm_solution(E, b, d)
   A = margin_system(X, Z, s, O)
