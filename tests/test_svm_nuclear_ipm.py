@@ -78,3 +78,16 @@ def test_infeasible():
   X[0, :, 0] = 1.0
   res = svm_lib.att_svm(X, np.ones((1, 3)), np.array([0]), "nuc", "nuc_ipm")
   assert res.status == "infeasible" and res.W is None
+
+
+def test_one_failing_problem_changes_no_other():
+  """A linear-algebra failure in one problem of a stack (here a singular matrix) gives NaN for it
+  alone, and the others the bits they get without it."""
+  rng = np.random.RandomState(0)
+  M = rng.randn(3, 4, 4) + 4 * np.eye(4)
+  M[1] = 0.0
+  rhs = rng.randn(3, 4, 1)
+  got = nuclear_ipm._each(np.linalg.solve, (4, 1), M, rhs)
+  assert np.all(np.isnan(got[1]))
+  for i in (0, 2):
+    assert np.array_equal(got[i], np.linalg.solve(M[i:i + 1], rhs[i:i + 1])[0])

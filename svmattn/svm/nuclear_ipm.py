@@ -107,10 +107,26 @@ def _chol(M):
     return L, ok
 
 
+def _each(fn, shape, *stacks):
+  """fn on stacks of matrices (it works matrix by matrix), its result of shape (B,) + shape; where
+  it raises LinAlgError for the stack, fn on each matrix alone, NaN for those where it still raises
+  (their problems then drop out), so one problem's failure changes no other problem's bits."""
+  try:
+    return fn(*stacks)
+  except np.linalg.LinAlgError:
+    out = np.full((len(stacks[0]),) + tuple(shape), np.nan)
+    for i in range(len(out)):
+      try:
+        out[i] = fn(*(s[i:i + 1] for s in stacks))[0]
+      except np.linalg.LinAlgError:
+        pass
+    return out
+
+
 def _max_step(Li, dM):
   """Per matrix, the largest alpha with M + alpha dM PSD, given Li = L^-1 for M = L L^T (inf when
-  dM keeps it PSD)."""
-  lam = np.linalg.eigvalsh(_sym(_mm(Li, dM, _tr(Li))))[:, 0]
+  dM keeps it PSD; NaN where the eigenvalues cannot be computed)."""
+  lam = _each(np.linalg.eigvalsh, dM.shape[-1:], _sym(_mm(Li, dM, _tr(Li))))[:, 0]
   with np.errstate(divide="ignore"):
     return np.where(lam >= 0, np.inf, -1.0 / np.minimum(lam, -1e-300))
 
@@ -145,7 +161,7 @@ def _ipm(a, b, p, q):
     Xa, Sa, xa, sa, ya = X[active], S[active], x[active], s[active], y[active]
     Lx, okx = _chol(Xa)
     Ls, oks = _chol(Sa)
-    Lxi, Lsi = np.linalg.inv(Lx), np.linalg.inv(Ls)
+    Lxi, Lsi = _each(np.linalg.inv, (k, k), Lx), _each(np.linalg.inv, (k, k), Ls)
     Y = _mm(_tr(Lsi), Lsi)
     rp = 1.0 - (gop(Xa, A_, B_) - xa)
     Rd = I - gsum(ya, A_, B_) - Sa
@@ -158,7 +174,9 @@ def _ipm(a, b, p, q):
             & ((np.sqrt(np.sum(Rd * Rd, axis=(1, 2))) + np.linalg.norm(rl, axis=1)) / (1 + np.sqrt(k)) < TOL_FEAS))
     for j in np.flatnonzero(done):
       result[active[j]] = ("optimal", (2.0 * Xa[j, :p, p:]).reshape(-1), ya[j].copy(), f"nuc_ipm: {it} iterations")
-    keep = ~done & okx & oks & np.all(np.isfinite(gap)) 
+    finite = (np.isfinite(gap) & np.all(np.isfinite(rp), axis=1) & np.all(np.isfinite(Rd), axis=(1, 2))
+              & np.all(np.isfinite(Lxi), axis=(1, 2)) & np.all(np.isfinite(Lsi), axis=(1, 2)))
+    keep = ~done & okx & oks & finite    # a problem that fails drops out (and falls back) alone
     if not np.any(keep):
       break
     if not np.all(keep):
@@ -184,14 +202,16 @@ def _ipm(a, b, p, q):
         R = R - corr_mat
       comp = sigma_mu[:, None] - xa * sa - (0.0 if corr_vec is None else corr_vec)
       rhs = rp - gop(_sym(R - XRdY), A_, B_) + comp / sa - xs * rl
-      dy = np.linalg.solve(M, rhs[:, :, None])[:, :, 0]
+      dy = _each(np.linalg.solve, (N, 1), M, rhs[:, :, None])[:, :, 0]
       dS = Rd - gsum(dy, A_, B_)
       dX = _sym(R - _mm(Xa, dS, Y))
       ds = rl + dy
       dx = comp / sa - xs * ds
       return dX, dx, dy, dS, ds
 
-    try:
+    # (a singular Newton system or an eigenvalue failure makes that problem's step NaN: it drops out
+    # at the next iteration and falls back, and the others go on with the same bits)
+    with np.errstate(invalid="ignore"):
       dX, dx, dy, dS, ds = direction(np.zeros_like(mu), None, None)
       ap = np.minimum(1.0, np.minimum(_max_step(Lxi, dX), _vec_step(xa, dx)))
       ad = np.minimum(1.0, np.minimum(_max_step(Lsi, dS), _vec_step(sa, ds)))
@@ -201,8 +221,6 @@ def _ipm(a, b, p, q):
       dX, dx, dy, dS, ds = direction(sigma * mu, _mm(dX, dS, Y), dx * ds)
       ap = np.minimum(1.0, STEP * np.minimum(_max_step(Lxi, dX), _vec_step(xa, dx)))
       ad = np.minimum(1.0, STEP * np.minimum(_max_step(Lsi, dS), _vec_step(sa, ds)))
-    except np.linalg.LinAlgError:
-      break   # a singular Newton system somewhere in the batch: the unfinished problems fall back
     X[active] = _sym(Xa + ap[:, None, None] * dX)
     x[active] = xa + ap[:, None] * dx
     S[active] = _sym(Sa + ad[:, None, None] * dS)
