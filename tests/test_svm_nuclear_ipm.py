@@ -91,3 +91,14 @@ def test_one_failing_problem_changes_no_other():
   assert np.all(np.isnan(got[1]))
   for i in (0, 2):
     assert np.array_equal(got[i], np.linalg.solve(M[i:i + 1], rhs[i:i + 1])[0])
+
+
+def test_many_constraints_go_to_nuc_auto(monkeypatch):
+  """Above MAX_CONSTRAINTS constraints the dense Newton system costs more than SCS: such a problem
+  is nuc_auto's, alone or in a stack, and says so."""
+  X, Z, alpha = _cases(3, 4, 4, 2, seed=2)                     # 9 constraints each
+  ref = svm_lib.att_svm(X[0], Z[0], alpha[0], "nuc", "nuc_auto")
+  monkeypatch.setattr(nuclear_ipm, "MAX_CONSTRAINTS", 8)
+  res = svm_lib.att_svm_batch(X, Z, alpha, "nuc", "nuc_ipm", threads=1)
+  assert res[0].ok and "solved by nuc_auto" in res[0].message
+  assert np.array_equal(res[0].W, ref.W)

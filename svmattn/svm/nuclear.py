@@ -254,8 +254,9 @@ def _solve_spectral_reduced(Ar: np.ndarray, p: int, q: int):
 
 def solve_ipm_many(problems) -> list:
   """min ||W||_* s.t. A vec(W) >= 1 for every (A, d) of ``problems`` by the interior point of
-  ``nuclear_ipm`` on the reduced problems, those of one reduced shape in one stack; a problem it
-  does not finish (rows not rank one, not converged) is solved by ``solve_auto``. Each result is
+  ``nuclear_ipm`` on the reduced problems, those of one reduced shape in one stack; a problem with
+  more than ``nuclear_ipm.MAX_CONSTRAINTS`` constraints, or one it does not finish (rows not rank
+  one, not converged), is solved by ``solve_auto``. Each result is
   the same bits whatever else is in ``problems``. Returns [(status, w or None, dual or None, msg)]."""
   from svmattn.svm import nuclear_ipm
   out, groups, reduced = [None] * len(problems), {}, {}
@@ -271,6 +272,10 @@ def solve_ipm_many(problems) -> list:
     rl, rr = QL.shape[1], QR.shape[1]
     if rl == 0 or rr == 0:
       out[i] = ("infeasible", None, None, "nuc_ipm: every constraint row is zero")
+      continue
+    if Ar.shape[0] > nuclear_ipm.MAX_CONSTRAINTS:   # its N x N Newton system would cost more than SCS
+      status, w, dual, msg = solve_auto(A, d)
+      out[i] = (status, w, dual, f"nuc_ipm: {Ar.shape[0]} constraints, solved by nuc_auto: {msg}".rstrip(": "))
       continue
     reduced[i] = (QL, QR)
     groups.setdefault((Ar.shape[0], rl, rr), []).append((i, Ar))
