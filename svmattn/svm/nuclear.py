@@ -166,7 +166,12 @@ AUTO_DUAL_MAX_BLOCK = 12
 def solve_auto(A: np.ndarray, d: int):
   """The faster exact path for the problem's size: the dual by Clarabel when the reduced PSD
   block has at most AUTO_DUAL_MAX_BLOCK rows, else the primal by SCS (``solve``). Same returns."""
-  return _reduced(A, d, "nuc_auto", lambda p, q: _solve_dual_reduced if p + q <= AUTO_DUAL_MAX_BLOCK else _solve_rect)
+  return _reduced(A, d, "nuc_auto", _auto_pick)
+
+
+def _auto_pick(p: int, q: int):
+  """nuc_auto's solver of a reduced p x q problem."""
+  return _solve_dual_reduced if p + q <= AUTO_DUAL_MAX_BLOCK else _solve_rect
 
 
 def _solve_dual_reduced(Ar: np.ndarray, p: int, q: int):
@@ -273,23 +278,29 @@ def solve_ipm_many(problems) -> list:
     if rl == 0 or rr == 0:
       out[i] = ("infeasible", None, None, "nuc_ipm: every constraint row is zero")
       continue
+    reduced[i] = (QL, QR, Ar)
     if Ar.shape[0] > nuclear_ipm.MAX_CONSTRAINTS:   # its N x N Newton system would cost more than SCS
-      status, w, dual, msg = solve_auto(A, d)
-      out[i] = (status, w, dual, f"nuc_ipm: {Ar.shape[0]} constraints, solved by nuc_auto: {msg}".rstrip(": "))
+      out[i] = _lift(_auto_pick(rl, rr)(Ar, rl, rr), QL, QR, f"nuc_ipm: {Ar.shape[0]} constraints, solved by nuc_auto")
       continue
-    reduced[i] = (QL, QR)
-    groups.setdefault((Ar.shape[0], rl, rr), []).append((i, Ar))
+    groups.setdefault((Ar.shape[0], rl, rr), []).append(i)
   for (_, rl, rr), members in groups.items():
-    results = nuclear_ipm.solve_batch(np.stack([Ar for _, Ar in members]), rl, rr)
-    for (i, _), r in zip(members, results):
-      if r is None:
-        status, w, dual, msg = solve_auto(*problems[i])
-        out[i] = (status, w, dual, f"nuc_ipm fell back to nuc_auto: {msg}".rstrip(": "))
-        continue
-      QL, QR = reduced[i]
-      status, wr, dual, msg = r
-      out[i] = (status, (QL @ wr.reshape(rl, rr) @ QR.T).reshape(-1), dual, msg)
+    results = nuclear_ipm.solve_batch(np.stack([reduced[i][2] for i in members]), rl, rr)
+    for i, r in zip(members, results):
+      QL, QR, Ar = reduced[i]
+      if r is None:           # nuc_auto on the same reduced problem (solve_auto would reduce it again)
+        out[i] = _lift(_auto_pick(rl, rr)(Ar, rl, rr), QL, QR, "nuc_ipm fell back to nuc_auto")
+      else:
+        out[i] = _lift(r, QL, QR, "")
   return out
+
+
+def _lift(result, QL, QR, note: str):
+  """A reduced solve's (status, wr, dual, msg) with W = QL Wr QR^T, its message after ``note``."""
+  status, wr, dual, msg = result
+  msg = f"{note}: {msg}".rstrip(": ") if note else msg
+  if wr is None:
+    return status, None, dual, msg
+  return status, (QL @ wr.reshape(QL.shape[1], QR.shape[1]) @ QR.T).reshape(-1), dual, msg
 
 
 def solve_ipm(A: np.ndarray, d: int):
