@@ -47,6 +47,7 @@ def test_bucket_sizes_and_where_padding_is_on(monkeypatch):
   assert not buckets.enabled()            # the default on a CPU (these tests' backend)
 
 
+@pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
 def test_one_program_for_every_d_of_a_bucket(xla):
   """d = 6 and 7 share the bucket 8: one chunk program padded, two unpadded."""
   config = train_lib.TrainConfig(steps=20, snapshot_every=10, chunk_steps=20, block_size=8)

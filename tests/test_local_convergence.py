@@ -160,6 +160,7 @@ def test_binary_bad_data_file(e2e_data, tmp_path):
   assert not os.path.exists(out / "results.npz") and not os.path.exists(out / "summary.json")
 
 
+@pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
 def test_identical_tokens_are_ties_not_global(tmp_path):
   """A data file whose tokens are all identical: every optimal token is tied, every SVM is
   infeasible, and the runs are counted as ties (never as global convergence)."""

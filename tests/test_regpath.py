@@ -178,6 +178,7 @@ def test_local_path_stays_in_the_cone_and_converges_to_the_local_svm(batch, prob
     np.testing.assert_array_equal(metrics.selected_tokens(s), LOCAL[b])
 
 
+@pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
 def test_wide_cone_path_is_monotone_and_stays_on_the_boundary(batch, problem):
   """With cone_delta = 0.01, data set 2's loss over ball /\\ cone is smallest at a finite-norm point
   on the cone's boundary. The path's loss may not rise in R (the sets are nested): an earlier

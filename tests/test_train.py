@@ -123,6 +123,7 @@ def test_init_keys_do_not_depend_on_the_batch(keys):
                                 np.asarray(jax.random.split(data_lib.run_key(SEED, 2))[1]))
 
 
+@pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
 def test_float32_stays_float32(batch32, keys):
   tr = train_lib.train(SMALL, batch32, keys)
   for name in ("W", "max_prob", "loss", "attention"):
