@@ -32,6 +32,7 @@ from absl import flags
 from svmattn import registry
 from svmattn import report as report_lib
 from svmattn.config import allowed
+from svmattn.report import forked
 from svmattn.io import results as results_io
 from svmattn.study import execute
 from svmattn.study import workers
@@ -164,7 +165,7 @@ class Started:
     print(f"[{run.key}] {run.title}: {' '.join(self.cmd[1:])}", flush=True)
     self.stdout, self.stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     self.t0 = time.perf_counter()
-    self.proc = subprocess.Popen(self.cmd, stdout=self.stdout, stderr=self.stderr, text=True, env=_environ())
+    self.proc = forked.start(self.cmd, self.stdout, self.stderr, _environ())
 
   def finished(self) -> dict | None:
     """Its record once the process has ended, else None."""
@@ -255,8 +256,12 @@ def main(argv):
   os.makedirs(out, exist_ok=True)
   t0 = time.perf_counter()
   jobs = min(FLAGS.jobs or default_jobs(), max(len(chosen), 1))     # never more than there are experiments
+  not_forked = forked.preload()      # the engine imported once here: each experiment a fork of this process
+  if not_forked:
+    print(f"each experiment starts a fresh process ({not_forked})", flush=True)
   records = run_all(chosen, out, jobs)
-  meta = {"quick": FLAGS.quick, "seed": FLAGS.seed, "jobs": jobs, "total_s": time.perf_counter() - t0,
+  meta = {"quick": FLAGS.quick, "seed": FLAGS.seed, "jobs": jobs, "forked": not not_forked,
+          "total_s": time.perf_counter() - t0,
           "paper_s": sum(r["wall_s"] for r in records if not r.get("beyond")),
           "beyond_s": sum(r["wall_s"] for r in records if r.get("beyond")),
           "environment": execute.environment(), "command": report_lib.command_line()}

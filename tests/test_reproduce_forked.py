@@ -1,0 +1,108 @@
+"""reproduce's experiments as forks of its own process (``svmattn.report.forked``): the same results
+bit for bit as a fresh ``python -m svmattn``, the same one-line errors, and none outlives reproduce.
+
+Each test drives reproduce's launcher from a process of its own: this test process has started
+JAX, and a process that has started a JAX backend is never forked.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT
+from test_study import _alive, _children, _kill_all
+from test_sweep import ENV
+
+DRIVER = textwrap.dedent("""
+    import json, sys, tempfile
+    sys.path.insert(0, {root!r})
+    from svmattn.report import forked, reproduce
+    results = {{"preload": forked.preload()}}
+    for key, cmd in {commands!r}:
+      out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
+      proc = forked.start([sys.executable, "-m", "svmattn", *cmd], out, err, reproduce._environ())
+      code = proc.wait(600)
+      out.seek(0), err.seek(0)
+      results[key] = {{"forked": isinstance(proc, forked.Forked), "code": code, "stdout": out.read(),
+                       "stderr": err.read()}}
+    print(json.dumps(results))
+""")
+
+
+def _drive(commands, env=ENV):
+  proc = subprocess.run([sys.executable, "-c", DRIVER.format(root=REPO_ROOT, commands=commands)], env=env,
+                        capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_forked_experiment_equals_a_fresh_process_and_errors_stay_one_line(tmp_path):
+  args = ["paths_2d", "--runs=3", "--noprogress", "--figure_format=png"]
+  got = _drive([("ok", [*args, f"--out={tmp_path / 'forked'}"]),
+                ("bad", ["paths_2d", f"--out={tmp_path / 'bad'}", "--runs=-3"])])
+  assert got["preload"] is None, got["preload"]
+  ok, bad = got["ok"], got["bad"]
+  assert ok["forked"] and ok["code"] == 0, ok["stderr"][-3000:]
+  assert "E1" in ok["stdout"]                               # its output went to its own files
+  assert bad["forked"] and bad["code"] != 0
+  assert "runs" in bad["stderr"] and "Traceback" not in bad["stderr"], bad["stderr"][-3000:]
+  assert not os.path.exists(tmp_path / "bad")
+
+  fresh = subprocess.run([sys.executable, "-m", "svmattn", *args, f"--out={tmp_path / 'fresh'}"], env=ENV,
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+  assert fresh.returncode == 0, fresh.stderr[-3000:]
+  a, b = np.load(tmp_path / "forked" / "results.npz"), np.load(tmp_path / "fresh" / "results.npz")
+  assert sorted(a.files) == sorted(b.files) and a.files
+  for k in a.files:
+    assert np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind in "fc"), k
+  checks = lambda d: [(c["name"], c["ok"], c["value"]) for c in json.load(open(d / "summary.json"))["checks"]]  # noqa: E731
+  assert checks(tmp_path / "forked") == checks(tmp_path / "fresh")
+
+
+@pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
+def test_turned_off_every_experiment_is_a_fresh_process(tmp_path):
+  env = dict(ENV, SVMATTN_REPRODUCE_FORK="0")
+  got = _drive([("bad", ["paths_2d", f"--out={tmp_path / 'bad'}", "--runs=-3"])], env=env)
+  assert got["preload"] == "SVMATTN_REPRODUCE_FORK=0"
+  assert not got["bad"]["forked"] and got["bad"]["code"] != 0 and "Traceback" not in got["bad"]["stderr"]
+
+
+KILLED = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {root!r})
+    from svmattn.report import reproduce
+    reproduce.command = lambda run, out: [sys.executable, "-m", "svmattn", "local_convergence",
+                                          "--out=" + os.path.join(out, run.dir), "--runs=100000", "--noprogress"]
+    assert reproduce.forked.preload() is None
+    reproduce.run_all(reproduce.runs()[:2], {out!r}, jobs=2)
+""")
+
+
+@pytest.mark.slow
+def test_no_forked_experiment_outlives_a_killed_reproduce(tmp_path):
+  """reproduce killed by SIGKILL: its forked experiments (and their SVM workers) end too."""
+  proc = subprocess.Popen([sys.executable, "-c", KILLED.format(root=REPO_ROOT, out=str(tmp_path))], env=ENV,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  try:
+    deadline, children = time.monotonic() + 120, set()
+    while time.monotonic() < deadline and len(children) < 4:   # two experiments, each with an SVM worker
+      children = _children(proc.pid)
+      time.sleep(0.1)
+    assert len(children) >= 2, f"the experiments did not start: {proc.poll()}"
+    time.sleep(2.0)
+    children = _children(proc.pid)
+    assert all(_alive(p) for p in children)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in children):
+      time.sleep(0.1)
+    assert not [p for p in children if _alive(p)], "an experiment outlived reproduce"
+  finally:
+    _kill_all(proc)
