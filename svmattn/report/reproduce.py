@@ -7,7 +7,10 @@ r"""Reproduce every experiment of the registry and assemble the report.
 The experiments are ``svmattn.registry.experiments()``, each with its variants (directory
 NAME_VARIANT, key ID-VARIANT); --quick runs each with its ``quick`` settings. Each runs as its own
 process (``python -m svmattn NAME --out=OUT/NAME ...``), so one failing experiment is recorded in
-the report instead of stopping the others; --jobs of them at once (by default 2 on the CPU: on 2
+the report instead of stopping the others. On Linux that process is a fork of this one, which has
+imported JAX, SciPy, matplotlib and the engine once before any JAX backend started
+(``svmattn.report.forked``; the same results bit for bit, 2-4 s of imports saved per experiment;
+SVMATTN_REPRODUCE_FORK=0 starts fresh interpreters instead). --jobs of them run at once (by default 2 on the CPU: on 2
 cores the E1-E9 run takes a quarter less time than one after another, with the same results bit for
 bit; 1 where a GPU or TPU is visible), started in registry order. Each dies with this process, even
 when it is killed (``workers.die_with_parent``). Writes OUT/report.md and OUT/report.html
