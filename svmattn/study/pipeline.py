@@ -40,6 +40,7 @@ Several hosts: process p of P takes the p-th contiguous share of every cell's ru
 """
 from __future__ import annotations
 
+import collections.abc
 import concurrent.futures
 import concurrent.futures.process
 import dataclasses
@@ -245,6 +246,49 @@ def load_npz(path: str) -> dict:
     raise StudyError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
 
 
+class _Analyzed:
+  """An analyzed batch's .npz, each array read when first asked for (an early stop reads one or two
+  of a batch's arrays, not its trajectories)."""
+
+  def __init__(self, path: str):
+    self.path, self._arrays = path, {}
+    try:
+      with np.load(path, allow_pickle=False) as f:
+        self.files = list(f.files)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+      raise StudyError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+
+  def __getitem__(self, key: str) -> np.ndarray:
+    if key not in self._arrays:
+      try:
+        with np.load(self.path, allow_pickle=False) as f:
+          self._arrays[key] = f[key]
+      except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise StudyError(f"{self.path}: unreadable ({type(e).__name__}: {e})") from None
+    return self._arrays[key]
+
+
+class _Joined(collections.abc.Mapping):
+  """The arrays of consecutive analyzed batches joined in run order (``_concat``'s values), each
+  joined when first asked for: what ``Study.enough`` reads of a cell's results so far."""
+
+  def __init__(self, parts: Sequence[_Analyzed]):
+    self._parts, self._joined = list(parts), {}
+
+  def __getitem__(self, key: str) -> np.ndarray:
+    if key not in self._joined:
+      if not self._parts or key not in self._parts[0].files:
+        raise KeyError(key)
+      self._joined[key] = np.concatenate([p[key] for p in self._parts])
+    return self._joined[key]
+
+  def __iter__(self):
+    return iter(self._parts[0].files if self._parts else ())
+
+  def __len__(self) -> int:
+    return len(self._parts[0].files) if self._parts else 0
+
+
 def readable(path: str) -> bool:
   """Whether ``path`` exists and reads whole as an .npz; an unreadable one (truncated,
   overwritten) is removed with a warning, so that what it held is computed again."""
@@ -390,8 +434,8 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
       return
     have = {x.batch: x for x in finished[c]}
     while len(prefix[c]) in have:       # extend the cell's contiguous prefix of analyzed batches
-      prefix[c].append(load_npz(path(have[len(prefix[c])])))
-      if study.enough(study.cells[c].label, _concat(prefix[c])):
+      prefix[c].append(_Analyzed(path(have[len(prefix[c])])))
+      if study.enough(study.cells[c].label, _Joined(prefix[c])):
         stopped.add(c)
         enough_at[c] = len(prefix[c])
         prefix[c] = []
