@@ -1,22 +1,20 @@
 """reproduce's experiments as forks of its own process (``svmattn.report.forked``): the same results
-bit for bit as a fresh ``python -m svmattn``, the same one-line errors, and none outlives reproduce.
+bit for bit as a fresh ``python -m svmattn`` and the same one-line errors (that none outlives a
+killed reproduce: tests/test_reproduce_jobs.py).
 
 Each test drives reproduce's launcher from a process of its own: this test process has started
 JAX, and a process that has started a JAX backend is never forked.
 """
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from test_study import _alive, _children, _kill_all
 from test_sweep import ENV
 
 DRIVER = textwrap.dedent("""
@@ -73,36 +71,4 @@ def test_turned_off_every_experiment_is_a_fresh_process(tmp_path):
   assert not got["bad"]["forked"] and got["bad"]["code"] != 0 and "Traceback" not in got["bad"]["stderr"]
 
 
-KILLED = textwrap.dedent("""
-    import os, sys
-    sys.path.insert(0, {root!r})
-    from svmattn.report import reproduce
-    reproduce.command = lambda run, out: [sys.executable, "-m", "svmattn", "local_convergence",
-                                          "--out=" + os.path.join(out, run.dir), "--runs=100000", "--noprogress"]
-    assert reproduce.forked.preload() is None
-    reproduce.run_all(reproduce.runs()[:2], {out!r}, jobs=2)
-""")
-
-
-@pytest.mark.slow
-def test_no_forked_experiment_outlives_a_killed_reproduce(tmp_path):
-  """reproduce killed by SIGKILL: its forked experiments (and their SVM workers) end too."""
-  proc = subprocess.Popen([sys.executable, "-c", KILLED.format(root=REPO_ROOT, out=str(tmp_path))], env=ENV,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-  try:
-    deadline, children = time.monotonic() + 120, set()
-    while time.monotonic() < deadline and len(children) < 4:   # two experiments, each with an SVM worker
-      children = _children(proc.pid)
-      time.sleep(0.1)
-    assert len(children) >= 2, f"the experiments did not start: {proc.poll()}"
-    time.sleep(2.0)
-    children = _children(proc.pid)
-    assert all(_alive(p) for p in children)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_alive(p) for p in children):
-      time.sleep(0.1)
-    assert not [p for p in children if _alive(p)], "an experiment outlived reproduce"
-  finally:
-    _kill_all(proc)
+# (A killed reproduce ends its forked experiments too: tests/test_reproduce_jobs.py)

@@ -72,18 +72,32 @@ DRIVER = textwrap.dedent("""
 """)
 
 
+FORKED = textwrap.dedent("""
+    import os, sys
+    sys.path.insert(0, {root!r})
+    from svmattn.report import reproduce
+    reproduce.command = lambda run, out: [sys.executable, "-m", "svmattn", "local_convergence",
+                                          "--out=" + os.path.join(out, run.dir), "--runs=100000", "--noprogress"]
+    assert reproduce.forked.preload() is None
+    reproduce.run_all(reproduce.runs()[:2], {out!r}, jobs=2)
+""")
+
+
 @pytest.mark.slow
-def test_no_experiment_outlives_a_killed_reproduce(tmp_path):
-  """reproduce killed by SIGKILL: the experiments it started (with PARENT_ENV) end too."""
-  proc = subprocess.Popen([sys.executable, "-c", DRIVER.format(root=REPO_ROOT, out=str(tmp_path))], env=ENV,
+@pytest.mark.parametrize("driver", [DRIVER, FORKED], ids=["fresh", "forked"])
+def test_no_experiment_outlives_a_killed_reproduce(tmp_path, driver):
+  """reproduce killed by SIGKILL: the experiments it started (with PARENT_ENV) end too, fresh
+  processes or forks of reproduce (svmattn.report.forked), and the forks' SVM workers with them."""
+  proc = subprocess.Popen([sys.executable, "-c", driver.format(root=REPO_ROOT, out=str(tmp_path))], env=ENV,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
   try:
-    deadline, children = time.monotonic() + 60, set()
+    deadline, children = time.monotonic() + 120, set()
     while time.monotonic() < deadline and len(children) < 2:
       children = _children(proc.pid)
       time.sleep(0.05)
-    assert len(children) == 2, f"the experiments did not start: {proc.poll()}"
+    assert len(children) >= 2, f"the experiments did not start: {proc.poll()}"
     time.sleep(3.0)                      # past the imports: die_with_parent has run
+    children = _children(proc.pid)       # (with the forks' SVM workers)
     assert all(_alive(p) for p in children)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
