@@ -43,6 +43,7 @@ from __future__ import annotations
 import collections.abc
 import concurrent.futures
 import concurrent.futures.process
+import contextlib
 import dataclasses
 import functools
 import json
@@ -238,12 +239,19 @@ def _prepare(out: str, study: Study, resume: bool, process_index: int, process_c
   return work, lock
 
 
-def load_npz(path: str) -> dict:
+@contextlib.contextmanager
+def _opened(path: str):
+  """``np.load(path)``, any failure to read it (while opening or reading an array) a StudyError."""
   try:
     with np.load(path, allow_pickle=False) as f:
-      return {k: f[k] for k in f.files}
+      yield f
   except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
     raise StudyError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+
+
+def load_npz(path: str) -> dict:
+  with _opened(path) as f:
+    return {k: f[k] for k in f.files}
 
 
 class _Analyzed:
@@ -252,19 +260,13 @@ class _Analyzed:
 
   def __init__(self, path: str):
     self.path, self._arrays = path, {}
-    try:
-      with np.load(path, allow_pickle=False) as f:
-        self.files = list(f.files)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-      raise StudyError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
+    with _opened(path) as f:
+      self.files = list(f.files)
 
   def __getitem__(self, key: str) -> np.ndarray:
     if key not in self._arrays:
-      try:
-        with np.load(self.path, allow_pickle=False) as f:
-          self._arrays[key] = f[key]
-      except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise StudyError(f"{self.path}: unreadable ({type(e).__name__}: {e})") from None
+      with _opened(self.path) as f:
+        self._arrays[key] = f[key]
     return self._arrays[key]
 
 
