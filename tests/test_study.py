@@ -63,6 +63,20 @@ def test_default_workers_one_beside_training_one_per_core_without(monkeypatch):
   assert pipeline.default_workers(False) == 1
 
 
+def test_workers_start_before_the_first_job():
+  """``workers.start`` spawns every worker at once (a process pool otherwise spawns one only when a
+  job arrives), each importing the module of what it is given; the pool then runs jobs as usual."""
+  from svmattn.study import workers as workers_lib
+  pool = workers_lib.pool(2)
+  try:
+    assert not getattr(pool, "_processes", None)          # nothing spawned before a job or a start
+    workers_lib.start(pool, 2, _analyze)
+    assert len(pool._processes) == 2
+    assert pool.submit(_analyze, {"k": 3}, {"runs": np.arange(2), "x": np.ones(2)}, {}).result(60)["k"].tolist() == [3, 3]
+  finally:
+    pool.shutdown(wait=True)
+
+
 def test_a_study_that_trains_nothing_gives_the_same_cells_with_its_default_workers(tmp_path):
   """workers=None (the default: a pool of one process per core here, the toy study trains
   nothing) gives the cells of workers=0 (in the main process), early stop included."""

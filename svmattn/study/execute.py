@@ -185,13 +185,15 @@ def _imports():
   import scipy.optimize  # noqa: F401  (the SVM solvers' NNLS)
 
 
-def import_in_background() -> None:
-  """Import what the later stages need (pyplot, scipy.optimize: about 1.5 s) on a thread, beside
-  data generation and compiling. A stage that needs them waits for the import; so does the
-  process's exit, so it never ends inside an import."""
+def import_in_background(*modules: str) -> None:
+  """Import what the later stages need (default: pyplot, scipy.optimize, about 1.5 s; else the named
+  ``modules``) on a thread, beside data generation, compiling and training. A stage that needs them
+  waits for the import; so does the process's exit, so it never ends inside an import."""
   import atexit
+  import importlib
   import threading
-  thread = threading.Thread(target=_imports, name="svmattn-imports", daemon=True)
+  target = (lambda: [importlib.import_module(m) for m in modules]) if modules else _imports
+  thread = threading.Thread(target=target, name="svmattn-imports", daemon=True)
   thread.start()
   atexit.register(thread.join)
 

@@ -372,6 +372,8 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
   if workers is None:
     workers = default_workers(steps > 0)
   pool = workers_lib.pool(workers) if workers > 0 and len(todo) > 1 else None
+  if pool is not None and not all(os.path.exists(os.path.join(work, u.tag + ".npz")) for u in todo):
+    workers_lib.start(pool, workers, study.analyze)    # their imports beside the first batch's data and training
   pending: dict[Unit, concurrent.futures.Future] = {}
   timings = {"data_s": 0.0, "train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
   # the work this run did (resumed units excluded): the floors of its stages (benchmark --suites=stages)
