@@ -28,6 +28,7 @@ class Variant:
   name: str                 # "authors": its directory is <experiment>_<name>, its key E2-authors
   title: str
   settings: dict            # {field: value}
+  cost_s: float | None = None   # its wall like Experiment.cost_s (None: the experiment's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +47,8 @@ class Experiment:
   one_cell: bool = False               # reduce takes the one cell's arrays rather than the list of cells
   prepare: Callable | None = None      # prepare(flags, study): checks needing the built study (ConfigError)
   timing_names: dict | None = None     # the pipeline's timings under the experiment's own names
+  cost_s: float = 0.0       # its wall at the paper's counts on a 2-core CPU beside another experiment (rounded
+                            # seconds): reproduce starts the longest first, so the last to end are short
   module: str = ""                     # filled in by ``experiments()``: where it is declared
 
   def config(self, **overrides):

@@ -3,6 +3,7 @@
 The experiments' processes are stand-ins (``reproduce.command`` replaced): each writes when it
 started and ended and a summary.json, so the scheduling is tested without running an experiment.
 """
+import dataclasses
 import json
 import os
 import signal
@@ -37,8 +38,13 @@ def _stand_ins(monkeypatch, seconds: dict):
   monkeypatch.setattr(reproduce, "command", command)
 
 
+def _costing(runs, costs):
+  """``runs`` with these expected walls (``Run.cost_s``)."""
+  return [reproduce.Run(dataclasses.replace(r.experiment, cost_s=c), None) for r, c in zip(runs, costs)]
+
+
 def test_jobs_run_at_once_and_records_keep_registry_order(tmp_path, monkeypatch):
-  chosen = reproduce.runs()[:4]
+  chosen = _costing([r for r in reproduce.runs() if r.variant is None][:4], (9, 1, 1, 1))
   # the first run is the longest: with 2 slots the others follow one another beside it
   seconds = dict(zip([r.key for r in chosen], (1.0, 0.2, 0.2, 0.2)))
   _stand_ins(monkeypatch, seconds)
@@ -53,11 +59,30 @@ def test_jobs_run_at_once_and_records_keep_registry_order(tmp_path, monkeypatch)
   assert all(os.path.exists(tmp_path / r.dir / "log.txt") for r in chosen)
 
 
+def test_the_longest_start_first_the_paper_before_the_rest(tmp_path, monkeypatch):
+  """Starts: the paper's experiments before those beyond it, each group by falling cost_s (ties in
+  registry order); the records still come back in registry order."""
+  paper = [r for r in reproduce.runs() if r.variant is None and not r.experiment.beyond][:3]
+  beyond = [r for r in reproduce.runs() if r.variant is None and r.experiment.beyond][:2]
+  chosen = _costing(paper, (1, 5, 1)) + _costing(beyond, (2, 50))
+  _stand_ins(monkeypatch, {r.key: 0.1 for r in chosen})
+  records = reproduce.run_all(chosen, str(tmp_path), jobs=1)
+  assert [r["id"] for r in records] == [r.key for r in chosen]
+  starts = {r.key: json.load(open(tmp_path / r.dir / "summary.json"))["span"][0] for r in chosen}
+  order = [paper[1], paper[0], paper[2], beyond[1], beyond[0]]
+  assert sorted(starts, key=starts.get) == [r.key for r in order]
+
+
+def test_every_experiment_says_its_cost():
+  """reproduce orders its starts by each experiment's cost_s: every one of the registry has one."""
+  assert all(r.cost_s > 0 for r in reproduce.runs())
+
+
 def test_one_job_runs_them_one_after_another(tmp_path, monkeypatch):
   chosen = reproduce.runs()[:3]
   _stand_ins(monkeypatch, {r.key: 0.2 for r in chosen})
   reproduce.run_all(chosen, str(tmp_path), jobs=1)
-  spans = [json.load(open(tmp_path / r.dir / "summary.json"))["span"] for r in chosen]
+  spans = sorted(json.load(open(tmp_path / r.dir / "summary.json"))["span"] for r in chosen)
   assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
 
 

@@ -12,7 +12,8 @@ imported JAX, SciPy, matplotlib and the engine once before any JAX backend start
 (``svmattn.report.forked``; the same results bit for bit, 2-4 s of imports saved per experiment;
 SVMATTN_REPRODUCE_FORK=0 starts fresh interpreters instead). --jobs of them run at once (by default 2 on the CPU: on 2
 cores the E1-E9 run takes a quarter less time than one after another, with the same results bit for
-bit; 1 where a GPU or TPU is visible), started in registry order. Each dies with this process, even
+bit; 1 where a GPU or TPU is visible): the paper's first, each group the longest first (each
+experiment's ``cost_s``). Each dies with this process, even
 when it is killed (``workers.die_with_parent``). Writes OUT/report.md and OUT/report.html
 (``svmattn.report``: a summary of which claims hold, then per experiment its figures, its checks
 against the paper, wall time and command; software versions) and OUT/reproduce.json (``svmattn
@@ -48,7 +49,7 @@ flags.DEFINE_list("only", [], "Run only these experiments (ids like E2, keys lik
 flags.DEFINE_integer("seed", 0, "Seed passed to every experiment.")
 flags.DEFINE_bool("keep_runs", True, "Keep every experiment's per-run records (OUT/*/runs/, what replay compares "
                   "with); --nokeep_runs writes only the results, figures and report.")
-flags.DEFINE_integer("jobs", 0, "Experiments run at once, each its own process (started in registry order). "
+flags.DEFINE_integer("jobs", 0, "Experiments run at once, each its own process (the longest first). "
                      "0 (default): 2 where they run on the CPU, 1 where a GPU or TPU is visible (one process holds "
                      "a TPU, and each preallocates most of a GPU's memory). Each one's wall time then includes the "
                      "time it shared the machine; --jobs=1 runs them one after another.", lower_bound=0)
@@ -110,6 +111,13 @@ class Run:
   @property
   def title(self) -> str:
     return self.variant.title if self.variant else self.experiment.title
+
+  @property
+  def cost_s(self) -> float:
+    """Its expected wall (``registry.Experiment.cost_s``), by which run_all orders the starts."""
+    if self.variant is not None and self.variant.cost_s is not None:
+      return self.variant.cost_s
+    return self.experiment.cost_s
 
   def settings(self, quick: bool) -> dict:
     """The settings this run passes: the quick ones (with --quick), then the variant's."""
@@ -193,10 +201,13 @@ class Started:
 
 
 def run_all(chosen: list[Run], out: str, jobs: int) -> list[dict]:
-  """Run ``chosen`` with at most ``jobs`` processes at once, started in registry order; the records
-  come back in that order. An interrupt stops every running experiment (and each one dies with
-  this process even when it is killed: ``workers.die_with_parent``)."""
-  waiting, running, done = list(chosen), [], {}
+  """Run ``chosen`` with at most ``jobs`` processes at once: the paper's experiments before those
+  beyond it, each group the longest first (``Run.cost_s``; ties in registry order), so that the
+  runs that end last are short and no slot idles long beside one long run. The records come back in
+  registry order. An interrupt stops every running experiment (and each one dies with this process
+  even when it is killed: ``workers.die_with_parent``)."""
+  waiting = sorted(chosen, key=lambda r: (r.experiment.beyond, -r.cost_s))
+  running, done = [], {}
   try:
     while waiting or running:
       while waiting and len(running) < jobs:

@@ -187,6 +187,7 @@ SETTINGS = (common.base(runs=1000) + common.pipeline(batch_size=1000) + F.Settin
 
 EXPERIMENT = registry.Experiment(
     id="E9", name=NAME, title="Feasibility of Att-SVM vs d",
+    cost_s=9,
     claim="Att-SVM(alpha) is feasible for every selection alpha once d >= max(T-1, n); below that it can be "
           "infeasible.",
     settings=SETTINGS, quick={"runs": 200, "shapes": ["5:5", "10:5"], "d_max": 11},

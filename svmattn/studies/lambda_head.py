@@ -281,6 +281,7 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nu
 
 EXPERIMENT = registry.Experiment(
     id="E6", name=NAME, title="Lambda head: tokens selected vs lambda",
+    cost_s=6,
     claim="With the head v^T r - lambda ||r||^2, attention selects more tokens per sequence as lambda grows, "
           "and W^SVMeq describes GD better than W^mm or W^1token.",
     settings=SETTINGS, quick={"runs": 20, "lams": [0.0, 0.1, 0.2, 0.4, 0.75, 1.5]},

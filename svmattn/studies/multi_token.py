@@ -418,9 +418,10 @@ SETTINGS = (common.base(runs=500) + common.pipeline(batch_size=1000, hosts=False
 
 EXPERIMENT = registry.Experiment(
     id="E5", name=NAME, title="Multi-token selection with a ReLU head (Gen-SVM)",
+    cost_s=47,
     claim="With a ReLU head attention selects several tokens per sequence, and GD follows the Gen-SVM "
           "W^SVMeq = W^fin + C W^mm more closely than the single-token W^mm or W^1token.",
     settings=SETTINGS, quick={"runs": 20, "batch_size": 500},
     variants=(registry.Variant("authors", "Multi-token selection, the authors' numerics (g / (||g|| + eps), X^T s)",
-                               {"numerics": "authors"}),),
+                               {"numerics": "authors"}, cost_s=46),),
     key_numbers=key_numbers, figures=figures.draw, report=report, prepare=prepare)

@@ -206,6 +206,7 @@ SETTINGS = (common.base(runs=500) + common.pipeline(batch_size=1000) + common.nu
 
 EXPERIMENT = registry.Experiment(
     id="E4", name=NAME, title="Over-parameterization: global / local / not-local convergence",
+    cost_s=36,
     claim="The larger d, the more often GD converges globally (to the optimal tokens); not-local convergence "
           "vanishes once d >= max(T-1, n).",
     settings=SETTINGS, quick={"runs": 100, "n_values": [5], "d_max": 8},

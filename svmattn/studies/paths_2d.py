@@ -247,6 +247,7 @@ SETTINGS = (common.base(runs=16) + common.pipeline(batch_size=1000) + common.num
 
 EXPERIMENT = registry.Experiment(
     id="E1", name=NAME, title="2-D picture of global convergence",
+    cost_s=1,
     claim="From W(0)=0 (and Q(0)=0), normalized GD selects the optimal tokens and its direction converges to "
           "the Att-SVM: W to the Frobenius-norm W^mm, K Q^T to the nuclear-norm W^mm_*.",
     settings=SETTINGS,

@@ -40,6 +40,8 @@ NAME = "reg_path"
 OWN_NORM = {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items()}
 NORM_NAME = figures.NORM_NAME
 PATH_FIELDS = ("loss", "constraint", "kkt_cos", "grad_norm", "took_candidate", "candidate_gain")
+# the attention at the last radius, one compiled program (op by op it compiled eight small ones per shape)
+_attention = jax.jit(jax.vmap(model_lib.attention))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +90,7 @@ class Paths:
     res = regpath.regularization_path(self.config, padded, R, keys[pad],
                                       candidates=None if cand is None else cand[pad])
     W_last = np.asarray(res.W[:B, -1])
-    attention = jax.vmap(model_lib.attention)(jnp.asarray(W_last), jnp.asarray(data.X), jnp.asarray(data.Z))
+    attention = _attention(jnp.asarray(W_last), jnp.asarray(data.X), jnp.asarray(data.Z))
     arrays = {"W": res.W[:B], **{f: getattr(res, f)[:B] for f in PATH_FIELDS},
               "selected_at_rmax": metrics.selected_tokens(np.asarray(attention)),
               "R": np.broadcast_to(R, (B, len(R))).copy()}
@@ -315,6 +317,7 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=25) + common.nume
 
 EXPERIMENT = registry.Experiment(
     id="E7", name=NAME, title="Regularization paths RP-W and RP-KQ",
+    cost_s=35,
     claim="The regularization paths converge in direction to the Att-SVM as the radius R grows: W_R to the "
           "Frobenius W^mm, K_R Q_R^T to the nuclear W^mm_*.",
     settings=SETTINGS, quick={"runs": 20, "num_r": 16},

@@ -65,6 +65,7 @@ SETTINGS = local_convergence.SETTINGS + F.Settings((F.Int("runs", 100, "Number o
 
 EXPERIMENT = registry.Experiment(
     id="Q1", name="selection_at_init", title="Is the selected token decided at initialization?",
+    cost_s=2,
     claim="Does normalized GD end on the token that leads the attention at step 0, or does training change "
           "the selection (and how often does it end on the optimal token)?",
     beyond=True, settings=SETTINGS, quick={"runs": 30, "params": ["W"]}, one_cell=True, report=report,

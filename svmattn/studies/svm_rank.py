@@ -302,6 +302,7 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=50, hosts=False) 
 
 EXPERIMENT = registry.Experiment(
     id="E3", name=NAME, title="Rank of Frobenius vs nuclear SVM solutions",
+    cost_s=50,
     claim="The nuclear-norm Att-SVM (the (K,Q) limit) has lower rank than the Frobenius one (the W limit), "
           "whose rank is min(n, d).",
     settings=SETTINGS, quick={"runs": 10, "ds": [1, 2, 5, 10], "shapes": ["5:5", "10:5"]},
