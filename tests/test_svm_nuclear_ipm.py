@@ -53,6 +53,22 @@ def test_stacked_equals_alone_bit_for_bit():
   assert all(np.array_equal(r.W, s.W) for r, s in zip(again[::-1], batch))
 
 
+def test_shares_on_threads_equal_one_thread_bit_for_bit():
+  """att_svm_many splits the stacked nuclear solves into one share per thread (and solves the
+  Frobenius ones beside them): every result, in job order, is the one thread's, bit for bit."""
+  X, Z, alpha = _cases(4, 4, 6, 9, seed=6)
+  jobs = [(X[b], Z[b], alpha[b], norm) for b in range(len(X)) for norm in ("nuc", "fro")]
+  one = svm_lib.att_svm_many(jobs, threads=1)
+  done = []
+  for threads in (2, 3):
+    many = svm_lib.att_svm_many(jobs, threads=threads, progress=done.append)
+    assert len(done) == len(jobs) and [r.norm for r in many] == [job[3] for job in jobs]
+    for a, b in zip(one, many):
+      assert a.ok and b.ok and a.solver == b.solver
+      assert np.array_equal(a.W, b.W) and np.array_equal(a.dual, b.dual) and np.array_equal(a.support, b.support)
+    done.clear()
+
+
 def test_unfinished_solves_fall_back(monkeypatch):
   """A solve the interior point does not finish is nuc_auto's, and says so."""
   X, Z, alpha = _cases(3, 3, 4, 2, seed=1)

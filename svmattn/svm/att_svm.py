@@ -317,8 +317,9 @@ def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
                  progress: Callable[[int], None] | None = None) -> list[SVMResult]:
   """``att_svm(*job)`` for every job, in order, on ``threads`` threads (default THREADS)."""
   threads = THREADS if threads is None else threads
-  # The calling thread solves the NNLS jobs (~0.1 ms each) and the nuc_ipm ones (stacked by shape:
-  # _nuc_ipm_many), or every job with one thread; the pool runs the other conic ones meanwhile.
+  # The calling thread solves the NNLS jobs (~0.1 ms each) and a share of the nuc_ipm ones (stacked by
+  # shape: _nuc_ipm_many; the pool's threads take the other shares, whose stacks of NumPy linear
+  # algebra release the GIL), or every job with one thread; the pool runs the other conic ones meanwhile.
   solver = lambda job: (job[4] if len(job) > 4 else None) or default_solver(job[3] if len(job) > 3 else "fro")  # noqa: E731
   stacked = [i for i, job in enumerate(jobs) if solver(job) == "nuc_ipm"
              and norms_lib.parse_norm(job[3] if len(job) > 3 else "fro").kind == "nuc"]
@@ -326,18 +327,25 @@ def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
   for i in stacked:
     here[i] = None
   out = [None] * len(jobs)
+  shares = [stacked[k::max(threads, 1)] for k in range(max(threads, 1))] if len(stacked) >= 2 * threads else [stacked]
   with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
     futures = {pool.submit(att_svm, *job): i for i, job in enumerate(jobs) if here[i] is False}
-    if stacked:
-      for i, result in zip(stacked, _nuc_ipm_many([jobs[i] for i in stacked])):
+    others = [(share, pool.submit(_nuc_ipm_many, [jobs[i] for i in share])) for share in shares[1:] if share]
+
+    def take(share, results):
+      for i, result in zip(share, results):
         out[i] = result
         if progress is not None:
           progress(1)
+    if shares[0]:
+      take(shares[0], _nuc_ipm_many([jobs[i] for i in shares[0]]))
     for i, job in enumerate(jobs):
       if here[i] is True:
         out[i] = att_svm(*job)
         if progress is not None:
           progress(1)
+    for share, future in others:
+      take(share, future.result())
     for future in concurrent.futures.as_completed(futures):
       out[futures[future]] = future.result()
       if progress is not None:
