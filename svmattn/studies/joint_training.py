@@ -371,10 +371,10 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nu
 
 EXPERIMENT = registry.Experiment(
     id="E11", name=NAME, title="Joint training of head and attention (E2's sizes)",
-    cost_s=35,
+    cost_s=34,
     claim="Trained jointly, does the head go to v^mm, the max-margin classifier of the selected tokens, and the "
           "attention to the relaxed Att-SVM (Tarzanagh, Li, Zhang, Oymak 2023)?",
     beyond=True, settings=SETTINGS, quick={"runs": 20},
     variants=(registry.Variant("toy", "Joint training, the public code's setting (n=3, T=2, d=2, prompt attention)",
-                               {"setting": "toy"}, cost_s=12),),
+                               {"setting": "toy"}, cost_s=6),),
     key_numbers=key_numbers, figures=figures.draw, report=report, one_cell=True)

@@ -184,7 +184,7 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nu
 
 EXPERIMENT = registry.Experiment(
     id="E14", name=NAME, title="Multi-head attention (2 heads): per-head selections and SVMs",
-    cost_s=48,
+    cost_s=38,
     claim="With several heads (no theorem), which tokens does each head select, and does each approach the "
           "Att-SVM of its selection?",
     beyond=True, settings=SETTINGS, quick={"runs": 20},

@@ -282,10 +282,10 @@ SETTINGS = (common.base(runs=100, data=False, precision=False, saturation=False)
 
 EXPERIMENT = registry.Experiment(
     id="E12", name=NAME, title="Next-token prediction and its graph SVM (global setting)",
-    cost_s=34,
+    cost_s=13,
     claim="Does next-token attention converge in direction to the graph SVM of the token graphs' strongly "
           "connected components, plus a finite part (Li, Huang, Ildiz, Rawat, Oymak 2024)?",
     beyond=True, settings=SETTINGS, quick={"runs": 20},
     variants=(registry.Variant("local", "Next-token prediction, local setting (vocabulary readout, squared loss)",
-                               {"setting": "local"}, cost_s=17),),
+                               {"setting": "local"}, cost_s=14),),
     key_numbers=key_numbers, figures=figures.draw, report=report, one_cell=True)

@@ -262,7 +262,7 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nu
 
 EXPERIMENT = registry.Experiment(
     id="E10", name=NAME, title="Optimizer geometry: each optimizer against the Att-SVM of every norm",
-    cost_s=85,
+    cost_s=112,
     claim="Does each optimizer take attention to the Att-SVM of its own norm, as it takes linear classifiers to "
           "their max-margin solution (steepest descent, l_p mirror descent, Adam -> l_inf, Muon -> spectral)?",
     beyond=True, settings=SETTINGS, quick={"runs": 20, "steps": 1000},

@@ -535,7 +535,7 @@ SETTINGS = (common.base(runs=20, data=False, precision=False) + common.pipeline(
 
 EXPERIMENT = registry.Experiment(
     id="E16", name=NAME, title="Stochastic and adaptive optimizers, step sizes and rates",
-    cost_s=150,
+    cost_s=575,
     claim="Which max-margin solution does each optimizer reach, at which batch size and how fast: checked on a linear "
           "classifier, where the theorems are proven (GD -> l2, sign GD and Signum -> l_inf, spectral GD -> spectral), "
           "then asked of attention W and (K,Q) (mini-batch normalized SGD, per-sample Adam, the Polyak step, large "

@@ -441,7 +441,7 @@ SETTINGS = (common.base(runs=20, data=False, precision=False, saturation=False) 
 
 EXPERIMENT = registry.Experiment(
     id="E13", name=NAME, title="Real data: digits 0 vs 1 as patch-token sequences, across n",
-    cost_s=225,
+    cost_s=285,
     claim="On real images as patch tokens, does attention head for the Att-SVM at small n, and where does "
           "the Gen-SVM take over as n grows?",
     beyond=True, settings=SETTINGS, quick={"runs": 5, "n_values": [2, 8, 32, 128]},

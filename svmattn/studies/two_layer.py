@@ -125,7 +125,7 @@ SETTINGS = common.base(runs=100) + common.pipeline(batch_size=1000) + common.num
 
 EXPERIMENT = registry.Experiment(
     id="E15", name=NAME, title="Two-layer attention: per-layer selections and SVMs",
-    cost_s=64,
+    cost_s=87,
     claim="With two layers (no theorem), what does each layer select, and does it approach the Att-SVM of its "
           "selection?",
     beyond=True, settings=SETTINGS, quick={"runs": 20},
