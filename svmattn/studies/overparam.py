@@ -136,7 +136,8 @@ def checks(shares, n_values, ds, T) -> list:
     g = shares["global"][ni]
     ok = np.isfinite(g)
     if ok.sum() >= 2:
-      import scipy.stats   # here: the registry imports every study, and scipy.stats takes about 1 s (prepare)
+      import scipy.stats   # here: the registry imports every study, and scipy.stats takes about 1 s (prepare
+                           # starts the import on a thread beside training)
       rho = float(scipy.stats.spearmanr(ds[ok], g[ok])[0]) if np.ptp(g[ok]) > 0 else 0.0
       out.append({"name": f"Spearman correlation of global share with d, n={n}", "value": rho,
                   "expected": "> 0.5 (global share grows with d)", "ok": bool(rho > 0.5)})

@@ -372,8 +372,6 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
   if workers is None:
     workers = default_workers(steps > 0)
   pool = workers_lib.pool(workers) if workers > 0 and len(todo) > 1 else None
-  if pool is not None and not all(os.path.exists(os.path.join(work, u.tag + ".npz")) for u in todo):
-    workers_lib.start(pool, workers, study.analyze)    # their imports beside the first batch's data and training
   pending: dict[Unit, concurrent.futures.Future] = {}
   timings = {"data_s": 0.0, "train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
   # the work this run did (resumed units excluded): the floors of its stages (benchmark --suites=stages)
@@ -420,6 +418,8 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
         prefetched[later.tag] = prefetcher.submit(timed_load, study.cells[later.cell], later.runs)
   t_start = time.perf_counter()
   path = lambda u, name=None: os.path.join(work, u.tag + (f"_{name}" if name else "") + ".npz")  # noqa: E731
+  if pool is not None and not all(os.path.exists(path(u)) for u in todo):
+    workers_lib.start(pool, workers, study.analyze)    # their imports beside the first batch's data and training
   finished: dict[int, list] = {c: [] for c in range(len(study.cells))}   # analyzed units per cell, in order
   stopped: set[int] = set()
   started: set[str] = set()     # units the loop has reached

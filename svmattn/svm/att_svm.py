@@ -327,10 +327,11 @@ def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
   for i in stacked:
     here[i] = None
   out = [None] * len(jobs)
-  shares = [stacked[k::max(threads, 1)] for k in range(max(threads, 1))] if len(stacked) >= 2 * threads else [stacked]
+  ways = max(threads, 1) if len(stacked) >= 2 * threads else 1     # (each share then holds 2 or more)
+  shares = [stacked[k::ways] for k in range(ways)]
   with concurrent.futures.ThreadPoolExecutor(max(threads, 1)) as pool:
     futures = {pool.submit(att_svm, *job): i for i, job in enumerate(jobs) if here[i] is False}
-    others = [(share, pool.submit(_nuc_ipm_many, [jobs[i] for i in share])) for share in shares[1:] if share]
+    others = [(share, pool.submit(_nuc_ipm_many, [jobs[i] for i in share])) for share in shares[1:]]
 
     def take(share, results):
       for i, result in zip(share, results):
