@@ -84,6 +84,21 @@ def test_without_replacement_each_sequence_once_per_epoch(n, m):
   assert not np.array_equal(other, flat) or m == n == 1
 
 
+@pytest.mark.parametrize("n, m, sampling, first", [
+    (6, 4, "without", 5),            # batches that cross epochs, a window that starts mid-epoch
+    (6, 1, "without", 0),
+    pytest.param(5, 5, "without", 3, marks=pytest.mark.slow),
+    pytest.param(5, 2, "with", 9, marks=pytest.mark.slow),
+    pytest.param(5, 2, "cyclic", 4, marks=pytest.mark.slow)])
+def test_table_of_a_window_equals_the_steps_indices(n, m, sampling, first):
+  # the trainers draw the sequences of ``every`` steps at once (minibatch_table): the very indices
+  # minibatch_indices gives step by step, wherever the window starts
+  key, steps = jax.random.PRNGKey(7), 13
+  table = jax.jit(lambda f: train_lib.minibatch_table(key, f, steps, n, m, sampling))(jnp.int32(first))
+  assert np.asarray(table).shape == (steps, m)
+  assert np.array_equal(np.asarray(table), _stream(n, m, sampling, first + steps)[first:])
+
+
 def test_cyclic_order_wraps():
   got = _stream(5, 2, "cyclic", 6)
   assert np.array_equal(got, (2 * np.arange(6)[:, None] + np.arange(2)) % 5)

@@ -93,20 +93,18 @@ def _train_fn(loss_name: str, name: str, lr: float, schedule: str, n_snap: int, 
     state0 = opt.init(w0)
     n = X.shape[0]
 
-    def step(carry, _):
+    def step(carry, idx):
       w, state, t, prev, last = carry
-      if minibatch:
-        idx = loop_lib.minibatch_indices(key, t, n, minibatch, sampling)
-        Xb, yb = X[idx], y[idx]
-      else:
-        Xb, yb = X, y
+      Xb, yb = (X[idx], y[idx]) if minibatch else (X, y)
       f, g = jax.value_and_grad(loss_fn)(w, Xb, yb)
       last = jnp.where((t > 0) & (f > prev), t, last)
       upd, state = opt.update(g, state, w, **({"value": f} if value else {}))
       return (optax.apply_updates(w, upd), state, t + 1, f, last), None
 
     def block(carry, _):
-      carry, _ = jax.lax.scan(step, carry, None, length=every)
+      # the points of the next ``every`` steps, drawn at once (train.loop.minibatch_table)
+      table = loop_lib.minibatch_table(key, carry[2], every, n, minibatch, sampling) if minibatch else None
+      carry, _ = jax.lax.scan(step, carry, table, length=every)
       return carry, (carry[0], loss_fn(carry[0], X, y))
 
     zero = jnp.zeros((), X.dtype)

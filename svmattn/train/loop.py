@@ -162,6 +162,25 @@ def minibatch_indices(key: jax.Array, step, n: int, minibatch: int, sampling: st
   return jnp.where(pos // n == epoch, perm(epoch)[offset], perm(epoch + 1)[offset])
 
 
+def minibatch_table(key: jax.Array, first, steps: int, n: int, minibatch: int, sampling: str) -> jax.Array:
+  """(steps, minibatch) int: ``minibatch_indices(key, first + s, ...)`` for s < steps, the same
+  values, computed at once: "without" draws each permutation the steps span once (vmapped over the
+  epochs) instead of once per step. Pure, jittable (``first`` may be traced; the rest are static)."""
+  if not 1 <= minibatch <= n:
+    raise ValueError(f"minibatch_table: minibatch must be in [1, n={n}], got {minibatch}")
+  first = jnp.asarray(first)
+  t = first + jnp.arange(steps, dtype=first.dtype)
+  if sampling != "without":
+    return jax.vmap(lambda s: minibatch_indices(key, s, n, minibatch, sampling))(t)
+  key = jax.random.fold_in(key, SAMPLING_SALT)
+  pos = t[:, None] * minibatch + jnp.arange(minibatch, dtype=t.dtype)[None]   # (steps, minibatch) stream positions
+  e0 = (first * minibatch) // n                                            # epoch of the first position
+  count = (steps * minibatch + n - 2) // n + 1                             # the most epochs the positions span
+  epochs = e0 + jnp.arange(count, dtype=e0.dtype)
+  perms = jax.vmap(lambda e: jax.random.permutation(jax.random.fold_in(key, e), n))(epochs)   # (count, n)
+  return perms[pos // n - e0, pos % n]
+
+
 def take_sequences(data, idx: jax.Array):
   """The data set of the sequences ``idx`` (X, Y, Z rows; the head v is shared)."""
   take = lambda a: jnp.take(a, idx, axis=0)  # noqa: E731
@@ -260,15 +279,14 @@ class Trainer(NamedTuple):
 
     n = data.X.shape[0]
 
-    def inner_mb(carry, _):
-      st, t = carry
-      batch = take_sequences(data, minibatch_indices(key, t, n, mb, sampling))
-      return (self.step_one(st, batch), t + 1), None
+    def inner_mb(st, idx):
+      return self.step_one(st, take_sequences(data, idx)), None
 
     def outer_mb(carry, _):
-      carry, _ = jax.lax.scan(inner_mb, carry, None, length=every)
-      W, p, l, _, extra = self.observe(carry[0].params, data)
-      return carry, (W, p, l, extra)
+      st, t = carry      # the sequences of the next ``every`` steps, drawn at once (minibatch_table)
+      st, _ = jax.lax.scan(inner_mb, st, minibatch_table(key, t, every, n, mb, sampling))
+      W, p, l, _, extra = self.observe(st.params, data)
+      return (st, t + every), (W, p, l, extra)
 
     (state, _), out = jax.lax.scan(outer_mb, (state, step), None, length=snapshots)
     return state, out
