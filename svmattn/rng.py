@@ -263,6 +263,26 @@ def bits_host(keys, size: int) -> np.ndarray:
   return hi < np.uint32(1 << 31)
 
 
+def permutations_host(keys, n: int) -> np.ndarray:
+  """(B, n) int64 ``jax.random.permutation(key, n)`` of every key of ``keys`` (B, 2). JAX shuffles
+  0..n-1 by stable sorts on 32-bit random keys, ceil(3 ln n / ln(2^32 - 1)) rounds (one below
+  n = 1626), each round splitting the key and drawing the bits (hi ^ lo of the hash of positions
+  0..n-1) from the second half: integer arithmetic and a stable sort, computed here exactly so."""
+  check_partitionable()
+  keys = np.asarray(keys, np.uint32).reshape(-1, 2)
+  n = int(n)
+  out = np.broadcast_to(np.arange(n, dtype=np.int64), (len(keys), n)).copy()
+  rounds = int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))
+  count = np.arange(n, dtype=np.uint32)[None]
+  rows = np.arange(len(keys))[:, None]
+  for _ in range(rounds):
+    halves = split_host(keys, 2)
+    keys, sub = halves[:, 0], halves[:, 1]
+    a, b = threefry2x32(sub[:, :1], sub[:, 1:], np.zeros_like(count), count)
+    out = out[rows, np.argsort(a ^ b, axis=1, kind="stable")]
+  return out
+
+
 def randint_host(keys, size: int, minval: int, maxval: int) -> np.ndarray:
   """(B, size) int64 ``jax.random.randint(key, (size,), minval, maxval)`` of every key of ``keys``
   (B, 2), for a span maxval - minval of 1 to 2^32 - 1. JAX draws 64 random bits twice per value,

@@ -96,7 +96,14 @@ def test_table_of_a_window_equals_the_steps_indices(n, m, sampling, first):
   key, steps = jax.random.PRNGKey(7), 13
   table = jax.jit(lambda f: train_lib.minibatch_table(key, f, steps, n, m, sampling))(jnp.int32(first))
   assert np.asarray(table).shape == (steps, m)
-  assert np.array_equal(np.asarray(table), _stream(n, m, sampling, first + steps)[first:])
+  want = _stream(n, m, sampling, first + steps)[first:]
+  assert np.array_equal(np.asarray(table), want)
+  # and on the host (what the trainers pass their programs), for this key and another
+  other = jax.random.PRNGKey(8)
+  host = train_lib.minibatch_table_host(np.stack([np.asarray(key), np.asarray(other)]), first, steps, n, m, sampling)
+  assert host.shape == (2, steps, m)
+  assert np.array_equal(host[0], want)
+  assert np.array_equal(host[1], _stream(n, m, sampling, first + steps, key=other)[first:])
 
 
 def test_cyclic_order_wraps():

@@ -95,6 +95,17 @@ def test_randint_host_is_jax_randint(size, lo, hi):
   np.testing.assert_array_equal(got, ref)
 
 
+@pytest.mark.parametrize("n", [6, 1, pytest.param(20, marks=SLOW), pytest.param(1700, marks=SLOW)])   # 1700: two rounds
+def test_permutations_host_is_jax_permutation(n):
+  """rng.permutations_host equals jax.random.permutation(key, n) on every key: one sort round below
+  n = 1626, two at 1700."""
+  keys = rng.run_keys(9, RUNS)
+  ref = np.asarray(jax.vmap(lambda k: jax.random.permutation(k, n))(jnp.asarray(keys)))
+  got = rng.permutations_host(keys, n)
+  np.testing.assert_array_equal(got, ref)
+  assert all(sorted(p) == list(range(n)) for p in got)
+
+
 def test_randint_host_refuses_an_empty_span():
   with pytest.raises(ValueError, match="maxval - minval"):
     rng.randint_host(rng.run_keys(0, [1]), 2, 3, 3)

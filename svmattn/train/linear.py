@@ -84,14 +84,13 @@ def _optimizer(name: str, lr: float, schedule: str) -> optax.GradientTransformat
 
 @functools.lru_cache(maxsize=64)
 def _train_fn(loss_name: str, name: str, lr: float, schedule: str, n_snap: int, every: int,
-              minibatch: int = 0, sampling: str = "without"):
+              minibatch: int = 0):
   loss_fn = logistic_loss if loss_name == "logistic" else cross_entropy_loss
   opt = _optimizer(name, lr, schedule)
   value = optimizers.needs_value(name)
 
-  def one(w0, X, y, key):
+  def one(w0, X, y, table):
     state0 = opt.init(w0)
-    n = X.shape[0]
 
     def step(carry, idx):
       w, state, t, prev, last = carry
@@ -101,14 +100,12 @@ def _train_fn(loss_name: str, name: str, lr: float, schedule: str, n_snap: int, 
       upd, state = opt.update(g, state, w, **({"value": f} if value else {}))
       return (optax.apply_updates(w, upd), state, t + 1, f, last), None
 
-    def block(carry, _):
-      # the points of the next ``every`` steps, drawn at once (train.loop.minibatch_table)
-      table = loop_lib.minibatch_table(key, carry[2], every, n, minibatch, sampling) if minibatch else None
-      carry, _ = jax.lax.scan(step, carry, table, length=every)
+    def block(carry, rows):   # rows (every, minibatch): the points of the next ``every`` steps (None: all)
+      carry, _ = jax.lax.scan(step, carry, rows, length=every)
       return carry, (carry[0], loss_fn(carry[0], X, y))
 
     zero = jnp.zeros((), X.dtype)
-    carry, (ws, losses) = jax.lax.scan(block, (w0, state0, jnp.int32(0), zero, jnp.int32(0)), None, length=n_snap)
+    carry, (ws, losses) = jax.lax.scan(block, (w0, state0, jnp.int32(0), zero, jnp.int32(0)), table, length=n_snap)
     return ws, losses, carry[4]
 
   return jax.jit(jax.vmap(one))
@@ -123,11 +120,13 @@ def _run(loss_name, w0, X, y, optimizer, lr, steps, every, schedule, minibatch=0
     raise ValueError(f"minibatch must be in [0, n={n}], got {minibatch}")
   if minibatch and keys is None:
     raise ValueError("mini-batch training needs the runs' keys (train.loop.init_keys(seed, runs))")
-  if keys is None:
-    keys = jnp.zeros((X.shape[0], 2), jnp.uint32)   # unused in full batch
   n_snap = steps // every
-  fn = _train_fn(loss_name, optimizer, float(lr), schedule, n_snap, int(every), int(minibatch), sampling)
-  ws, losses, last = fn(w0, jnp.asarray(X, jnp.float64), y, keys)
+  table = None     # the points of every step, drawn on the host (train.loop.minibatch_table_host)
+  if minibatch:
+    table = loop_lib.minibatch_table_host(keys, 0, steps, n, minibatch, sampling).reshape(
+        X.shape[0], n_snap, every, minibatch)
+  fn = _train_fn(loss_name, optimizer, float(lr), schedule, n_snap, int(every), int(minibatch))
+  ws, losses, last = fn(w0, jnp.asarray(X, jnp.float64), y, table)
   return LinearRun(np.asarray(ws), every * np.arange(1, n_snap + 1), np.asarray(losses), np.asarray(last))
 
 

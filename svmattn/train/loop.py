@@ -181,6 +181,32 @@ def minibatch_table(key: jax.Array, first, steps: int, n: int, minibatch: int, s
   return perms[pos // n - e0, pos % n]
 
 
+def minibatch_table_host(keys, first: int, steps: int, n: int, minibatch: int, sampling: str) -> np.ndarray:
+  """(B, steps, minibatch) ``minibatch_table(key, first, steps, ...)`` of every run key of ``keys``
+  (B, 2), computed on the host (``rng``'s exact threefry, permutations and integers): the same
+  indices, with no random op in the training programs (whose compilation they lengthened by about
+  a second each). The smallest unsigned integer type that holds n - 1."""
+  if not 1 <= minibatch <= n:
+    raise ValueError(f"minibatch_table_host: minibatch must be in [1, n={n}], got {minibatch}")
+  if sampling not in SAMPLINGS:
+    raise ValueError(f"sampling must be one of {SAMPLINGS}, got {sampling!r}")
+  keys = np.asarray(keys, np.uint32).reshape(-1, 2)
+  B, dtype = len(keys), np.min_scalar_type(max(n - 1, 0))
+  t = int(first) + np.arange(steps, dtype=np.int64)
+  pos = t[:, None] * minibatch + np.arange(minibatch)[None]                # (steps, minibatch) stream positions
+  if sampling == "cyclic":
+    return np.broadcast_to(pos % n, (B, steps, minibatch)).astype(dtype)
+  salted = rng.fold_in_host(keys, SAMPLING_SALT)
+  if sampling == "with":
+    draw_keys = rng.fold_in_host(np.repeat(salted, steps, axis=0), np.tile(t.astype(np.uint32), B))
+    return rng.randint_host(draw_keys, minibatch, 0, n).reshape(B, steps, minibatch).astype(dtype)
+  e0 = (int(first) * minibatch) // n
+  count = (steps * minibatch + n - 2) // n + 1                             # the most epochs the positions span
+  epochs = np.arange(e0, e0 + count, dtype=np.int64).astype(np.uint32)
+  perms = rng.permutations_host(rng.fold_in_host(np.repeat(salted, count, axis=0), np.tile(epochs, B)), n)
+  return perms.reshape(B, count, n)[:, pos // n - e0, pos % n].astype(dtype)
+
+
 def take_sequences(data, idx: jax.Array):
   """The data set of the sequences ``idx`` (X, Y, Z rows; the head v is shared)."""
   take = lambda a: jnp.take(a, idx, axis=0)  # noqa: E731
@@ -259,12 +285,13 @@ class Trainer(NamedTuple):
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params, **extra)
     return State(optax.apply_updates(state.params, updates), opt_state)
 
-  def advance_one(self, state: State, data, every: int, snapshots: int, key=None, step=None):
+  def advance_one(self, state: State, data, every: int, snapshots: int, key=None, step=None, table=None):
     """``snapshots`` times: ``every`` steps, then a snapshot. One data set.
 
-    Mini-batch training (config.minibatch > 0) needs the run's ``key`` and the global ``step``
-    of the first step; step t then trains on ``minibatch_indices(key, t, ...)`` (snapshots on
-    the full data set)."""
+    Mini-batch training (config.minibatch > 0) needs either the indices of every step, ``table``
+    (snapshots, every, minibatch) (``minibatch_table_host``: what ``train`` passes), or the run's
+    ``key`` and the global ``step`` of the first step, from which step t's indices
+    ``minibatch_indices(key, t, ...)`` are drawn in the program (snapshots on the full data set)."""
     mb, sampling = self.config.minibatch, self.config.sampling
     if not mb:
       def inner(st, _):
@@ -282,13 +309,14 @@ class Trainer(NamedTuple):
     def inner_mb(st, idx):
       return self.step_one(st, take_sequences(data, idx)), None
 
-    def outer_mb(carry, _):
-      st, t = carry      # the sequences of the next ``every`` steps, drawn at once (minibatch_table)
-      st, _ = jax.lax.scan(inner_mb, st, minibatch_table(key, t, every, n, mb, sampling))
+    def outer_mb(carry, rows):
+      st, t = carry      # the sequences of the next ``every`` steps: given, or drawn at once (minibatch_table)
+      rows = minibatch_table(key, t, every, n, mb, sampling) if rows is None else rows
+      st, _ = jax.lax.scan(inner_mb, st, rows)
       W, p, l, _, extra = self.observe(st.params, data)
-      return (st, t + every), (W, p, l, extra)
+      return (st, None if t is None else t + every), (W, p, l, extra)
 
-    (state, _), out = jax.lax.scan(outer_mb, (state, step), None, length=snapshots)
+    (state, _), out = jax.lax.scan(outer_mb, (state, None if table is not None else step), table, length=snapshots)
     return state, out
 
 
@@ -469,13 +497,14 @@ def _advance_fn(trainer: Trainer, every: int, snapshots: int):
   if block_kernel.supports(trainer.config):      # the closed form with the data sets on the SIMD axis
     return _blocked(block_kernel.make_advance(trainer, every, snapshots), block, whole_block=True)
   if trainer.config.minibatch:                   # (also the run keys and each data set's global step)
-    return _blocked(lambda st, dt, key, step: trainer.advance_one(st, dt, every, snapshots, key, step), block)
+    return _blocked(lambda st, dt, table: trainer.advance_one(st, dt, every, snapshots, table=table), block)
   return _blocked(lambda st, dt: trainer.advance_one(st, dt, every, snapshots), block)
 
 
 def _chunk_fn(trainer: Trainer, every: int, snapshots: int, starts: bool = True):
-  """The one program of a training chunk: (first, state, data, keys[, step]) -> (state, the
-  observation of the starting state, the chunk's snapshots, the final attention).
+  """The one program of a training chunk: (first, state, data, keys[, table]) -> (state, the
+  observation of the starting state, the chunk's snapshots, the final attention); table (B,
+  snapshots, every, minibatch): the mini-batches' sequences (``minibatch_table_host``).
 
   first (a scalar): initialize the state from the keys (the state passed in only gives the
   shapes) instead of continuing it. Initializing, observing and advancing in one program
@@ -488,13 +517,13 @@ def _chunk_fn(trainer: Trainer, every: int, snapshots: int, starts: bool = True)
 
   init_inside = not host_init.supports(trainer.config)   # else train() draws the start before the chunks
 
-  def run(first, state, data, keys, *step):
+  def run(first, state, data, keys, *table):
     start = None
     if starts:
       if init_inside:
         state = jax.lax.cond(first, lambda: init(keys, data), lambda: state)
       start = observe(state.params, data)
-    state, out = advance(state, data, *((keys,) + step if trainer.config.minibatch else ()))
+    state, out = advance(state, data, *table)
     return state, start, out, observe(state.params, data)[3]
 
   return run
@@ -679,12 +708,15 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
       state = buckets.tree_pad(state, shapes)
   state_p = place(state, mesh)
   first_obs = jax.eval_shape(jax.vmap(trainer.observe), shapes.params, data)
-  if config.minibatch:    # the chunks also take each data set's global step
-    step_dtype = jax.dtypes.canonicalize_dtype(np.int64)
-    at = lambda step: place(np.full(keys.shape[0], step, step_dtype), mesh)  # noqa: E731
-    extra_args = lambda chunk: (at(first_step + sum(e * k for e, k in plan[:chunk])),)  # noqa: E731
-  else:
-    extra_args = lambda chunk: ()  # noqa: E731
+  def extra_args(chunk, call=None):
+    """The chunk's arguments after the keys: with mini-batches the sequences of its steps, drawn on
+    the host from the global step (call: a chunk shape (every, k) to compile, any steps)."""
+    if not config.minibatch:
+      return ()
+    every, k = call or (plan[chunk] if chunk < len(plan) else (1, 0))
+    table = minibatch_table_host(keys, first_step + sum(e * j for e, j in plan[:chunk]), every * k,
+                                 data.X.shape[1], config.minibatch, config.sampling)
+    return (place(table.reshape(len(table), k, every, config.minibatch), mesh),)
   runs = plan or [(1, 0)]           # no step to take: one chunk of no snapshot (initial state, attention)
   W0, p0, l0, _, extra0 = first_obs
   kq_names = sorted(extra0) if config.module is not None else []
@@ -704,7 +736,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   # A resumed run compiles each shape as the uninterrupted run does (XLA may round one computation
   # differently in programs that hold different parts), so resuming stays bit-identical.
   calls = {call: _compiled(trainer, "chunk", mesh, *call, call == runs[0]).compile_for(
-               _flag(True, mesh), state_p, data_p, keys_p, *extra_args(begin))
+               _flag(True, mesh), state_p, data_p, keys_p, *extra_args(begin, call))
            for call in set(runs[begin:])}
   compile_seconds = time.perf_counter() - t0
 
