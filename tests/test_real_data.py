@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -69,6 +71,20 @@ def test_export_runs_in_another_binary(run, tmp_path):
   proc = _run(tmp_path / "e2", f"--data={out}/export_n6.npz", "--steps=50", "--chunk_steps=50", "--params=W",
               "--block_size=2", "--noprogress", module="local_convergence")
   assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_subsets_and_selections_are_the_jax_draws():
+  # computed on the host (numerics version 13 drew them in a program per cell): the same integers
+  runs, seed = np.array([0, 3, 7]), 5
+
+  def keys(half, n):
+    return jax.vmap(lambda r: jax.random.fold_in(jax.random.split(jax.random.fold_in(
+        jax.random.PRNGKey(seed), r))[half], n))(jnp.asarray(runs, jnp.uint32))
+
+  perm = jax.vmap(lambda k: jax.random.permutation(k, 40))(keys(0, 6))
+  np.testing.assert_array_equal(real_data.subsets(seed, 6, runs, 40), np.asarray(perm)[:, :6])
+  tokens = jax.vmap(lambda k: jax.random.randint(k, (6,), 0, 9))(keys(1, 6))
+  np.testing.assert_array_equal(real_data.random_selections(seed, 6, runs, 9), np.asarray(tokens))
 
 
 def test_subsets_and_heads():

@@ -24,11 +24,8 @@ data set's default (``resolve``). The figures are ``svmattn.figures.real_data``.
 """
 from __future__ import annotations
 
-import functools
 import os
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from svmattn import registry
@@ -84,32 +81,23 @@ def pool(fl: dict):
   return X, Z, y, index, train, test
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _subsets(seed: int, n: int, pool_size: int, runs: jax.Array) -> jax.Array:
-  def one(r):
-    key = jax.random.fold_in(rng.split_run_key(rng.run_key(seed, r))[0], n)
-    return jax.random.permutation(key, pool_size)[:n]
-  return jax.vmap(one)(runs)
+def _cell_keys(seed: int, n: int, runs: np.ndarray, half: int) -> np.ndarray:
+  """(B, 2) fold_in(split_run_key(run_key(seed, r))[half], n) of every run r of ``runs``, on the host (``rng``)."""
+  return rng.fold_in_host(rng.split_host(rng.run_keys(seed, np.asarray(runs, np.uint32)))[:, half], n)
 
 
 def subsets(seed: int, n: int, runs: np.ndarray, pool_size: int) -> np.ndarray:
   """(B, n) positions in the training pool of the data sets ``runs`` of cell n: data set r of
-  cell n is the first n of a permutation drawn from fold_in(data key of run_key(seed, r), n)."""
-  return np.asarray(_subsets(int(seed), int(n), int(pool_size), jnp.asarray(np.asarray(runs, np.uint32)))).astype(np.int64)
-
-
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
-def _random_selections(seed: int, n: int, T: int, runs: jax.Array) -> jax.Array:
-  def one(r):
-    key = jax.random.fold_in(rng.split_run_key(rng.run_key(seed, r))[1], n)
-    return jax.random.randint(key, (n,), 0, T)
-  return jax.vmap(one)(runs)
+  cell n is the first n of ``jax.random.permutation`` drawn from fold_in(data key of run_key(seed, r),
+  n), computed on the host (``rng.permutations_host``: the same integers, no program per cell)."""
+  return rng.permutations_host(_cell_keys(seed, n, runs, 0), pool_size)[:, :n]
 
 
 def random_selections(seed: int, n: int, runs: np.ndarray, T: int) -> np.ndarray:
   """(B, n) a uniformly random token per sequence (from the init half of the run key): the
-  selection whose Att-SVM shows the counting transition n(T-1) = d^2."""
-  return np.asarray(_random_selections(int(seed), int(n), int(T), jnp.asarray(np.asarray(runs, np.uint32)))).astype(np.int64)
+  selection whose Att-SVM shows the counting transition n(T-1) = d^2. ``jax.random.randint``
+  computed on the host (``rng.randint_host``)."""
+  return rng.randint_host(_cell_keys(seed, n, runs, 1), n, 0, T)
 
 
 def pooled_tokens(X: np.ndarray) -> np.ndarray:
