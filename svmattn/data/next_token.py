@@ -60,24 +60,6 @@ class TokenSpec:
     return self
 
 
-def permutations_host(keys: np.ndarray, K: int) -> np.ndarray:
-  """(M, K) int64: ``jax.random.permutation(key, K)`` of every key of ``keys`` (M, 2), on the host.
-  JAX shuffles arange(K) by ceil(3 ln K / ln(2^32 - 1)) stable sorts (one below K = 1626), each
-  keyed by the 32 random bits (threefry2x32 of (0, i), its two words xored) of the second half of
-  the key's split, the first half going on to the next round: integer arithmetic and a stable
-  sort, JAX's values exactly (tests/test_next_token_exp.py)."""
-  keys = np.asarray(keys, np.uint32).reshape(-1, 2)
-  rounds = int(np.ceil(3 * np.log(max(1, K)) / np.log(np.iinfo(np.uint32).max)))
-  x = np.tile(np.arange(K, dtype=np.int64), (len(keys), 1))
-  count = np.arange(K, dtype=np.uint32)[None]
-  for _ in range(rounds):
-    halves = rng.split_host(keys, 2)
-    keys, sub = halves[:, 0], halves[:, 1]
-    a, b = rng.threefry2x32(sub[:, :1], sub[:, 1:], np.zeros_like(count), count)
-    x = np.take_along_axis(x, np.argsort(a ^ b, axis=1, kind="stable"), axis=1)
-  return x
-
-
 def _draw(spec: TokenSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
   """(E (B,K,d), tokens (B,n,T), labels (B,n)) of the attempt keys (B, 2), on the host: for each key
   (ke, kt, kl, kr) = split(key, 4); E the rows of normal(ke, (K, d)) scaled to unit norm (the exact-sum
@@ -90,7 +72,7 @@ def _draw(spec: TokenSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
   B, K, d, n, T = len(keys), spec.K, spec.d, spec.n, spec.T
   ke, kt, kl, kr = np.moveaxis(rng.split_host(keys, 4), 1, 0)
   E = data_lib.unit_rows_host(rng.normals(ke, K * d).reshape(B, K, d))
-  tokens = permutations_host(rng.split_host(kt, n).reshape(-1, 2), K)[:, :T].reshape(B, n, T)
+  tokens = rng.permutations_host(rng.split_host(kt, n).reshape(-1, 2), K)[:, :T].reshape(B, n, T)
   labels = rng.randint_host(kl, n, 0, K)
   present = np.any(tokens == labels[..., None], axis=2)
   pos = rng.randint_host(kr, n, 0, T)
