@@ -150,7 +150,11 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   def load(cell, runs):
     pos = train[subsets(fl["seed"], cell.label["n"], runs, len(train))]             # (B, n) rows of the pool
     X, Z, Y = X_all[pos], Z_all[pos], y_all[pos]
-    v = np.stack([fit_head(X[b], Y[b], fl.get("head", "fit")) for b in range(len(runs))])
+    import threadpoolctl
+    # One BLAS thread for the fits (d-dimensional, tiny): this load runs beside training, and there a
+    # second OpenBLAS thread only spins against it (on 2 busy cores the fits took 27 s, not 13 s)
+    with threadpoolctl.threadpool_limits(1):
+      v = np.stack([fit_head(X[b], Y[b], fl.get("head", "fit")) for b in range(len(runs))])
     alpha = random_selections(fl["seed"], cell.label["n"], runs, X.shape[2])
     return {"X": X, "Y": Y, "Z": Z, "v": v, "image": index[pos], "random_alpha": alpha, **held}
 
