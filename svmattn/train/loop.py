@@ -162,30 +162,12 @@ def minibatch_indices(key: jax.Array, step, n: int, minibatch: int, sampling: st
   return jnp.where(pos // n == epoch, perm(epoch)[offset], perm(epoch + 1)[offset])
 
 
-def minibatch_table(key: jax.Array, first, steps: int, n: int, minibatch: int, sampling: str) -> jax.Array:
-  """(steps, minibatch) int: ``minibatch_indices(key, first + s, ...)`` for s < steps, the same
-  values, computed at once: "without" draws each permutation the steps span once (vmapped over the
-  epochs) instead of once per step. Pure, jittable (``first`` may be traced; the rest are static)."""
-  if not 1 <= minibatch <= n:
-    raise ValueError(f"minibatch_table: minibatch must be in [1, n={n}], got {minibatch}")
-  first = jnp.asarray(first)
-  t = first + jnp.arange(steps, dtype=first.dtype)
-  if sampling != "without":
-    return jax.vmap(lambda s: minibatch_indices(key, s, n, minibatch, sampling))(t)
-  key = jax.random.fold_in(key, SAMPLING_SALT)
-  pos = t[:, None] * minibatch + jnp.arange(minibatch, dtype=t.dtype)[None]   # (steps, minibatch) stream positions
-  e0 = (first * minibatch) // n                                            # epoch of the first position
-  count = (steps * minibatch + n - 2) // n + 1                             # the most epochs the positions span
-  epochs = e0 + jnp.arange(count, dtype=e0.dtype)
-  perms = jax.vmap(lambda e: jax.random.permutation(jax.random.fold_in(key, e), n))(epochs)   # (count, n)
-  return perms[pos // n - e0, pos % n]
-
-
 def minibatch_table_host(keys, first: int, steps: int, n: int, minibatch: int, sampling: str) -> np.ndarray:
-  """(B, steps, minibatch) ``minibatch_table(key, first, steps, ...)`` of every run key of ``keys``
-  (B, 2), computed on the host (``rng``'s exact threefry, permutations and integers): the same
-  indices, with no random op in the training programs (whose compilation they lengthened by about
-  a second each). The smallest unsigned integer type that holds n - 1."""
+  """(B, steps, minibatch): ``minibatch_indices(key, first + s, ...)`` for s < steps, of every run
+  key of ``keys`` (B, 2), computed on the host (``rng``'s exact threefry, permutations and integers;
+  "without" draws each permutation the steps span once): the same indices, with no random op in the
+  training programs (a permutation per step lengthened their compilation by about a second each).
+  The smallest unsigned integer type that holds n - 1."""
   if not 1 <= minibatch <= n:
     raise ValueError(f"minibatch_table_host: minibatch must be in [1, n={n}], got {minibatch}")
   if sampling not in SAMPLINGS:
@@ -285,15 +267,12 @@ class Trainer(NamedTuple):
     updates, opt_state = self.optimizer.update(grads, state.opt_state, state.params, **extra)
     return State(optax.apply_updates(state.params, updates), opt_state)
 
-  def advance_one(self, state: State, data, every: int, snapshots: int, key=None, step=None, table=None):
+  def advance_one(self, state: State, data, every: int, snapshots: int, table=None):
     """``snapshots`` times: ``every`` steps, then a snapshot. One data set.
 
-    Mini-batch training (config.minibatch > 0) needs either the indices of every step, ``table``
-    (snapshots, every, minibatch) (``minibatch_table_host``: what ``train`` passes), or the run's
-    ``key`` and the global ``step`` of the first step, from which step t's indices
-    ``minibatch_indices(key, t, ...)`` are drawn in the program (snapshots on the full data set)."""
-    mb, sampling = self.config.minibatch, self.config.sampling
-    if not mb:
+    Mini-batch training (config.minibatch > 0) needs the sequences of every step, ``table``
+    (snapshots, every, minibatch) (``minibatch_table_host``); snapshots are on the full data set."""
+    if not self.config.minibatch:
       def inner(st, _):
         return self.step_one(st, data), None
 
@@ -304,20 +283,15 @@ class Trainer(NamedTuple):
 
       return jax.lax.scan(outer, state, None, length=snapshots)
 
-    n = data.X.shape[0]
-
     def inner_mb(st, idx):
       return self.step_one(st, take_sequences(data, idx)), None
 
-    def outer_mb(carry, rows):
-      st, t = carry      # the sequences of the next ``every`` steps: given, or drawn at once (minibatch_table)
-      rows = minibatch_table(key, t, every, n, mb, sampling) if rows is None else rows
+    def outer_mb(st, rows):     # rows (every, minibatch): the sequences of the next ``every`` steps
       st, _ = jax.lax.scan(inner_mb, st, rows)
       W, p, l, _, extra = self.observe(st.params, data)
-      return (st, None if t is None else t + every), (W, p, l, extra)
+      return st, (W, p, l, extra)
 
-    (state, _), out = jax.lax.scan(outer_mb, (state, None if table is not None else step), table, length=snapshots)
-    return state, out
+    return jax.lax.scan(outer_mb, state, table, length=snapshots)
 
 
 def _sown(tree) -> dict:
@@ -496,7 +470,7 @@ def _advance_fn(trainer: Trainer, every: int, snapshots: int):
   block = trainer.config.block_size
   if block_kernel.supports(trainer.config):      # the closed form with the data sets on the SIMD axis
     return _blocked(block_kernel.make_advance(trainer, every, snapshots), block, whole_block=True)
-  if trainer.config.minibatch:                   # (also the run keys and each data set's global step)
+  if trainer.config.minibatch:                   # (also the sequences of every step)
     return _blocked(lambda st, dt, table: trainer.advance_one(st, dt, every, snapshots, table=table), block)
   return _blocked(lambda st, dt: trainer.advance_one(st, dt, every, snapshots), block)
 
