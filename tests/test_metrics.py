@@ -225,3 +225,22 @@ def test_linear_token_scores_agree_with_the_head_and_do_not_depend_on_the_batch(
     assert np.array_equal(alone[0], gamma[b])
   g32 = metrics.linear_token_scores(v.astype(np.float32), X.astype(np.float32), Y.astype(np.float32))
   assert g32.dtype == np.float32
+
+
+def test_convergence_types_of_a_batch_equal_one_at_a_time():
+  """metrics.convergence_types gives every data set the type convergence_type gives it alone:
+  global, local, not-local (an infeasible SVM included), tie and the health labels."""
+  rng = np.random.default_rng(3)
+  B, n, T, d = 200, 3, 4, 3
+  Xb = rng.standard_normal((B, n, T, d))
+  Zb = rng.standard_normal((B, n, d))
+  gamma = rng.standard_normal((B, n, T))
+  gamma[::9, 1, :2] = 5.0                                    # ties
+  Xb[::7, 0] = Xb[::7, 0, :1]                                # infeasible selections
+  alpha = np.where(rng.random((B, n)) < 0.5, np.argmax(gamma, -1), rng.integers(0, T, (B, n)))
+  health = np.where(rng.random(B) < 0.1, "stalled", "ok")
+  results = svm_lib.att_svm_batch(Xb, Zb, alpha, "fro", threads=1)
+  got = metrics.convergence_types(gamma, alpha, results, health)
+  want = [metrics.convergence_type(gamma[b], alpha[b], results[b], health[b]) for b in range(B)]
+  assert got.tolist() == want
+  assert set(want) == {"global", "local", "not-local", "tie", "stalled"}

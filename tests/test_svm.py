@@ -245,3 +245,50 @@ def test_threaded_batch_equals_one_thread(norm):
   for a, b in zip(one, many):
     assert a.status == b.status
     np.testing.assert_array_equal(a.W, b.W)     # same bits, in the same order
+
+
+def _same_result(a, b):
+  """Every field of two SVMResults the same bits."""
+  import dataclasses
+  for f in dataclasses.fields(svm_lib.SVMResult):
+    x, y = getattr(a, f.name), getattr(b, f.name)
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+      assert x is not None and y is not None and x.dtype == y.dtype and x.shape == y.shape, f.name
+      assert x.tobytes() == y.tobytes(), f.name
+    else:
+      assert np.array([x]).tobytes() == np.array([y]).tobytes() if isinstance(x, float) else x == y, f.name
+
+
+@pytest.mark.parametrize("n, T, d, statuses", [(4, 5, 6, {"optimal", "infeasible"}), (5, 5, 2, {"optimal", "infeasible"}),
+                                                (3, 4, 1, {"infeasible"}), (2, 1, 3, {"optimal"})])
+def test_stacked_frobenius_solves_equal_one_at_a_time(n, T, d, statuses):
+  """att_svm_batch stacks Frobenius NNLS jobs of one shape (att_svm._fro_nnls_stack): every result,
+  optimal or infeasible, with zeros and tied tokens in the data, is the one att_svm gives alone."""
+  rng = np.random.default_rng(n * 100 + T * 10 + d)
+  B = 40
+  X = rng.standard_normal((B, n, T, d))
+  X[::3, 0, T - 1] = 0.0
+  X[::4, :, :, 0] = -0.0
+  X[::5, n - 1] = X[::5, n - 1, :1]          # all tokens of a sequence equal: infeasible
+  Z = rng.standard_normal((B, n, d))
+  Z[::6, 0] = 0.0
+  alpha = rng.integers(0, T, (B, n))
+  stacked = svm_lib.att_svm_batch(X, Z, alpha, "fro", threads=1)
+  alone = [svm_lib.att_svm(X[b], Z[b], alpha[b], "fro") for b in range(B)]
+  assert {r.status for r in alone} == statuses
+  for a, b in zip(alone, stacked):
+    _same_result(a, b)
+
+
+def test_stacked_frobenius_solves_keep_the_errors_and_mixed_shapes(cases):
+  X, Z, alpha = (np.array(a) for a in cases[0])
+  bad = X.copy()
+  bad[0, 1, 2] = np.nan
+  with pytest.raises(ValueError, match=r"X and Z must be finite"):
+    svm_lib.att_svm_batch(np.stack([X, bad]), np.stack([Z, Z]), np.stack([alpha, alpha]), threads=1)
+  with pytest.raises(ValueError, match=r"alpha must hold integer token indices"):
+    svm_lib.att_svm_many([(X, Z, alpha), (X, Z, alpha + 0.5)], threads=1)
+  other = svm_lib.att_svm(X[:2], Z[:2], alpha[:2])
+  mixed = svm_lib.att_svm_many([(X, Z, alpha), (X[:2], Z[:2], alpha[:2]), (X, Z, alpha, "fro", "nnls")], threads=1)
+  for a, b in zip([svm_lib.att_svm(X, Z, alpha), other, svm_lib.att_svm(X, Z, alpha)], mixed):
+    _same_result(a, b)

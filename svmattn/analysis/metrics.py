@@ -95,6 +95,23 @@ def convergence_type(gamma: np.ndarray, alpha_hat: np.ndarray, result: svm_lib.S
   return "local" if is_locally_optimal(gamma, alpha_hat, result) else "not-local"
 
 
+def convergence_types(gamma: np.ndarray, alpha_hat: np.ndarray, results, health) -> np.ndarray:
+  """``convergence_type`` of every data set of a batch: gamma (B,n,T), alpha_hat (B,n), results the
+  B Frobenius Att-SVM(alpha_hat) results, health (B,) labels -> (B,) types (the same comparisons,
+  batched)."""
+  gamma, alpha_hat = np.asarray(gamma, np.float64), np.asarray(alpha_hat)
+  B, n, T = gamma.shape
+  health = np.asarray(health).astype(str)
+  support = np.stack([r.support if r.ok else np.zeros((n, T), bool) for r in results]) if B else np.zeros((0, n, T), bool)
+  ok = np.array([r.ok for r in results], bool)
+  top = np.take_along_axis(gamma, alpha_hat[..., None].astype(np.int64), -1)          # (B, n, 1)
+  local = ok & np.all((gamma < top) | ~support, axis=(-2, -1))
+  types = np.where(np.all(alpha_hat == optimal_tokens(gamma), axis=-1), "global",
+                   np.where(local, "local", "not-local")).astype("<U11")
+  types = np.where(health != "ok", health, types)
+  return np.where(has_tie(gamma), "tie", types).astype("<U11")
+
+
 def type_fractions(types) -> dict[str, float]:
   """Share of each convergence type in a list of types."""
   types = list(types)

@@ -71,14 +71,10 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
   selected, W_final = tr["selected"], tr["W"][:, -1]
   B = len(X)
   labels = health.of_trajectory(tr, saturation)
-  types, corr = np.full(B, "", dtype="<U11"), np.full(B, np.nan)
-  status = np.full(B, "", dtype="<U10")
-  for b in range(B):
-    res = svm_lib.att_svm(X[b], Z[b], selected[b], "fro")
-    status[b] = res.status
-    types[b] = metrics.convergence_type(gamma[b], selected[b], res, labels[b])
-    if res.ok:
-      corr[b] = metrics.corr(W_final[b], res.W)
+  results = svm_lib.att_svm_batch(X, Z, selected, "fro")
+  status = np.array([res.status for res in results], dtype="<U10").reshape(B)
+  types = metrics.convergence_types(gamma, selected, results, labels)
+  corr = metrics.corr(W_final, svm_lib.stack(results, X.shape[-1])["W"])   # (NaN where not optimal)
   opt = metrics.optimal_tokens(gamma)
   return {"types": types, "corr": corr, "svm_status": status, "finite": tr["finite"], "health": labels,
           "stalled_step": tr["stalled_step"],

@@ -245,13 +245,14 @@ def default_solver(norm) -> str:
   return DEFAULT_SOLVER.get(kind, norms_lib.DEFAULT_SOLVER)
 
 
-def _result(status, W, dual, msg, A, keep, norm, solver, support_tol):
+def _result(status, W, dual, msg, A, keep, norm, solver, support_tol, kept_margins=None):
+  """The SVMResult of a solver's outcome; ``kept_margins``: A @ vec(W) where the caller has it."""
   n, T = keep.shape
   support = np.zeros((n, T), bool)
   if status != "optimal":
     return SVMResult(status, None, support, None, None, float("nan"), norm, solver, msg)
   margins = np.full((n, T), np.nan)
-  margins[keep] = A @ W.reshape(-1)
+  margins[keep] = A @ W.reshape(-1) if kept_margins is None else kept_margins
   support[keep] = margins[keep] - 1 <= support_tol
   full_dual = None
   if dual is not None:
@@ -340,8 +341,21 @@ def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
           progress(1)
     if shares[0]:
       take(shares[0], _nuc_ipm_many([jobs[i] for i in shares[0]]))
+    fro = {}                         # Frobenius NNLS jobs by shape: _fro_nnls_stack
     for i, job in enumerate(jobs):
-      if here[i] is True:
+      if here[i] is True and _fro_stackable(job):
+        fro.setdefault((np.shape(job[0]), np.shape(job[1]), np.shape(job[2])), []).append(i)
+    for group in fro.values():
+      n, T, d = np.shape(jobs[group[0]][0])
+      per = max(1, min(256, (1 << 25) // (8 * n * T * d * d)))   # (at most 32 MiB of constraint rows at once)
+      for at in range(0, len(group), per):
+        share = group[at:at + per]
+        for i, result in zip(share, _fro_nnls_stack([jobs[i] for i in share])):
+          out[i] = result
+          if progress is not None:
+            progress(1)
+    for i, job in enumerate(jobs):
+      if here[i] is True and out[i] is None:
         out[i] = att_svm(*job)
         if progress is not None:
           progress(1)
@@ -351,6 +365,54 @@ def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
       out[futures[future]] = future.result()
       if progress is not None:
         progress(1)
+  return out
+
+
+def _fro_stackable(job: tuple) -> bool:
+  """Is ``att_svm(*job)`` a Frobenius NNLS solve on every token with the default support tolerance
+  (what ``_fro_nnls_stack`` computes)?"""
+  return ((job[3] if len(job) > 3 else "fro") == "fro" and (job[4] if len(job) > 4 else None) in (None, "nnls")
+          and all(x is None for x in job[5:7]))
+
+
+def _fro_nnls_stack(jobs: Sequence[tuple]) -> list[SVMResult]:
+  """``att_svm(*job)`` for Frobenius NNLS jobs (``_fro_stackable``), each result the one ``att_svm``
+  gives the job alone, bit for bit. Jobs of one shape are checked and get their constraint rows at
+  once (element-wise operations: the same values as one job's), then one NNLS each; the margins of
+  a solution are computed once (``att_svm`` computed A w twice: to check it and for the result).
+  Anything not of one shape, or failing a check, goes through ``att_svm`` itself (its errors)."""
+  try:
+    X = np.stack([np.asarray(job[0], np.float64) for job in jobs])
+    Z = np.stack([np.asarray(job[1], np.float64) for job in jobs])
+    alpha = np.stack([np.asarray(job[2]) for job in jobs])
+  except ValueError:                   # shapes differ
+    return [att_svm(*job) for job in jobs]
+  if (X.ndim != 4 or Z.shape != (len(X),) + X.shape[1:2] + X.shape[3:] or alpha.shape != X.shape[:2]
+      or alpha.dtype.kind not in "iu" or np.any(alpha < 0) or np.any(alpha >= X.shape[2])
+      or not (np.all(np.isfinite(X)) and np.all(np.isfinite(Z)))):
+    return [att_svm(*job) for job in jobs]
+  B, n, T, d = X.shape
+  alpha = alpha.astype(np.int64)
+  sets, seqs = np.arange(B)[:, None], np.arange(n)[None, :]
+  diff = X[sets, seqs, alpha][:, :, None, :] - X                          # (B, n, T, d), as margin_matrix
+  keep = np.ones((B, n, T), bool)
+  keep[sets, seqs, alpha] = False
+  rows = np.einsum("bntd,bne->bntde", diff, Z)                             # (B, n, T, d, d)
+  tol = SUPPORT_TOL["nnls"]
+  out = []
+  for b in range(B):
+    A = rows[b][keep[b]].reshape(-1, d * d)
+    try:
+      status, w, dual, msg = least_distance(A)
+      margins = None
+      if status == "optimal":                                             # _checked
+        margins = A @ w
+        if A.shape[0] and np.min(margins) < 1 - 1e-6:
+          status, w, dual, msg = "failed", None, None, f"nnls: constraints violated by {1 - np.min(margins):.2e}"
+      out.append(_result(status, None if w is None else w.reshape(d, d), dual, msg, A, keep[b], "fro", "nnls", tol,
+                         margins))
+    except (np.linalg.LinAlgError, ArithmeticError) as e:
+      out.append(_result("failed", None, None, f"nnls: {type(e).__name__}: {e}", A, keep[b], "fro", "nnls", tol))
   return out
 
 
