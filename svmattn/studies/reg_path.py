@@ -40,6 +40,9 @@ NAME = "reg_path"
 OWN_NORM = {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items()}
 NORM_NAME = figures.NORM_NAME
 PATH_FIELDS = ("loss", "constraint", "kkt_cos", "grad_norm", "took_candidate", "candidate_gain")
+# data sets per compiled path solve (``Paths``): E7's default batch was 25, so a default run keeps its
+# results bit for bit (the default batch is now 50, two blocks: measured faster on 2 cores)
+BLOCK = 25
 # the attention at the last radius, one compiled program (op by op it compiled eight small ones per shape)
 _attention = jax.jit(jax.vmap(model_lib.attention))
 
@@ -60,9 +63,12 @@ class Paths:
   A path is one compiled solve over the whole grid (warm-started from radius to radius),
   so there is nothing to save part-way: ``checkpoints`` is not used, and a batch interrupted
   in a path solves that path again on --resume (its other finished paths are kept).
-  A batch of one data set is solved as two copies of it: XLA compiles a vmapped batch of
-  one differently (about 1e-14 apart for (K,Q)), and this way a data set's path is the same
-  whatever the batch it is in."""
+  Every batch is solved in blocks of ``BLOCK`` data sets, the last one filled up with copies of
+  the batch's first data set: XLA compiles a vmapped batch differently for different sizes (a batch
+  of one about 1e-14 apart for (K,Q); batches of 25 and 50 apart on every data set, some (K,Q)
+  paths then ending on another branch), while within one size a data set's path does not depend
+  on its position. So a data set's path is the same whatever the batch it is in, and one program
+  is compiled per path configuration."""
   name: str
   config: regpath.PathConfig
   R: tuple
@@ -85,13 +91,16 @@ class Paths:
       cand = np.array(batch[f"svm_{OWN_NORM[self.config.param]}"], np.float64)
       unsolved = ~np.all(np.isfinite(cand.reshape(B, -1)), axis=1)
       cand[unsolved] = np.eye(d)  # a harmless start where the SVM is not solved (corr is NaN there)
-    pad = np.zeros(2, np.int64) if B == 1 else np.arange(B)
-    padded = data_lib.take(data, pad)
-    res = regpath.regularization_path(self.config, padded, R, keys[pad],
-                                      candidates=None if cand is None else cand[pad])
-    W_last = np.asarray(res.W[:B, -1])
+    blocks = []
+    for lo in range(0, B, BLOCK):
+      at = np.arange(lo, lo + BLOCK)
+      at[at >= B] = 0                      # (the last block filled up with the first data set)
+      blocks.append(regpath.regularization_path(self.config, data_lib.take(data, at), R, keys[at],
+                                                candidates=None if cand is None else cand[at]))
+    res = {f: np.concatenate([getattr(r, f) for r in blocks])[:B] for f in ("W",) + PATH_FIELDS}
+    W_last = np.asarray(res["W"][:, -1])
     attention = _attention(jnp.asarray(W_last), jnp.asarray(data.X), jnp.asarray(data.Z))
-    arrays = {"W": res.W[:B], **{f: getattr(res, f)[:B] for f in PATH_FIELDS},
+    arrays = {**res,
               "selected_at_rmax": metrics.selected_tokens(np.asarray(attention)),
               "R": np.broadcast_to(R, (B, len(R))).copy()}
     if progress is not None:
@@ -135,7 +144,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     return {**batch._asdict(), "gamma": gamma, **svms(batch.X, batch.Z, metrics.optimal_tokens(gamma))}
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load, lambda cell: stage, analyze,
-                        fl.get("batch_size", 25), fl["seed"], identity if identity is not None else fl)
+                        fl.get("batch_size", 50), fl["seed"], identity if identity is not None else fl)
 
 
 def svms(X, Z, opt) -> dict:
@@ -297,7 +306,7 @@ def _grid_rule(v):
   return None
 
 
-SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=25) + common.numerics() + F.Settings((
+SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=50) + common.numerics() + F.Settings((
     F.Int("n", 6, "Sequences per data set.", lower=1),
     F.Int("T", 8, "Tokens per sequence.", lower=2),
     F.Int("d", 10, "Embedding dimension (d >= max(T-1, n): the SVM of opt is feasible).", lower=1),
