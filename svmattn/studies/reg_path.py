@@ -91,17 +91,17 @@ class Paths:
       cand = np.array(batch[f"svm_{OWN_NORM[self.config.param]}"], np.float64)
       unsolved = ~np.all(np.isfinite(cand.reshape(B, -1)), axis=1)
       cand[unsolved] = np.eye(d)  # a harmless start where the SVM is not solved (corr is NaN there)
-    blocks = []
+    blocks, attention = [], []
     for lo in range(0, B, BLOCK):
       at = np.arange(lo, lo + BLOCK)
       at[at >= B] = 0                      # (the last block filled up with the first data set)
-      blocks.append(regpath.regularization_path(self.config, data_lib.take(data, at), R, keys[at],
+      block = data_lib.take(data, at)
+      blocks.append(regpath.regularization_path(self.config, block, R, keys[at],
                                                 candidates=None if cand is None else cand[at]))
+      attention.append(_attention(jnp.asarray(blocks[-1].W[:, -1]), jnp.asarray(block.X), jnp.asarray(block.Z)))
     res = {f: np.concatenate([getattr(r, f) for r in blocks])[:B] for f in ("W",) + PATH_FIELDS}
-    W_last = np.asarray(res["W"][:, -1])
-    attention = _attention(jnp.asarray(W_last), jnp.asarray(data.X), jnp.asarray(data.Z))
     arrays = {**res,
-              "selected_at_rmax": metrics.selected_tokens(np.asarray(attention)),
+              "selected_at_rmax": metrics.selected_tokens(np.concatenate([np.asarray(a) for a in attention])[:B]),
               "R": np.broadcast_to(R, (B, len(R))).copy()}
     if progress is not None:
       progress(self.steps)
