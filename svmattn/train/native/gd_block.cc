@@ -300,12 +300,11 @@ class Group {
     q_.resize(s.n * s.d);
     e_.resize(s.n * s.T);
     seq_.resize(6 * s.n > 3 * s.n + s.T ? 6 * s.n : 3 * s.n + s.T);
-    if (pooled_) {                                                        // (per sequence)
-      h_.resize(s.n * s.T * s.d);
+    if (pooled_) {
+      h_.resize(s.T * s.d);
       if (relu_) V_.resize(s.d * s.d);
-      u_.resize(s.n * s.d);
-      r_.resize(s.n * s.d);
-      g_.resize(s.n * s.T);
+      u_.resize(s.d);
+      r_.resize(s.d);
     }
     R_.resize(s.n * s.d);
     if (kq) {
@@ -428,56 +427,44 @@ class Group {
   //   p = V^T r_i, f_i = sum_j max(p_j, 0), a_i = Y_i l'(Y_i f_i) / n,
   //   u = V (a_i [p > 0]), g_t = (x_t - x_ref)^T u, dL/dlogit_t = s_t (g_t - sum_u s_u g_u).
   // With the lambda head h(r) = v^T r - lam r^T r: f_i = v^T r_i - lam r_i^T r_i and u = a_i (v - 2 lam r_i).
-  // V_ holds the ReLU head (d x d), v_ the lambda head's v.
-  // Every stage runs over all n sequences, as in the linear head's step: a sequence's stages depend
-  // on each other (the prediction, then l', then u, then g), the sequences' do not, so the
-  // sequences' chains overlap in the core. Each data set's operations and their order are those of
-  // one sequence after another: the same values, bit for bit.
-  // The pooled head's predictions f (n) after exp_logits() and the reciprocals of the sums
-  // (seq_[n + i]): s into e_, each sequence's largest entry into seq_[2n + i], the pooled tokens into
-  // r (n,d), the tokens' x_t - x_ref into h_ (n,T,d); with the ReLU head p_i = V^T r_i into p (n,d)
-  // and f_i = sum_j max(p_ij, 0), with the lambda head f_i = v^T r_i - lam r_i^T r_i (p unused).
-  void pooled_predictions(vd* f, vd* r, vd* p) {
+  // V_ holds the ReLU head (d x d), v_ the lambda head's v, h_ the tokens' x_t - x_ref of one
+  // sequence (T x d) as scratch.
+  // A pooled head's prediction for sequence i after exp_logits() and the reciprocals of the sums
+  // (seq_[n + i]): s_i into e_, its largest entry into seq_[2n + i], the pooled token into r (d),
+  // the tokens' x_t - x_ref into h_ (T x d); with the ReLU head p = V^T r into p (d) and
+  // f_i = sum_j max(p_j, 0), with the lambda head f_i = v^T r - lam r^T r (p unused).
+  vd pooled_prediction(int64_t i, vd* r, vd* p) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* sum = &seq_[n];
     vd* best = &seq_[2 * n];
+    const vd* Xi = &X_[i * T * d];
     vd* x_ref = r_.data();
     vd* D = h_.data();
-    for (int64_t t = 0; t < T; ++t)                                       // s, and x at the first argmax
-      for (int64_t i = 0; i < n; ++i) {
-        vd st = e_[i * T + t] * sum[i];
-        e_[i * T + t] = st;
-        vl better = st > best[i];
-        best[i] = better ? st : best[i];
-        const vd* x = &X_[(i * T + t) * d];
-        vd* xr = &x_ref[i * d];
-        for (int64_t k = 0; k < d; ++k) xr[k] = better ? x[k] : (t ? xr[k] : splat(0.0));
-      }
+    for (int64_t t = 0; t < T; ++t) {                                     // s, and x at the first argmax
+      vd st = e_[i * T + t] * sum[i];
+      e_[i * T + t] = st;
+      vl better = st > best[i];
+      best[i] = better ? st : best[i];
+      for (int64_t k = 0; k < d; ++k) x_ref[k] = better ? Xi[t * d + k] : (t ? x_ref[k] : splat(0.0));
+    }
     if (authors_) {                                                       // r = X_i^T s as written
-      for (int64_t i = 0; i < n; ++i) matvec(&r[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
+      matvec(r, Xi, 1, d, &e_[i * T], 1, d, T);
     } else {
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t k = 0; k < d; ++k) D[(i * T + t) * d + k] = X_[(i * T + t) * d + k] - x_ref[i * d + k];
-      for (int64_t i = 0; i < n; ++i)                                     // sum_t s_t (x_t - x_ref)
-        matvec(&r[i * d], &D[i * T * d], 1, d, &e_[i * T], 1, d, T);
-      for (int64_t i = 0; i < n * d; ++i) r[i] = x_ref[i] + r[i];
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t k = 0; k < d; ++k) D[t * d + k] = Xi[t * d + k] - x_ref[k];
+      matvec(r, D, 1, d, &e_[i * T], 1, d, T);                            // sum_t s_t (x_t - x_ref)
+      for (int64_t k = 0; k < d; ++k) r[k] = x_ref[k] + r[k];
     }
     if (!relu_) {                                                         // lambda: v^T r - lam r^T r
-      vd* vr = &seq_[3 * n];
-      vd* rr = &seq_[4 * n];
-      for (int64_t i = 0; i < n; ++i) vr[i] = splat(0.0), rr[i] = splat(0.0);
-      for (int64_t k = 0; k < d; ++k)
-        for (int64_t i = 0; i < n; ++i) vr[i] = fmadd(v_[k], r[i * d + k], vr[i]);
-      for (int64_t k = 0; k < d; ++k)
-        for (int64_t i = 0; i < n; ++i) rr[i] = fmadd(r[i * d + k], r[i * d + k], rr[i]);
-      for (int64_t i = 0; i < n; ++i) f[i] = vr[i] - splat(lam_) * rr[i];
-      return;
+      vd vr = splat(0.0), rr = splat(0.0);
+      for (int64_t k = 0; k < d; ++k) vr = fmadd(v_[k], r[k], vr);
+      for (int64_t k = 0; k < d; ++k) rr = fmadd(r[k], r[k], rr);
+      return vr - splat(lam_) * rr;
     }
-    for (int64_t i = 0; i < n; ++i) matvec(&p[i * d], V_.data(), 1, d, &r[i * d], 1, d, d);   // p = V^T r
-    for (int64_t i = 0; i < n; ++i) f[i] = splat(0.0);
-    for (int64_t j = 0; j < d; ++j)
-      for (int64_t i = 0; i < n; ++i) f[i] += vmax(p[i * d + j], splat(0.0));
+    matvec(p, V_.data(), 1, d, r, 1, d, d);                               // p = V^T r
+    vd f = splat(0.0);
+    for (int64_t j = 0; j < d; ++j) f += vmax(p[j], splat(0.0));
+    return f;
   }
 
   void gradient_pooled(int64_t loss) {
@@ -485,30 +472,26 @@ class Group {
     const double inv_n = 1.0 / static_cast<double>(n);
     vd* sum = &seq_[n];
     vd* best = &seq_[2 * n];
-    vd* a = &seq_[5 * n];
-    vd* r = q_.data();                                                    // (q_ is no longer needed)
-    vd* p = u_.data();
-    vd* D = h_.data();
     exp_logits();
     for (int64_t i = 0; i < n; ++i) sum[i] = 1.0 / sum[i], best[i] = splat(-INFINITY);
-    pooled_predictions(a, r, p);
-    for (int64_t i = 0; i < n; ++i) a[i] = Y_[i] * loss_derivative(loss, Y_[i] * a[i]) * inv_n;
-    if (relu_) {
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < d; ++j) p[i * d + j] = p[i * d + j] > 0 ? a[i] : splat(0.0);   // a [p > 0]
-      for (int64_t i = 0; i < n; ++i) matvec(&r[i * d], V_.data(), d, 1, &p[i * d], 1, d, d);  // u = V (a [p > 0])
-    } else {                                                              // lambda: u = a (v - 2 lam r)
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t k = 0; k < d; ++k) r[i * d + k] = a[i] * fmadd(splat(-2.0 * lam_), r[i * d + k], v_[k]);
+    for (int64_t i = 0; i < n; ++i) {
+      vd* D = h_.data();
+      vd* r = &q_[i * d];                                                 // (q_i is no longer needed)
+      vd* p = u_.data();
+      vd f = pooled_prediction(i, r, p);
+      vd a = Y_[i] * loss_derivative(loss, Y_[i] * f) * inv_n;
+      if (relu_) {
+        for (int64_t j = 0; j < d; ++j) p[j] = p[j] > 0 ? a : splat(0.0); // a [p > 0]
+        matvec(r, V_.data(), d, 1, p, 1, d, d);                           // u = V (a [p > 0])
+      } else {                                                            // lambda: u = a (v - 2 lam r)
+        for (int64_t k = 0; k < d; ++k) r[k] = a * fmadd(splat(-2.0 * lam_), r[k], v_[k]);
+      }
+      vd* g = &seq_[3 * n];                                               // (T scratch entries after 3n)
+      matvec(g, authors_ ? &X_[i * T * d] : D, d, 1, r, 1, T, d);         // g_t = (x_t - x_ref)^T u (x_t^T u)
+      vd sg = splat(0.0);
+      for (int64_t t = 0; t < T; ++t) sg = fmadd(e_[i * T + t], g[t], sg);
+      for (int64_t t = 0; t < T; ++t) e_[i * T + t] = e_[i * T + t] * (g[t] - sg);   // dL/dlogits
     }
-    vd* g = g_.data();
-    for (int64_t i = 0; i < n; ++i)                                       // g_t = (x_t - x_ref)^T u (x_t^T u)
-      matvec(&g[i * T], authors_ ? &X_[i * T * d] : &D[i * T * d], d, 1, &r[i * d], 1, T, d);
-    vd* sg = &seq_[3 * n];
-    for (int64_t i = 0; i < n; ++i) sg[i] = splat(0.0);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < n; ++i) sg[i] = fmadd(e_[i * T + t], g[i * T + t], sg[i]);
-    for (int64_t i = 0; i < n * T; ++i) e_[i] = e_[i] * (g[i] - sg[i / T]);   // dL/dlogits
     for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
       matvec(&R_[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
     matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
@@ -528,7 +511,7 @@ class Group {
     if (pooled_) {
       exp_logits();
       for (int64_t i = 0; i < n; ++i) seq_[n + i] = 1.0 / seq_[n + i], seq_[2 * n + i] = splat(-INFINITY);
-      pooled_predictions(f, q_.data(), u_.data());
+      for (int64_t i = 0; i < n; ++i) f[i] = pooled_prediction(i, &q_[i * d], u_.data());
     } else {
       forward_linear(f);
     }
@@ -585,7 +568,7 @@ class Group {
     for (int64_t i = 0; i < size; ++i) p[i] = fmadd(splat(-o.lr), g[i], p[i]);
   }
 
-  std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, g_, K_, Q_, gK_, gQ_, P_, RK_;
+  std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, K_, Q_, gK_, gQ_, P_, RK_;
 
  private:
   Sizes s_;
