@@ -292,3 +292,10 @@ def test_stacked_frobenius_solves_keep_the_errors_and_mixed_shapes(cases):
   mixed = svm_lib.att_svm_many([(X, Z, alpha), (X[:2], Z[:2], alpha[:2]), (X, Z, alpha, "fro", "nnls")], threads=1)
   for a, b in zip([svm_lib.att_svm(X, Z, alpha), other, svm_lib.att_svm(X, Z, alpha)], mixed):
     _same_result(a, b)
+
+
+def test_a_batch_with_a_bad_job_gives_att_svms_error(cases):
+  """A job of the wrong shape in att_svm_many is att_svm's error, not one of the stacking."""
+  X, Z, alpha = (np.array(a) for a in cases[0])
+  with pytest.raises(ValueError, match=r"X must have shape \(n, T, d\)"):
+    svm_lib.att_svm_many([(X, Z, alpha), (X[0], Z, alpha)], threads=1)

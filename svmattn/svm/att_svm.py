@@ -343,11 +343,11 @@ def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
       take(shares[0], _nuc_ipm_many([jobs[i] for i in shares[0]]))
     fro = {}                         # Frobenius NNLS jobs by shape: _fro_nnls_stack
     for i, job in enumerate(jobs):
-      if here[i] is True and _fro_stackable(job):
+      if here[i] is True and _fro_stackable(job) and np.ndim(job[0]) == 3:
         fro.setdefault((np.shape(job[0]), np.shape(job[1]), np.shape(job[2])), []).append(i)
     for group in fro.values():
       n, T, d = np.shape(jobs[group[0]][0])
-      per = max(1, min(256, (1 << 25) // (8 * n * T * d * d)))   # (at most 32 MiB of constraint rows at once)
+      per = max(1, min(256, (1 << 25) // max(1, 8 * n * T * d * d)))   # (at most 32 MiB of constraint rows at once)
       for at in range(0, len(group), per):
         share = group[at:at + per]
         for i, result in zip(share, _fro_nnls_stack([jobs[i] for i in share])):
