@@ -97,8 +97,9 @@ def convergence_type(gamma: np.ndarray, alpha_hat: np.ndarray, result: svm_lib.S
 
 def convergence_types(gamma: np.ndarray, alpha_hat: np.ndarray, results, health) -> np.ndarray:
   """``convergence_type`` of every data set of a batch: gamma (B,n,T), alpha_hat (B,n), results the
-  B Frobenius Att-SVM(alpha_hat) results, health (B,) labels -> (B,) types (the same comparisons,
-  batched)."""
+  B Frobenius Att-SVM(alpha_hat) results, health (B,) labels -> (B,) types. A tie comes first (a
+  property of the data: no training can give a converged type), then an unhealthy run's label,
+  then global, local (``is_locally_optimal``, batched) or not-local."""
   gamma, alpha_hat = np.asarray(gamma, np.float64), np.asarray(alpha_hat)
   B, n, T = gamma.shape
   health = np.asarray(health).astype(str)

@@ -684,13 +684,18 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   first_obs = jax.eval_shape(jax.vmap(trainer.observe), shapes.params, data)
   def extra_args(chunk, call=None):
     """The chunk's arguments after the keys: with mini-batches the sequences of its steps, drawn on
-    the host from the global step (call: a chunk shape (every, k) to compile, any steps)."""
+    the host from the global step; for compiling a chunk shape ``call`` (every, k), an array of
+    the table's shape and type (compiling reads no values, so nothing is drawn for it)."""
     if not config.minibatch:
       return ()
+    n, mb = data.X.shape[1], config.minibatch
     every, k = call or (plan[chunk] if chunk < len(plan) else (1, 0))
-    table = minibatch_table_host(keys, first_step + sum(e * j for e, j in plan[:chunk]), every * k,
-                                 data.X.shape[1], config.minibatch, config.sampling)
-    return (place(table.reshape(len(table), k, every, config.minibatch), mesh),)
+    if call is not None:
+      table = np.zeros((len(keys), every * k, mb), np.min_scalar_type(max(n - 1, 0)))
+    else:
+      table = minibatch_table_host(keys, first_step + sum(e * j for e, j in plan[:chunk]), every * k, n, mb,
+                                   config.sampling)
+    return (place(table.reshape(len(table), k, every, mb), mesh),)
   runs = plan or [(1, 0)]           # no step to take: one chunk of no snapshot (initial state, attention)
   W0, p0, l0, _, extra0 = first_obs
   kq_names = sorted(extra0) if config.module is not None else []
