@@ -109,7 +109,9 @@ def compare(result: dict, ref: dict) -> dict:
 def every_step(study: pipeline.Study, c: int, data: dict, stage: stages.Train, start=None):
   """The trajectory of a training stage at every step (a ``train.loop.Trajectory``), from
   step 0 or from ``start`` = (step, State)."""
-  config = train_lib.TrainConfig(**{**stage.config.__dict__, "snapshot_every": 1})
+  # every step observed, on the run's own chunks (the native kernel's steps depend on where a call begins)
+  config = train_lib.TrainConfig(**{**stage.config.__dict__, "snapshot_every": 1,
+                                    "chunk_every": stage.config.chunk_every or stage.config.snapshot_every})
   runs = np.asarray(data["runs"])
   dataset = stage.dataset(data)
   if start is None:      # the stage's own starting point (a hand-set start, or --init=FILE.npz), if any

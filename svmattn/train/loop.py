@@ -88,6 +88,7 @@ class TrainConfig:
   module: Any = None                # a flax linen module (models.flax_models' protocol): replaces param/model
   minibatch: int = 0                # sequences per step; 0: all n (full-batch GD, the default)
   sampling: str = "without"         # minibatch > 0: "with", "without" (epochs) or "cyclic" replacement
+  chunk_every: int = 0              # > 0: the chunks of a run snapshotting every chunk_every steps (``schedule``)
 
   def validate(self) -> "TrainConfig":
     if self.module is not None:
@@ -106,6 +107,10 @@ class TrainConfig:
     optimizers.get_optimizer(self.optimizer, self.lr, self.numerics)
     if self.init not in model_lib.INIT_SCHEMES:
       raise ValueError(f"TrainConfig.init must be one of {model_lib.INIT_SCHEMES}, got {self.init!r}")
+    if (not isinstance(self.chunk_every, (int, np.integer)) or isinstance(self.chunk_every, bool)
+        or self.chunk_every < 0):
+      raise ValueError(f"TrainConfig.chunk_every must be a non-negative integer (0: snapshot_every), "
+                       f"got {self.chunk_every!r}")
     for name in ("steps", "snapshot_every", "chunk_steps", "block_size"):
       value = getattr(self, name)
       if not isinstance(value, (int, np.integer)) or value < (0 if name == "steps" else 1):
@@ -197,7 +202,24 @@ def take_sequences(data, idx: jax.Array):
 
 def config_snapshot_steps(config: "TrainConfig") -> np.ndarray:
   """(S,) the step of every snapshot ``train`` records for ``config`` from step 0."""
-  return snapshot_steps(schedule(config.steps, config.snapshot_every, config.chunk_steps))
+  return snapshot_steps(config_schedule(config, config.steps))
+
+
+def config_schedule(config: "TrainConfig", steps: int) -> list[tuple[int, int]]:
+  """The calls that advance ``steps`` steps of ``config``: ``schedule``'s, or with ``chunk_every``
+  (a replay observing every step of a run) the chunks of a run snapshotting every ``chunk_every``
+  steps, each cut into snapshots of ``snapshot_every`` steps (which must divide it). The native
+  kernel's anchored step (numerics version 14) depends on where the calls begin, so a replay keeps
+  its run's chunk boundaries."""
+  if not config.chunk_every or config.chunk_every == config.snapshot_every:
+    return schedule(steps, config.snapshot_every, config.chunk_steps)
+  plan = []
+  for every, k in schedule(steps, config.chunk_every, config.chunk_steps):
+    if (every * k) % config.snapshot_every:
+      raise ValueError(f"TrainConfig: snapshot_every {config.snapshot_every} does not divide a chunk of "
+                       f"{every * k} steps of the schedule of chunk_every {config.chunk_every}")
+    plan.append((config.snapshot_every, every * k // config.snapshot_every))
+  return plan
 
 
 class State(NamedTuple):
@@ -664,7 +686,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   first_step = 0 if start is None else int(start[0])
   if not 0 <= first_step <= config.steps:
     raise ValueError(f"train: start step {first_step} outside [0, {config.steps}]")
-  plan = schedule(config.steps - first_step, config.snapshot_every, config.chunk_steps)
+  plan = config_schedule(config, config.steps - first_step)
   steps = snapshot_steps(plan)
   steps = first_step + steps
   data_p, keys_p = place(data, mesh), place(keys, mesh)

@@ -84,7 +84,7 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
   first_step = 0 if start is None else int(start[0])
   if not 0 <= first_step <= config.steps:
     raise ValueError(f"train: start step {first_step} outside [0, {config.steps}]")
-  plan = loop.schedule(config.steps - first_step, config.snapshot_every, config.chunk_steps)
+  plan = loop.config_schedule(config, config.steps - first_step)
   steps = first_step + loop.snapshot_steps(plan)
 
   t0 = time.perf_counter()

@@ -146,8 +146,8 @@ inline vd loss_derivative(int64_t loss, vd u) {
 
 // The normalized step p <- p - lr g / ||g||_F, with ||g||_F through u = g / max|g| and no step where g
 // is 0 (optim.optimizers.normalize_by_leaf_norm): p + c g with c = -lr / max|g| / ||u|| (a product of
-// reciprocals) in one pass (g is left as it was)
-void normalized_step(vd* p, const vd* g, int64_t size, double lr) {
+// reciprocals, normalized_coefficient) in one pass (g is left as it was)
+vd normalized_coefficient(const vd* g, int64_t size, double lr) {
   vd pk[4] = {}, sq[4] = {};                              // four independent chains each
   int64_t i = 0;
   for (; i + 4 <= size; i += 4)
@@ -166,8 +166,12 @@ void normalized_step(vd* p, const vd* g, int64_t size, double lr) {
   }
   vd norm = vsqrt((sq[0] + sq[1]) + (sq[2] + sq[3]));
   vd ninv = 1.0 / (norm > 0 ? norm : splat(1.0));
-  vd c = splat(-lr) * (peak > 0 ? inv * ninv : splat(0.0));   // -lr / ||g||_F, and -0 where g is 0
-  for (i = 0; i < size; ++i) p[i] = fmadd(c, g[i], p[i]);
+  return splat(-lr) * (peak > 0 ? inv * ninv : splat(0.0));   // -lr / ||g||_F, and -0 where g is 0
+}
+
+void normalized_step(vd* p, const vd* g, int64_t size, double lr) {
+  vd c = normalized_coefficient(g, size, lr);
+  for (int64_t i = 0; i < size; ++i) p[i] = fmadd(c, g[i], p[i]);
 }
 
 // g / (||g||_F + eps) with eps the float64 machine epsilon, the sum of squares in index order, as
@@ -287,9 +291,10 @@ enum Head { kLinear = 0, kRelu = 1, kLambda = 2 };
 
 class Group {
  public:
-  Group(const Sizes& s, bool kq, Head head = kLinear, bool authors = false, double head_lam = 0.0)
+  Group(const Sizes& s, bool kq, Head head = kLinear, bool authors = false, double head_lam = 0.0,
+        bool anchored = false)
       : s_(s), kq_(kq), relu_(head == kRelu), pooled_(head != kLinear), authors_(authors), lam_(head_lam),
-        factored_(kq && 5 * s.n * s.m < 3 * s.d * s.m + 2 * s.n * s.d) {
+        factored_(kq && 5 * s.n * s.m < 3 * s.d * s.m + 2 * s.n * s.d), anchored_(!kq && anchored) {
     X_.resize(s.n * s.T * s.d);
     Z_.resize(s.n * s.d);
     Y_.resize(s.n);
@@ -307,6 +312,15 @@ class Group {
       r_.resize(s.d);
     }
     R_.resize(s.n * s.d);
+    if (anchored_) {
+      A_.resize(s.d * s.n);
+      W0_.resize(s.d * s.d);
+      q0_.resize(s.n * s.d);
+      C_.resize(s.n * s.n);
+      Rz_.resize(s.n * s.n);
+      Hm_.resize(s.d * s.n);
+      Pn_.resize(s.n * s.d);
+    }
     if (kq) {
       P_.resize(s.n * s.m);
       RK_.resize(s.n * s.m);
@@ -467,12 +481,12 @@ class Group {
     return f;
   }
 
-  void gradient_pooled(int64_t loss) {
+  void gradient_pooled(int64_t loss, bool rows_only = false) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     const double inv_n = 1.0 / static_cast<double>(n);
     vd* sum = &seq_[n];
     vd* best = &seq_[2 * n];
-    exp_logits();
+    exp_logits(rows_only);
     for (int64_t i = 0; i < n; ++i) sum[i] = 1.0 / sum[i], best[i] = splat(-INFINITY);
     for (int64_t i = 0; i < n; ++i) {
       vd* D = h_.data();
@@ -494,7 +508,98 @@ class Group {
     }
     for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
       matvec(&R_[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
-    matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
+    if (!rows_only) matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
+  }
+
+  // The anchored W step (numerics version 14; ``anchored_``). Every gradient of W is
+  // G = sum_i r_i z_i^T = R^T Z (R (n,d) the rows r_i), so within a call W stays
+  // W = W0 + A Z^T, W0 the W the call began with and A (d,n) the sum of the steps' -c R^T:
+  //   q_i = W z_i = W0 z_i + A (Z z_i)         (W0 z_i once per call, C = Z Z^T once per call)
+  //   ||G||_F = ||Rz R||_F                      (Z^T = Q Rz, Householder, once per call)
+  //   A <- A + c R^T                            (c = -lr / ||G||_F, -lr (GD), or the authors' form)
+  // and W itself is formed only where it is observed (W0 + A Z^T) and at the call's end. Each call
+  // starts from W alone, so a trajectory depends on where its calls begin: the chunk boundaries of
+  // its schedule (train.loop.schedule), the same in a resumed run and in a replay (which keeps the
+  // run's chunks, train.loop.TrainConfig.chunk_every). Used for W without ridge where it takes fewer
+  // fused multiply-adds per step than the direct step (a choice made by the sizes alone).
+  void begin_call() {
+    if (!anchored_) return;
+    const int64_t n = s_.n, d = s_.d;
+    for (int64_t i = 0; i < d * d; ++i) W0_[i] = W_[i];
+    for (int64_t i = 0; i < d * n; ++i) A_[i] = splat(0.0);
+    matmul(q0_.data(), d, 1, Z_.data(), d, 1, W0_.data(), 1, d, n, d, d);   // W0 z_i, as exp_logits
+    matmul(C_.data(), n, 1, Z_.data(), d, 1, Z_.data(), 1, d, n, n, d);     // C_ij = z_i . z_j
+    factor_queries();
+    moved_ = false;
+  }
+
+  // Rz (n,n, upper triangular): Z^T = Q Rz with Q^T Q = I (Householder reflections of the columns of
+  // Z^T, each norm through max|x| as normalized_step's), so ||R^T Z||_F = ||Rz R||_F for any R (n,d),
+  // with the backward error of the direct product (a zero column gives a zero row).
+  void factor_queries() {
+    const int64_t n = s_.n, d = s_.d;
+    vd* M = Hm_.data();                                                   // Z^T (d,n), reflected in place
+    for (int64_t k = 0; k < d; ++k)
+      for (int64_t j = 0; j < n; ++j) M[k * n + j] = Z_[j * d + k];
+    for (int64_t i = 0; i < n * n; ++i) Rz_[i] = splat(0.0);
+    for (int64_t j = 0; j < n && j < d; ++j) {
+      vd peak = splat(0.0), sq = splat(0.0);
+      for (int64_t k = j; k < d; ++k) peak = vmax(vabs(M[k * n + j]), peak);
+      vd inv = 1.0 / (peak > 0 ? peak : splat(1.0));
+      for (int64_t k = j; k < d; ++k) {
+        vd u = M[k * n + j] * inv;
+        sq = fmadd(u, u, sq);
+      }
+      vd norm = peak * vsqrt(sq);                                         // ||x||, x = M[j.., j]
+      vd x0 = M[j * n + j];
+      vd alpha = x0 < 0 ? norm : -norm;                                   // H x = alpha e_1
+      M[j * n + j] = x0 - alpha;                                          // v = x - alpha e_1
+      vd vtv = 2.0 * norm * (norm + vabs(x0));                            // ||v||^2
+      vd two_over = vtv > 0 ? 2.0 / (vtv > 0 ? vtv : splat(1.0)) : splat(0.0);
+      for (int64_t c = j + 1; c < n; ++c) {                               // H = I - 2 v v^T / ||v||^2
+        vd dot = splat(0.0);
+        for (int64_t k = j; k < d; ++k) dot = fmadd(M[k * n + j], M[k * n + c], dot);
+        vd f = -(dot * two_over);
+        for (int64_t k = j; k < d; ++k) M[k * n + c] = fmadd(f, M[k * n + j], M[k * n + c]);
+        Rz_[j * n + c] = M[j * n + c];
+      }
+      Rz_[j * n + j] = alpha;
+    }
+  }
+
+  void anchored_step(const Options& o) {
+    const int64_t n = s_.n, d = s_.d;
+    matmul(q_.data(), d, 1, C_.data(), n, 1, A_.data(), 1, n, n, d, n);   // A (Z z_i), in the order of j
+    for (int64_t i = 0; i < n * d; ++i) q_[i] = q0_[i] + q_[i];            // q_i = W0 z_i + A (Z z_i)
+    if (pooled_) gradient_pooled(o.loss, true);
+    else gradient(o.loss, true);                                          // the rows r_i into R_
+    vd c = splat(-o.lr);
+    if (o.normalized) {
+      for (int64_t j = 0; j < n; ++j)                                     // P = Rz R (n,d)
+        for (int64_t k = 0; k < d; ++k) {
+          vd acc = splat(0.0);
+          for (int64_t i = j; i < n; ++i) acc = fmadd(Rz_[j * n + i], R_[i * d + k], acc);
+          Pn_[j * d + k] = acc;
+        }
+      if (!o.authors) {
+        c = normalized_coefficient(Pn_.data(), n * d, o.lr);               // -lr / ||G||_F (-0 where G is 0)
+      } else {                                                            // -lr / (||G||_F + eps), squares in order
+        vd sq = splat(0.0);
+        for (int64_t i = 0; i < n * d; ++i) sq = fmadd(Pn_[i], Pn_[i], sq);
+        c = splat(-o.lr) / (vsqrt(sq) + 2.220446049250313e-16);
+      }
+    }
+    for (int64_t k = 0; k < d; ++k)                                       // A <- A + c R^T
+      for (int64_t i = 0; i < n; ++i) A_[k * n + i] = fmadd(c, R_[i * d + k], A_[k * n + i]);
+    moved_ = true;
+  }
+
+  // W = W0 + A Z^T into W_ (each entry W0 plus one chain over the sequences in order)
+  void anchored_w() {
+    if (!anchored_ || !moved_) return;
+    const int64_t n = s_.n, d = s_.d;
+    matmul(G_.data(), d, 1, A_.data(), n, 1, Z_.data(), d, 1, d, d, n);
+    for (int64_t i = 0; i < d * d; ++i) W_[i] = W0_[i] + G_[i];
   }
 
   void kq_to_w() {                                                       // W = K Q^T
@@ -508,6 +613,7 @@ class Group {
   void observe(vd* f, vd* max_prob, vd* ridge_sum) {
     const int64_t n = s_.n, d = s_.d, m = s_.m;
     if (kq_) kq_to_w();
+    anchored_w();
     if (pooled_) {
       exp_logits();
       for (int64_t i = 0; i < n; ++i) seq_[n + i] = 1.0 / seq_[n + i], seq_[2 * n + i] = splat(-INFINITY);
@@ -535,6 +641,7 @@ class Group {
 
   void step(const Options& o) {
     const int64_t n = s_.n, d = s_.d, m = s_.m;
+    if (anchored_) return anchored_step(o);
     if (!kq_) {
       if (pooled_) gradient_pooled(o.loss);
       else gradient(o.loss);
@@ -569,6 +676,7 @@ class Group {
   }
 
   std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, K_, Q_, gK_, gQ_, P_, RK_;
+  std::vector<vd> A_, W0_, q0_, C_, Rz_, Hm_, Pn_;                      // the anchored step's
 
  private:
   Sizes s_;
@@ -581,7 +689,20 @@ class Group {
   // from step to step, forming W only at the observations, was tried and dropped: it made a run depend
   // on its snapshot schedule, and a replay, which observes every step, must equal its batch bit for bit.)
   bool factored_;
+  bool anchored_;
+  bool moved_ = false;   // a step since begin_call (W_ is then formed from W0 + A Z^T where observed)
 };
+
+// The anchored W step (Group::begin_call) with the linear and ReLU heads (not the lambda head, whose
+// normalized GD turns rounding differences into different directions: section 20 of docs/science.md)
+// where it takes fewer fused multiply-adds per step than the direct one (2 n d^2 + 2 d^2: W z_i, sum_i r_i z_i^T, the norm and the update): n^2 d (A (Z z_i)),
+// n (n + 1) d / 2 (Rz R), n d (its squares) and n d (the update), plus n d to add W0 z_i, for W
+// without ridge and n < d (a choice made by the sizes and options alone, the same for every data set
+// of a configuration). numerics version 14.
+bool anchored_w_step(const Sizes& s, bool kq, Head head, const Options& o) {
+  const int64_t n = s.n, d = s.d;
+  return !kq && head != kLambda && o.ridge == 0.0 && n < d && n * n * d + n * (n + 1) * d / 2 + 3 * n * d < 2 * n * d * d + 2 * d * d;
+}
 
 Options options(double lr, double ridge, int64_t every, int64_t snapshots, int64_t start, int64_t loss,
                 int64_t normalized, int64_t authors, double head_lam = 0.0) {
@@ -629,12 +750,13 @@ template <class Load, class Store>
 ffi::Error run_block(const Sizes& s, bool kq, Head head, const Options& o, Load load, Store store,
                      const Observations& obs) {
   FlushDenormals flush;
-  Group g(s, kq, head, o.authors, o.head_lam);
+  Group g(s, kq, head, o.authors, o.head_lam, anchored_w_step(s, kq, head, o));
   std::vector<vd> f(s.n);
   const int64_t dd = s.d * s.d, b = s.b;
   for (int64_t j0 = 0; j0 < b; j0 += L) {
     int used = static_cast<int>(b - j0 < L ? b - j0 : L);
     load(g, j0, used);
+    g.begin_call();
     int64_t at = 0;                                                       // the next observation
     auto observe = [&]() {
       vd mp, rs;
