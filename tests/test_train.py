@@ -30,6 +30,8 @@ from svmattn.train import loop as train_lib
     ({"steps": 10.5}, r"TrainConfig\.steps must be a non-negative integer"),
     ({"snapshot_every": 0}, r"TrainConfig\.snapshot_every must be a positive integer"),
     ({"chunk_steps": 0}, r"TrainConfig\.chunk_steps must be a positive integer"),
+    ({"chunk_every": -1}, r"TrainConfig\.chunk_every must be a non-negative integer"),
+    ({"chunk_every": 2.5}, r"TrainConfig\.chunk_every must be a non-negative integer"),
     ({"m": 0}, r"TrainConfig\.m must be positive"),
     ({"lr": 0.0}, r"TrainConfig\.lr must be a positive number"),
     ({"lr": -0.1}, r"TrainConfig\.lr must be a positive number"),
@@ -64,6 +66,20 @@ def test_schedule(steps, every, chunk):
 
 def test_schedule_of_small():
   assert train_lib.schedule(25, 10, 20) == [(10, 2), (5, 1)]
+
+
+@pytest.mark.parametrize("steps, every, chunk", [(2001, 100, 1000), (2551, 100, 1000), (103, 7, 30), (25, 10, 20)])
+def test_a_replays_schedule_keeps_the_runs_chunks(steps, every, chunk):
+  """A replay observes every step (snapshot_every 1) on the run's own chunks (chunk_every): the
+  same chunk boundaries as the run's schedule, every step a snapshot."""
+  run = train_lib.TrainConfig(steps=steps, snapshot_every=every, chunk_steps=chunk)
+  replay = train_lib.TrainConfig(steps=steps, snapshot_every=1, chunk_steps=chunk, chunk_every=every).validate()
+  ends = lambda plan: np.cumsum([e * k for e, k in plan]).tolist()  # noqa: E731
+  plan = train_lib.config_schedule(replay, steps)
+  assert ends(plan) == ends(train_lib.config_schedule(run, steps)) and all(e == 1 for e, _ in plan)
+  np.testing.assert_array_equal(train_lib.config_snapshot_steps(replay), np.arange(steps + 1))
+  with pytest.raises(ValueError, match="snapshot_every 3 does not divide"):
+    train_lib.config_schedule(train_lib.TrainConfig(steps=20, snapshot_every=3, chunk_steps=10, chunk_every=10), 20)
 
 
 # ----------------------------------------------------------------------------
