@@ -575,12 +575,8 @@ class Group {
     else gradient(o.loss, true);                                          // the rows r_i into R_
     vd c = splat(-o.lr);
     if (o.normalized) {
-      for (int64_t j = 0; j < n; ++j)                                     // P = Rz R (n,d)
-        for (int64_t k = 0; k < d; ++k) {
-          vd acc = splat(0.0);
-          for (int64_t i = j; i < n; ++i) acc = fmadd(Rz_[j * n + i], R_[i * d + k], acc);
-          Pn_[j * d + k] = acc;
-        }
+      for (int64_t j = 0; j < n; ++j)                                     // P = Rz R (n,d): P_jk a chain over
+        matvec(&Pn_[j * d], &R_[j * d], 1, d, &Rz_[j * n + j], 1, d, n - j);   // i = j..n-1 in order
       if (!o.authors) {
         c = normalized_coefficient(Pn_.data(), n * d, o.lr);               // -lr / ||G||_F (-0 where G is 0)
       } else {                                                            // -lr / (||G||_F + eps), squares in order
