@@ -683,21 +683,24 @@ class Group {
   // 3 d^2 m + 2 n d^2 (n < d at m = d). Each step starts from K and Q alone, so a trajectory does not
   // depend on its observations or on where a call began. (A step of W that carried the queries W z_i
   // from step to step, forming W only at the observations, was tried and dropped: it made a run depend
-  // on its snapshot schedule, and a replay, which observes every step, must equal its batch bit for bit.)
+  // on its snapshot schedule, and a replay, which observes every step, must equal its batch bit for bit.
+  // The anchored W step below carries nothing from an observation or from one call to the next, and a
+  // replay keeps its run's calls.)
   bool factored_;
   bool anchored_;
   bool moved_ = false;   // a step since begin_call (W_ is then formed from W0 + A Z^T where observed)
 };
 
-// The anchored W step (Group::begin_call) with the linear and ReLU heads (not the lambda head, whose
-// normalized GD turns rounding differences into different directions: section 20 of docs/science.md)
-// where it takes fewer fused multiply-adds per step than the direct one (2 n d^2 + 2 d^2: W z_i, sum_i r_i z_i^T, the norm and the update): n^2 d (A (Z z_i)),
-// n (n + 1) d / 2 (Rz R), n d (its squares) and n d (the update), plus n d to add W0 z_i, for W
-// without ridge and n < d (a choice made by the sizes and options alone, the same for every data set
-// of a configuration). numerics version 14.
+// The anchored W step (Group::begin_call, numerics version 14) for W without ridge, with the linear
+// and ReLU heads (not the lambda head, whose normalized GD turns rounding differences into different
+// directions: docs/science.md section 20), n < d, where it takes fewer fused multiply-adds per step
+// than the direct step's 2 n d^2 + 2 d^2 (W z_i, sum_i r_i z_i^T, the norm and the update): n^2 d
+// (A (Z z_i)), n (n + 1) d / 2 (Rz R), and n d each for its squares, the update and adding W0 z_i. A
+// choice made by the sizes and options alone, the same for every data set of a configuration.
 bool anchored_w_step(const Sizes& s, bool kq, Head head, const Options& o) {
   const int64_t n = s.n, d = s.d;
-  return !kq && head != kLambda && o.ridge == 0.0 && n < d && n * n * d + n * (n + 1) * d / 2 + 3 * n * d < 2 * n * d * d + 2 * d * d;
+  return !kq && head != kLambda && o.ridge == 0.0 && n < d &&
+         n * n * d + n * (n + 1) * d / 2 + 3 * n * d < 2 * n * d * d + 2 * d * d;
 }
 
 Options options(double lr, double ridge, int64_t every, int64_t snapshots, int64_t start, int64_t loss,
