@@ -343,7 +343,7 @@ def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
       take(shares[0], _nuc_ipm_many([jobs[i] for i in shares[0]]))
     fro = {}                         # Frobenius NNLS jobs by shape: _fro_nnls_stack
     for i, job in enumerate(jobs):
-      if here[i] is True and _fro_stackable(job) and np.ndim(job[0]) == 3:
+      if here[i] is True and _fro_stackable(job):
         fro.setdefault((np.shape(job[0]), np.shape(job[1]), np.shape(job[2])), []).append(i)
     for group in fro.values():
       n, T, d = np.shape(jobs[group[0]][0])
@@ -369,10 +369,10 @@ def att_svm_many(jobs: Sequence[tuple], threads: int | None = None,
 
 
 def _fro_stackable(job: tuple) -> bool:
-  """Is ``att_svm(*job)`` a Frobenius NNLS solve on every token with the default support tolerance
-  (what ``_fro_nnls_stack`` computes)?"""
-  return ((job[3] if len(job) > 3 else "fro") == "fro" and (job[4] if len(job) > 4 else None) in (None, "nnls")
-          and all(x is None for x in job[5:7]))
+  """Is ``att_svm(*job)`` a Frobenius NNLS solve of tokens X (n, T, d) on every token with the default
+  support tolerance (what ``_fro_nnls_stack`` computes)? (Any other X gets ``att_svm``'s own error.)"""
+  return (np.ndim(job[0]) == 3 and (job[3] if len(job) > 3 else "fro") == "fro"
+          and (job[4] if len(job) > 4 else None) in (None, "nnls") and all(x is None for x in job[5:7]))
 
 
 def _fro_nnls_stack(jobs: Sequence[tuple]) -> list[SVMResult]:

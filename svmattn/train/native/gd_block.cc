@@ -294,7 +294,7 @@ class Group {
   Group(const Sizes& s, bool kq, Head head = kLinear, bool authors = false, double head_lam = 0.0,
         bool anchored = false)
       : s_(s), kq_(kq), relu_(head == kRelu), pooled_(head != kLinear), authors_(authors), lam_(head_lam),
-        factored_(kq && 5 * s.n * s.m < 3 * s.d * s.m + 2 * s.n * s.d), anchored_(!kq && anchored) {
+        factored_(kq && 5 * s.n * s.m < 3 * s.d * s.m + 2 * s.n * s.d), anchored_(anchored) {
     X_.resize(s.n * s.T * s.d);
     Z_.resize(s.n * s.d);
     Y_.resize(s.n);
@@ -687,7 +687,7 @@ class Group {
   // The anchored W step below carries nothing from an observation or from one call to the next, and a
   // replay keeps its run's calls.)
   bool factored_;
-  bool anchored_;
+  bool anchored_;       // W's anchored step (anchored_w_step, which the caller decides: never for (K, Q))
   bool moved_ = false;   // a step since begin_call (W_ is then formed from W0 + A Z^T where observed)
 };
 
