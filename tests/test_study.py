@@ -101,6 +101,19 @@ def test_early_stop_keeps_the_first_batches_that_suffice(tmp_path, batch_size, w
     np.testing.assert_array_equal(arrays["run"], np.arange(min(end, 40)))
 
 
+def test_a_cell_stopping_early_is_not_analyzed_beyond_its_last_batch(tmp_path):
+  """With workers, a cell's next batch does not start while one of its batches is being analyzed
+  (another cell's does), so the pool analyzes exactly the batches that the cells keep."""
+  cells = tuple(pipeline.Cell({"k": k}, 40) for k in (1, 2, 3, 4))
+  study = pipeline.Study("toy", cells, _load, lambda cell: (), _analyze, 2, 0, {"batch": "any"}, _enough)
+  out = pipeline.run(study, str(tmp_path), workers=2, show_progress=False)
+  assert out.work["sets_analyzed"] == sum(len(arrays["run"]) for arrays in out.cells)
+  for c, arrays in enumerate(out.cells):
+    x = _load(cells[c], np.arange(40))["x"]
+    end = -(-(int(np.flatnonzero(x > 0)[2]) + 1) // 2) * 2
+    np.testing.assert_array_equal(arrays["run"], np.arange(end))
+
+
 def test_growing_batches_cover_every_run_once_and_replay_finds_them():
   """Study.grow: GROWTH_START batches of batch_size, then doubling up to GROWTH_CAP times it;
   the batches tile the runs in order, and unit_of finds each run's batch and row."""

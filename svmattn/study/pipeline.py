@@ -29,7 +29,9 @@ OUT/work/run.json; resuming a different run is an error that names the differenc
 A cell may stop early: ``study.enough(label, arrays)`` (arrays: the cell's results so far,
 in run order) is asked after each analyzed batch, and the cell's results end at the first
 batch after which it holds; batches trained beyond it are not used (so the results do not
-depend on the workers' timing). With ``study.grow`` such a cell's batches grow (``batch_starts``:
+depend on the workers' timing). While one of a cell's batches is being analyzed, the loop starts
+another cell's batch rather than the cell's next one (``next_unit``), so little is solved beyond
+what a cell needs. With ``study.grow`` such a cell's batches grow (``batch_starts``:
 four batches of batch_size, then 2, 4, 8, ... times it, at most GROWTH_CAP times), so a cell
 that draws many data sets to keep a few (E3's) costs tens of batches, not hundreds, while one
 that needs few draws solves no more than before; every data set's results depend on it alone,
@@ -400,18 +402,18 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
     fut = prefetched.pop(u.tag, None) if u is not None else None
     return fut.result() if fut is not None else timed_load(cell, runs)
 
-  def prefetch_after(i):
+  def prefetch_after(u):
     """Start loading the next unit that needs data and the first one of the next cell (whose
     load compiles; a cell stopping early skips its remaining units)."""
     if prefetcher is None:
       return
     wanted = []
-    for later in todo[i + 1:]:
+    for later in queue:
       if later.cell in stopped or os.path.exists(path(later)) or os.path.exists(path(later, "data")):
         continue
       if not wanted or later.cell != wanted[0].cell:
         wanted.append(later)
-      if len(wanted) == 2 or later.cell != todo[i].cell:
+      if len(wanted) == 2 or later.cell != u.cell:
         break
     for later in wanted:
       if later.tag not in prefetched:
@@ -507,8 +509,26 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
     if not readable(path(u, "data")):
       results_io.write_npz(path(u, "data"), {**data, "runs": u.runs})
 
+  queue = list(todo)     # the units not yet reached, in order
+
+  def next_unit():
+    """The first unit of the queue, except in a study whose cells stop early: a cell's next batch
+    does not start while one of its batches is being analyzed (that batch may complete the cell,
+    and the next one would be solved for nothing), as long as another cell's batch can start
+    instead; when none can, the loop waits for an analysis. Each batch's results depend on it
+    alone and a cell ends at the first batch that suffices, so the order changes no result."""
+    while study.enough is not None and pending:
+      busy = {w.cell for w in pending}
+      for k, u in enumerate(queue):
+        if u.cell not in busy or u.cell in stopped:
+          return queue.pop(k)
+      concurrent.futures.wait(list(pending.values()), return_when=concurrent.futures.FIRST_COMPLETED)
+      collect(block=False)
+    return queue.pop(0)
+
   try:
-    for i, u in enumerate(todo):
+    while queue:
+      u = next_unit()
       cell = study.cells[u.cell]
       started.add(u.tag)
       if readable(path(u)):
@@ -532,7 +552,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
       if to_run:
         data = load(cell, u.runs, u)
         write_data(u, data)
-        prefetch_after(i)
+        prefetch_after(u)
 
       def run_stage(stage):
         ckdir = os.path.join(work, f"ckpt_{u.tag}_{stage.name}")
@@ -556,7 +576,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
           counts["dataset_steps"] += stage.steps * len(u.runs)
       if not readable(path(u, "data")):  # no stage, or trained earlier and the data file lost
         write_data(u, load(cell, u.runs, u))
-        prefetch_after(i)
+        prefetch_after(u)
       if pool is None:
         timings["svm_s"] += _analyze_and_save(study.analyze, cell.label, path(u, "data"), stage_paths, path(u))
         cleanup(u)
