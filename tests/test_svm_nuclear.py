@@ -41,6 +41,28 @@ def test_reduction_keeps_the_constraints(cases):
   np.testing.assert_allclose(Ar @ Wr.reshape(-1), A @ (QL @ Wr @ QR.T).reshape(-1), atol=1e-12)
 
 
+def test_rank_one_rows_reduce_on_the_spans_of_their_factors(cases):
+  """Att-SVM rows are rank one, A_j = a_j b_j^T: ``reduce`` takes the spans of the a_j and the b_j
+  (numerics version 15), the subspaces the concatenations of the A_j span (the projectors agree to
+  rounding). A row 1e-11 of its norm off rank one takes the concatenations, which see that row's
+  full column and row spaces (a tolerance like the interior point's 1e-10 would have dropped them)."""
+  X, Z, alpha = cases
+  A, _ = svm_lib.margin_matrix(X[0], Z[0], alpha[0])
+  mats = A.reshape(-1, 5, 5)
+  QL, QR, _ = svm_nuclear.reduce(A, 5)
+  CL = svm_nuclear._basis(mats.transpose(1, 0, 2).reshape(5, -1))
+  CR = svm_nuclear._basis(mats.transpose(2, 0, 1).reshape(5, -1))
+  assert QR.shape == CR.shape == (5, 3)
+  np.testing.assert_allclose(QL @ QL.T, CL @ CL.T, atol=1e-12)
+  np.testing.assert_allclose(QR @ QR.T, CR @ CR.T, atol=1e-12)
+  B = A.copy()
+  B[0] += 1e-11 * np.linalg.norm(B[0]) * np.random.RandomState(1).randn(25) / 5
+  QL2, QR2, Br = svm_nuclear.reduce(B, 5)
+  assert QR2.shape == (5, 5)
+  Wr = np.random.RandomState(0).randn(5, 5)
+  np.testing.assert_allclose(Br @ Wr.reshape(-1), B @ (QL2 @ Wr @ QR2.T).reshape(-1), atol=1e-12)
+
+
 def test_infeasible_and_wrong_norm(cases):
   X, Z, _ = cases
   x = X[0].copy()

@@ -36,9 +36,9 @@ STEP = 0.98          # fraction of the step to the boundary of the cone
 RANK_ONE_RTOL = 1e-10   # a reduced row counts as rank one when its second singular value is below this
 
 
-def rank_one_factors(Ar: np.ndarray, p: int, q: int):
+def rank_one_factors(Ar: np.ndarray, p: int, q: int, rtol: float = RANK_ONE_RTOL):
   """(a (p, N), b (q, N)) with Ar[j] = vec(a_j b_j^T), or None where some row is not rank one
-  (relative residual above RANK_ONE_RTOL). Ar: (N, p*q). b_j is row j's largest row, normalized."""
+  (relative residual above rtol). Ar: (N, p*q). b_j is row j's largest row, normalized."""
   mats = Ar.reshape(-1, p, q)
   norms = np.sqrt(np.sum(mats * mats, axis=2))                  # (N, p)
   rows = mats[np.arange(len(mats)), np.argmax(norms, axis=1)]   # (N, q)
@@ -48,7 +48,7 @@ def rank_one_factors(Ar: np.ndarray, p: int, q: int):
   b = rows / scale[:, None]
   a = np.matmul(mats, b[:, :, None])[:, :, 0]                   # (N, p)
   resid = mats - a[:, :, None] * b[:, None, :]
-  if np.any(np.sqrt(np.sum(resid * resid, axis=(1, 2))) > RANK_ONE_RTOL * np.sqrt(np.sum(norms * norms, axis=1))):
+  if np.any(np.sqrt(np.sum(resid * resid, axis=(1, 2))) > rtol * np.sqrt(np.sum(norms * norms, axis=1))):
     return None
   return a.T, b.T
 
