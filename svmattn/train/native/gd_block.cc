@@ -174,13 +174,18 @@ void normalized_step(vd* p, const vd* g, int64_t size, double lr) {
   for (int64_t i = 0; i < size; ++i) p[i] = fmadd(c, g[i], p[i]);
 }
 
-// g / (||g||_F + eps) with eps the float64 machine epsilon, the sum of squares in index order, as
-// the authors' code normalizes (optim.optimizers.normalize_plus_eps): no rescaling, so a gradient
-// below about 1e-154 squares to zero, and below eps the step shrinks (a frozen run)
-void normalize_plus_eps(vd* g, int64_t size) {
+// ||g||_F + eps with eps the float64 machine epsilon, the sum of squares in index order, as the
+// authors' code normalizes (optim.optimizers.normalize_plus_eps): no rescaling, so a gradient below
+// about 1e-154 squares to zero, and below eps the step shrinks (a frozen run)
+vd norm_plus_eps(const vd* g, int64_t size) {
   vd sq = splat(0.0);
   for (int64_t i = 0; i < size; ++i) sq = fmadd(g[i], g[i], sq);
-  vd den = vsqrt(sq) + 2.220446049250313e-16;
+  return vsqrt(sq) + 2.220446049250313e-16;
+}
+
+// g / (||g||_F + eps) (norm_plus_eps)
+void normalize_plus_eps(vd* g, int64_t size) {
+  vd den = norm_plus_eps(g, size);
   for (int64_t i = 0; i < size; ++i) g[i] = g[i] / den;
 }
 
@@ -577,13 +582,8 @@ class Group {
     if (o.normalized) {
       for (int64_t j = 0; j < n; ++j)                                     // P = Rz R (n,d): P_jk a chain over
         matvec(&Pn_[j * d], &R_[j * d], 1, d, &Rz_[j * n + j], 1, d, n - j);   // i = j..n-1 in order
-      if (!o.authors) {
-        c = normalized_coefficient(Pn_.data(), n * d, o.lr);               // -lr / ||G||_F (-0 where G is 0)
-      } else {                                                            // -lr / (||G||_F + eps), squares in order
-        vd sq = splat(0.0);
-        for (int64_t i = 0; i < n * d; ++i) sq = fmadd(Pn_[i], Pn_[i], sq);
-        c = splat(-o.lr) / (vsqrt(sq) + 2.220446049250313e-16);
-      }
+      c = o.authors ? splat(-o.lr) / norm_plus_eps(Pn_.data(), n * d)     // -lr / (||G||_F + eps)
+                    : normalized_coefficient(Pn_.data(), n * d, o.lr);    // -lr / ||G||_F (-0 where G is 0)
     }
     for (int64_t k = 0; k < d; ++k)                                       // A <- A + c R^T
       for (int64_t i = 0; i < n; ++i) A_[k * n + i] = fmadd(c, R_[i * d + k], A_[k * n + i]);
