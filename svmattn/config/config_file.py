@@ -203,7 +203,8 @@ def main(argv: list[str]) -> None:
       fail(str(e))
     execute.run(experiment, checked, swept or None)
 
-  app.run(run, argv=sys.argv)
+  from svmattn.study import process_end
+  process_end.run_main(run, argv=sys.argv)      # the process ends here
 
 
 def _combinations(sweep: dict):

@@ -19,6 +19,7 @@ from absl import flags
 
 from svmattn import registry
 from svmattn.config import fields as F
+from svmattn.study import process_end
 
 FLAGS = flags.FLAGS
 
@@ -94,5 +95,5 @@ def main(name: str) -> None:
       execute.fail(str(e))
     execute.run(experiment, got)
 
-  app.run(run)
+  process_end.run_main(run)     # the process ends here, without the interpreter's teardown
 

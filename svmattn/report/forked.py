@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 
+from svmattn.study import process_end
+
 ENV = "SVMATTN_REPRODUCE_FORK"      # 0: every experiment is its own fresh process
 
 # What the experiments import before they compute (the flag-defining experiment modules are not
@@ -154,32 +156,15 @@ def _child(cmd: list, out_fd: int, err_fd: int, env: dict) -> None:
       runpy.run_module("svmattn", run_name="__main__", alter_sys=True)
       code = 0
     except SystemExit as e:                # sys.exit(code) as the interpreter reads it
-      if e.code is None:
-        code = 0
-      elif isinstance(e.code, int):
-        code = e.code
-      else:
-        print(e.code, file=sys.stderr)
-        code = 1
+      code = process_end.status_of(e.code)
     except BaseException:                  # noqa: BLE001  (a traceback, as the interpreter prints it)
       import traceback
       traceback.print_exc()
       code = 1
-    _shutdown()
+    process_end.exit_steps()
   finally:
     try:
       sys.stdout.flush()
       sys.stderr.flush()
     finally:
       os._exit(code)
-
-
-def _shutdown() -> None:
-  """What the interpreter does at exit: wait for non-daemon threads, then run the atexit functions."""
-  import atexit
-  import threading
-  try:
-    threading._shutdown()                  # noqa: SLF001  (the interpreter's own step at exit)
-  except Exception:                        # noqa: BLE001
-    pass
-  atexit._run_exitfuncs()                  # noqa: SLF001

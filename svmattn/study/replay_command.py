@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import sys
 
-from absl import app
 from absl import flags
 
 from svmattn import studies
@@ -28,6 +27,7 @@ from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import results as results_io
 from svmattn.study import execute
 from svmattn.study import pipeline
+from svmattn.study import process_end
 from svmattn.study import replay
 from svmattn.study import stages
 
@@ -105,7 +105,7 @@ def main(argv):
 
 
 def run() -> None:
-  app.run(main)
+  process_end.run_main(main)      # the process ends here, without the interpreter's teardown
 
 
 if __name__ == "__main__":
