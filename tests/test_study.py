@@ -454,3 +454,25 @@ def test_a_directory_in_use_is_refused(tmp_path):
   os.close(lock)                                                         # it ended
   out = pipeline.run(_toy(3), str(tmp_path), resume=True, workers=0, show_progress=False)
   np.testing.assert_array_equal(out.cells[0]["run"], np.arange(10))
+
+
+def test_an_analysis_in_this_process_gets_the_arrays_a_read_back_would_give(tmp_path):
+  """pipeline._as_loaded (what an analysis in the training process gets instead of reading the files
+  it has just written) against results_io.write_npz then load_npz: the same values, dtypes, shapes
+  and memory order (which decides the order of a reduction's sums), and writable copies."""
+  from svmattn.io import results as results_io
+  base = np.arange(24.0).reshape(4, 6) / 7
+  arrays = {"c": base, "f": np.asfortranarray(base), "strided": base[:, ::2], "transposed": base.T,
+            "transposed_strided": base.T[:, ::2],
+            "strings": np.array(["ok", "stalled"]), "flags": np.array([True, False]), "scalar": np.float64(0.1),
+            "ints": np.arange(5, dtype=np.int32)[::-1]}
+  path = str(tmp_path / "u.npz")
+  results_io.write_npz(path, arrays)
+  read, kept = pipeline.load_npz(path), pipeline._as_loaded(arrays)
+  assert sorted(read) == sorted(kept)
+  for k in read:
+    a, b = read[k], kept[k]
+    assert (a.dtype, a.shape, a.flags.c_contiguous, a.flags.f_contiguous) == \
+        (b.dtype, b.shape, b.flags.c_contiguous, b.flags.f_contiguous), k
+    assert a.tobytes(order="A") == b.tobytes(order="A"), k
+    assert b.flags.writeable and not np.shares_memory(b, np.asarray(arrays[k])), k
