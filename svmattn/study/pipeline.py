@@ -584,7 +584,8 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
                                            keep=keep_checkpoints, every_s=checkpoint_every_s)
         arrays, compile_s = stage.run(data, u.runs, study.seed, update_train, checkpoints)
         results_io.write_npz(stage_paths[stage.name], arrays)
-        stage_written[stage.name] = arrays
+        if pool is None:       # analyzed here next: kept for it (a worker reads the file; memory stays one batch's)
+          stage_written[stage.name] = arrays
         checkpoints.remove()
         return compile_s
 
