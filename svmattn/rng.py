@@ -126,8 +126,15 @@ def _erfinv_fn(dtype):
 
 
 def _erfinv_flat(flat: np.ndarray, c, dtype) -> None:
-  """flat (N,) uniforms on (-1, 1) -> c * erfinv(flat), in place: CALL values per call, the last
-  call in the smallest size of ERFINV_SIZES that holds the rest (zero-padded)."""
+  """flat (N,) uniforms on (-1, 1) -> c * erfinv(flat), in place: float64 on the host by
+  ``rng_native`` where it is built (the erfinv program's values bit for bit, no program), else
+  CALL values per call of the erfinv program, the last call in the smallest size of ERFINV_SIZES
+  that holds the rest (zero-padded)."""
+  if np.dtype(dtype) == np.float64 and flat.dtype == np.float64:
+    from svmattn import rng_native
+    if rng_native.available():
+      rng_native.normals_of_uniforms(flat, float(np.asarray(c, np.float64)))
+      return
   fn, c = _erfinv_fn(dtype), np.asarray(c, np.float64)
   for start in range(0, flat.size, CALL):
     part = flat[start:start + CALL]

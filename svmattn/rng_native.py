@@ -1,12 +1,14 @@
-"""The uniforms of ``rng``'s flat float64 draws, its threefry hash of keys and counters, and the unit
-rows of the generated data sets, computed on the host by ``native/draws.cc``.
+"""The uniforms and normals of ``rng``'s flat float64 draws, its threefry hash of keys and counters,
+and the unit rows of the generated data sets, computed on the host by ``native/draws.cc``.
 
 XLA:CPU runs the draw program's threefry and index arithmetic at 20-50 ns a value; the native
 loop computes the same integers and the same fused multiply-add at 2-5 ns, so every uniform is
-the program's bit for bit (tests/test_rng.py), and a normal is the program's sqrt(2) erfinv of
-that uniform (``rng`` applies it in an XLA program of 4,096 to CALL values). Built once per source,
-compiler and CPU by ``native_build``; without a compiler, or with SVMATTN_NATIVE_DRAWS=0, ``rng``
-runs its XLA program, with the same values.
+the program's bit for bit (tests/test_rng.py). A normal is sqrt(2) erfinv of that uniform: the C
+source repeats the operations of XLA's erfinv program (its polynomials, its fused multiply-adds,
+its log1p and the C library's log that it calls) at about half its time a value, with no program
+to compile or load, the same bits (tests/test_rng.py). Built once per source, compiler and CPU by
+``native_build``; without a compiler, or with SVMATTN_NATIVE_DRAWS=0, ``rng`` runs its XLA
+programs, with the same values.
 """
 from __future__ import annotations
 
@@ -49,6 +51,10 @@ def _load():
         hash_fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
         hash_fn.restype = None
         _state["threefry"] = hash_fn
+        normals = lib.SvmattnNormals
+        normals.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_double, ctypes.c_void_p]
+        normals.restype = None
+        _state["normals"] = normals
       except (OSError, RuntimeError, subprocess.SubprocessError) as e:
         fn, why = None, str(e)
     _state["fn"], _state["why"] = fn, why
@@ -92,6 +98,16 @@ def threefry2x32(k1, k2, x1, x2) -> tuple[np.ndarray, np.ndarray]:
   return a, b
 
 
+def normals_of_uniforms(flat: np.ndarray, c: float) -> None:
+  """flat (N,) contiguous float64 uniforms on (-1, 1) -> c * erfinv(flat), in place, as ``rng``'s
+  erfinv program computes it (XLA's erfinv and log1p, the C library's log), the same bits."""
+  _load()
+  if flat.dtype != np.float64 or not flat.flags.c_contiguous or flat.ndim != 1:
+    raise ValueError("normals_of_uniforms: flat must be a contiguous 1-D float64 array")
+  if flat.size:
+    _state["normals"](flat.ctypes.data, flat.size, float(c), flat.ctypes.data)
+
+
 def unit_rows(a: np.ndarray) -> np.ndarray:
   """Rows of the float64 array ``a`` (last axis) scaled to unit norm: ``datasets.unit_rows_host``'s
   values bit for bit (the same IEEE operations in the same order), in one pass on the host."""
@@ -104,8 +120,8 @@ def unit_rows(a: np.ndarray) -> np.ndarray:
 
 
 def report() -> dict:
-  """What a summary records: {"draws": "native-cpu"} where the uniforms were computed here, {"draws":
-  "xla", "draws_why": why} where the XLA program drew them, {"draws": "not loaded"} where nothing was
+  """What a summary records: {"draws": "native-cpu"} where the uniforms and normals were computed
+  here, {"draws": "xla", "draws_why": why} where the XLA programs drew them, {"draws": "not loaded"} where nothing was
   drawn in float64 (the values are the same either way)."""
   if "fn" not in _state:
     return {"draws": "not loaded"}

@@ -29,10 +29,16 @@ def test_the_start_is_the_parameterizations_init_bit_for_bit(param, scheme, dtyp
     assert not np.array_equal(got[sorted(got)[0]][0], got[sorted(got)[0]][1])     # runs differ
 
 
-def test_shapes_share_the_draw_program():
+@pytest.mark.parametrize("native", [True, False])
+def test_shapes_share_the_draw_program(native, monkeypatch):
   """W's uniform and normal starts for d = 3..20 (9..400 values, one or two chunks), and (K,Q)'s
-  scaled normal: one program (float64) serves them all (the draw program, or where the uniforms
-  are computed on the host, rng_native, the erfinv program)."""
+  scaled normal: where the draws are computed on the host (rng_native) no program at all, and
+  without it one program (float64, the draw program) serves them all."""
+  from svmattn import rng_native
+  if native:
+    assert rng_native.available(), rng_native.why_not()
+  else:
+    monkeypatch.setattr(rng_native, "_state", {"fn": None, "why": "turned off by the test"})
   rng._draw_fn.cache_clear()
   rng._erfinv_fn.cache_clear()
   keys = np.asarray(train_lib.init_keys(0, np.arange(3)))
@@ -41,7 +47,7 @@ def test_shapes_share_the_draw_program():
       assert host_init.init_params("W", scheme, keys, d, d, np.float64)["W"].shape == (3, d, d)
   assert host_init.init_params("KQ", "zero", keys, 4, 2, np.float64)["K"].shape == (3, 4, 2)
   infos = rng._draw_fn.cache_info(), rng._erfinv_fn.cache_info()
-  assert sum(i.misses for i in infos) == sum(i.currsize for i in infos) == 1
+  assert sum(i.misses for i in infos) == sum(i.currsize for i in infos) == (0 if native else 1)
 
 
 def test_training_starts_from_the_drawn_parameters(batch):
@@ -56,13 +62,16 @@ def test_training_starts_from_the_drawn_parameters(batch):
   assert np.array_equal(traj.W[:, 0], start["W"])
 
 
-def test_one_program_whatever_the_dtype_spelling():
-  """np.float64, jnp.float64 and np.dtype("float64") draw in one program (the cache key is the dtype)."""
+def test_one_program_whatever_the_dtype_spelling(monkeypatch):
+  """np.float64, jnp.float64 and np.dtype("float64") draw in one program (the cache key is the dtype;
+  the draw program, with the host's draws turned off)."""
   import jax.numpy as jnp
+  from svmattn import rng_native
+  monkeypatch.setattr(rng_native, "_state", {"fn": None, "why": "turned off by the test"})
   rng._draw_fn.cache_clear()
   rng._erfinv_fn.cache_clear()
   keys = np.asarray(train_lib.init_keys(0, np.arange(2)))
   for dtype in (np.float64, jnp.float64, np.dtype("float64")):
     rng.normals(keys, 5, dtype)
     rng.uniforms(keys, 5, dtype, -1.0, 1.0)
-  assert rng._draw_fn.cache_info().misses + rng._erfinv_fn.cache_info().misses == 1   # (with rng_native: erfinv's)
+  assert rng._draw_fn.cache_info().misses == 1 and rng._erfinv_fn.cache_info().misses == 0

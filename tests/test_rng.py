@@ -175,6 +175,32 @@ def test_the_erfinv_program_gives_the_same_bits_at_every_size():
                                     err_msg=f"size {size} at {start}")
 
 
+def test_the_native_normals_equal_the_erfinv_program():
+  """rng_native's c erfinv(u) (the C source's copy of XLA's erfinv program) gives the program's bits:
+  on 2^20 uniforms across (-1, 1), dense grids across the three places where the program switches
+  formula (its log1p's |u^2| = sqrt(2) - 1, and w = -log1p(-u^2) = 6.25 and 16), tails up to
+  w = 36, both ends, +-0, subnormals, and the scale of a scaled normal. A fused multiply-add moved
+  or left out, or a coefficient off by one ulp, differs on thousands of these values."""
+  from svmattn import rng_native
+  assert rng_native.available(), rng_native.why_not()
+  gen = np.random.default_rng(11)
+  near = lambda x0, span: np.concatenate([x0 + span * np.linspace(-1, 1, 20001), -(x0 + span * np.linspace(-1, 1, 20001))])
+  top = np.nextafter(1.0, 0.0)
+  u = np.concatenate([
+      gen.uniform(-1.0, 1.0, 1 << 20),
+      near(np.sqrt(np.sqrt(2.0) - 1.0), 1e-10), near(np.sqrt(-np.expm1(-6.25)), 1e-11),
+      near(np.sqrt(-np.expm1(-16.0)), 1e-13),
+      np.minimum(-np.expm1(-gen.uniform(0.0, 36.0, 50000)), top) * gen.choice([-1.0, 1.0], 50000),
+      [np.nextafter(-1.0, 0.0), -top, top, 1.0, -1.0, 0.0, -0.0, 5e-324, -1e-310, 1e-300, 0.5]])
+  fn = rng._erfinv_fn(np.dtype(np.float64))
+  for c in (np.sqrt(2.0), 0.1 * np.sqrt(2.0)):
+    want = np.concatenate([np.asarray(fn(part, np.float64(c))) for part in np.array_split(u, 32)])
+    got = u.copy()
+    rng_native.normals_of_uniforms(got, c)
+    differ = got.view(np.uint64) != want.view(np.uint64)
+    assert not differ.any(), f"{differ.sum()} values differ at c={c}, e.g. u={u[differ][:5]}"
+
+
 def test_normals_many_equal_one_draw_at_a_time(monkeypatch):
   """rng.normals_many (the erfinv of several draws in one pass) gives each draw's rng.normals bit
   for bit, with and without the native draws, an empty draw included."""
