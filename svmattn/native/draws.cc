@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -81,30 +82,40 @@ extern "C" void SvmattnThreefry(const uint32_t* k1, const uint32_t* k2, const ui
 // contraction and no reassociation (-ffp-contract=off, no fast-math): the same bits (tested).
 extern "C" void SvmattnUnitRows(const double* a, uint64_t rows, uint64_t cols, double* out) {
   if (cols == 0) return;
+  constexpr int R = 8;                                       // rows at a time, one per vector lane
   const double split = 134217729.0;                          // 2^27 + 1
-  auto two_square = [split](double x, double& p, double& e) {
-    p = x * x;
-    const double c = split * x;
-    const double hi = c - (c - x);
-    const double lo = x - hi;
-    e = lo * lo - (((p - hi * hi) - lo * hi) - hi * lo);
-  };
-  for (uint64_t r = 0; r < rows; ++r) {
-    const double* x = a + r * cols;
-    double total, err;
-    two_square(x[0], total, err);
-    for (uint64_t k = 1; k < cols; ++k) {
-      double h, q;
-      two_square(x[k], h, q);
-      const double t = total + h;
-      const double z = t - total;
-      const double s = (total - (t - z)) + (h - z);
-      total = t;
-      err = err + (s + q);
+  std::vector<double> xt(cols * R);                          // a group of R rows, column by column
+  for (uint64_t r0 = 0; r0 < rows; r0 += R) {
+    const int nr = rows - r0 < static_cast<uint64_t>(R) ? static_cast<int>(rows - r0) : R;
+    for (uint64_t k = 0; k < cols; ++k)
+      for (int j = 0; j < R; ++j) xt[k * R + j] = a[(r0 + (j < nr ? j : 0)) * cols + k];
+    double total[R], err[R], norm[R];
+    auto two_square = [split](double x, double& p, double& e) {   // TwoProduct of x with itself: p + e = x^2
+      p = x * x;
+      const double c = split * x;
+      const double hi = c - (c - x);
+      const double lo = x - hi;
+      e = lo * lo - (((p - hi * hi) - lo * hi) - hi * lo);
+    };
+    for (int j = 0; j < R; ++j) two_square(xt[j], total[j], err[j]);
+    for (uint64_t k = 1; k < cols; ++k) {                    // (independent lanes: the compiler vectorizes)
+      const double* x = &xt[k * R];
+      for (int j = 0; j < R; ++j) {                          // TwoSum of total and p, the errors summed
+        double p, e;
+        two_square(x[j], p, e);
+        const double t = total[j] + p;
+        const double z = t - total[j];
+        const double s = (total[j] - (t - z)) + (p - z);
+        total[j] = t;
+        err[j] = err[j] + (s + e);
+      }
     }
-    const double norm = std::sqrt(total + err);
-    double* o = out + r * cols;
-    for (uint64_t k = 0; k < cols; ++k) o[k] = x[k] / norm;
+    for (int j = 0; j < R; ++j) norm[j] = std::sqrt(total[j] + err[j]);
+    for (int j = 0; j < nr; ++j) {
+      const double* x = a + (r0 + j) * cols;
+      double* o = out + (r0 + j) * cols;
+      for (uint64_t k = 0; k < cols; ++k) o[k] = x[k] / norm[j];
+    }
   }
 }
 
