@@ -121,8 +121,8 @@ def unit_rows(a: np.ndarray) -> np.ndarray:
 
 def report() -> dict:
   """What a summary records: {"draws": "native-cpu"} where the uniforms and normals were computed
-  here, {"draws": "xla", "draws_why": why} where the XLA programs drew them, {"draws": "not loaded"} where nothing was
-  drawn in float64 (the values are the same either way)."""
+  here, {"draws": "xla", "draws_why": why} where the XLA programs drew them, {"draws": "not loaded"}
+  where nothing was drawn in float64 (the values are the same either way)."""
   if "fn" not in _state:
     return {"draws": "not loaded"}
   if _state["fn"] is not None:

@@ -184,7 +184,8 @@ def test_the_native_normals_equal_the_erfinv_program():
   from svmattn import rng_native
   assert rng_native.available(), rng_native.why_not()
   gen = np.random.default_rng(11)
-  near = lambda x0, span: np.concatenate([x0 + span * np.linspace(-1, 1, 20001), -(x0 + span * np.linspace(-1, 1, 20001))])
+  grid = np.linspace(-1.0, 1.0, 20001)
+  near = lambda x0, span: np.concatenate([x0 + span * grid, -(x0 + span * grid)])  # noqa: E731
   top = np.nextafter(1.0, 0.0)
   u = np.concatenate([
       gen.uniform(-1.0, 1.0, 1 << 20),
