@@ -204,6 +204,32 @@ def test_output_counts_the_work_done(tmp_path):
   assert out.work == {"cells": 2, "sets_loaded": 20, "data_bytes": 20 * 8, "dataset_steps": 0, "sets_analyzed": 20}
 
 
+def _slow_load(cell, runs):
+  time.sleep(0.2)
+  return _load(cell, runs)
+
+
+def _slow_analyze(label, data, stages):
+  time.sleep(0.6)
+  return _analyze(label, data, stages)
+
+
+def test_the_wait_for_data_is_what_the_loads_add_to_the_wall(tmp_path):
+  """timings data_s counts the loads wherever they ran; data_wait_s the main loop's waits for them.
+  One unit loads on the main loop itself (the wait holds the load); with four, the next unit loads
+  on the prefetch thread while this one is analyzed (0.6 s against a load's 0.2 s), so the loop
+  waits for the first load alone."""
+  one = pipeline.Study("toy", (pipeline.Cell({"k": 1}, 3),), _slow_load, lambda cell: (), _analyze, 3, 0,
+                       {"batch": "any"})
+  t = pipeline.run(one, str(tmp_path / "one"), workers=0, show_progress=False).timings
+  assert t["data_s"] >= 0.2 and t["data_wait_s"] >= t["data_s"]
+  cells = tuple(pipeline.Cell({"k": k}, 10) for k in (1, 2))
+  four = pipeline.Study("toy", cells, _slow_load, lambda cell: (), _slow_analyze, 5, 0, {"batch": "any"})
+  t = pipeline.run(four, str(tmp_path / "four"), workers=0, show_progress=False).timings
+  assert t["data_s"] >= 0.8
+  assert 0.2 <= t["data_wait_s"] < 0.5 * t["data_s"]
+
+
 def test_resume_refuses_another_study(tmp_path):
   pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)
   with pytest.raises(pipeline.StudyError, match="unfinished run"):

@@ -192,4 +192,4 @@ EXPERIMENT = registry.Experiment(
           "infeasible.",
     settings=SETTINGS, quick={"runs": 200, "shapes": ["5:5", "10:5"], "d_max": 11},
     key_numbers=key_numbers, figures=figures.draw, report=report, prepare=prepare,
-    timing_names={"data_s": "data", "svm_s": "feasibility", "wall_s": "pipeline_wall"})
+    timing_names={"data_s": "data", "data_wait_s": "data_wait", "svm_s": "feasibility", "wall_s": "pipeline_wall"})

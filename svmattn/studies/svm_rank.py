@@ -307,4 +307,4 @@ EXPERIMENT = registry.Experiment(
           "whose rank is min(n, d).",
     settings=SETTINGS, quick={"runs": 10, "ds": [1, 2, 5, 10], "shapes": ["5:5", "10:5"]},
     key_numbers=key_numbers, figures=figures.draw, report=report, prepare=prepare,
-    timing_names={"data_s": "data", "svm_s": "svm", "wall_s": "pipeline_wall"})
+    timing_names={"data_s": "data", "data_wait_s": "data_wait", "svm_s": "svm", "wall_s": "pipeline_wall"})

@@ -394,7 +394,9 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
     workers = default_workers(steps > 0)
   pool = workers_lib.pool(workers) if workers > 0 and len(todo) > 1 else None
   pending: dict[Unit, concurrent.futures.Future] = {}
-  timings = {"data_s": 0.0, "train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
+  # data_s: the loads' seconds, on this thread or the prefetch thread (beside training and the SVM
+  # workers); data_wait_s: the seconds this thread waited for data, what the loads added to the wall
+  timings = {"data_s": 0.0, "data_wait_s": 0.0, "train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
   # the work this run did (resumed units excluded): the floors of its stages (benchmark --suites=stages)
   counts = {"cells": len({u.cell for u in todo}), "sets_loaded": 0, "data_bytes": 0, "dataset_steps": 0,
             "sets_analyzed": 0}
@@ -418,8 +420,11 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
   prefetched: dict[str, concurrent.futures.Future] = {}
 
   def load(cell, runs, u=None):
+    t0 = time.perf_counter()
     fut = prefetched.pop(u.tag, None) if u is not None else None
-    return fut.result() if fut is not None else timed_load(cell, runs)
+    data = fut.result() if fut is not None else timed_load(cell, runs)
+    timings["data_wait_s"] += time.perf_counter() - t0
+    return data
 
   def prefetch_after(u):
     """Start loading the next unit that needs data and the first one of the next cell (whose
