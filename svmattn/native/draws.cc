@@ -259,12 +259,11 @@ extern "C" void SvmattnNormals(const double* u, uint64_t count, double c, double
     const double* ms = reinterpret_cast<const double*>(m);
     double* ls = reinterpret_cast<double*>(l);
     int at[kBlockValues], k = 0;                       // the C library's log where XLA's log1p calls it
-    for (int v = 0; v < kVectors; ++v) {               // (listed first, without a branch per value)
-      const auto small = (m[v] < 0 ? -m[v] : m[v]) < kLogSmall;
+    for (int v = 0; v < kVectors; ++v) {               // (listed first, without a branch per value; the
+      const auto small = (m[v] < 0 ? -m[v] : m[v]) < kLogSmall;   // zeros past nb are never listed)
       for (int j = 0; j < kLanes; ++j) at[k] = v * kLanes + j, k += small[j] == 0;
     }
-    for (int i = 0; i < k; ++i)
-      if (at[i] < nb) ls[at[i]] = std::log(ms[at[i]] + 1.0);
+    for (int i = 0; i < k; ++i) ls[at[i]] = std::log(ms[at[i]] + 1.0);
     erfinv_from_log(x, l, c);
     std::memcpy(out + b0, x, nb * sizeof(double));
   }
