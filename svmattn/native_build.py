@@ -23,6 +23,11 @@ from pathlib import Path
 import jax
 
 
+# The host libraries' flags (-ffp-contract=off: the compiler fuses no multiply-add of its own, so the
+# rounding is the source's; no fast-math)
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off", "-w")
+
+
 def compiler() -> str | None:
   """The C++ compiler: $CXX, else g++ or c++ on the PATH (None: none found)."""
   return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
@@ -42,6 +47,19 @@ def load(source: Path, flags: tuple[str, ...], cxx: str) -> tuple[ctypes.CDLL, s
   OSError, RuntimeError or subprocess.SubprocessError where it cannot be built or loaded."""
   name_key = key(source, flags, cxx)
   return ctypes.cdll.LoadLibrary(str(build(source, flags, cxx, name_key))), name_key
+
+
+def open_library(source: Path, flags: tuple[str, ...], env: str):
+  """(the loaded library of ``source``, None) where it is to be used and could be built and loaded,
+  else (None, why): ``env`` set to 0, no compiler, or the compiler's or loader's error."""
+  cxx = compiler()
+  why = why_off(env, cxx)
+  if why is not None:
+    return None, why
+  try:
+    return load(source, flags, cxx)[0], None
+  except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+    return None, str(e)
 
 
 def _cpu_id() -> str:

@@ -13,7 +13,6 @@ programs, with the same values.
 from __future__ import annotations
 
 import ctypes
-import subprocess
 import threading
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import numpy as np
 from svmattn import native_build
 
 SOURCE = Path(__file__).with_name("native") / "draws.cc"
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off", "-w")
+FLAGS = native_build.FLAGS
 ENV = "SVMATTN_NATIVE_DRAWS"       # 0: the XLA program draws every value
 
 _lock = threading.Lock()
@@ -34,29 +33,25 @@ def _load():
   with _lock:
     if "fn" in _state:
       return _state["fn"]
-    fn, cxx = None, native_build.compiler()
-    why = native_build.why_off(ENV, cxx)
-    if why is None:
-      try:
-        lib, _ = native_build.load(SOURCE, FLAGS, cxx)
-        fn = lib.SvmattnUniforms
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
-                       ctypes.c_double, ctypes.c_void_p]
-        fn.restype = None
-        rows = lib.SvmattnUnitRows
-        rows.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
-        rows.restype = None
-        _state["unit_rows"] = rows
-        hash_fn = lib.SvmattnThreefry
-        hash_fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
-        hash_fn.restype = None
-        _state["threefry"] = hash_fn
-        normals = lib.SvmattnNormals
-        normals.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_double, ctypes.c_void_p]
-        normals.restype = None
-        _state["normals"] = normals
-      except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        fn, why = None, str(e)
+    lib, why = native_build.open_library(SOURCE, FLAGS, ENV)
+    fn = None
+    if lib is not None:
+      fn = lib.SvmattnUniforms
+      fn.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_double,
+                     ctypes.c_double, ctypes.c_void_p]
+      fn.restype = None
+      rows = lib.SvmattnUnitRows
+      rows.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p]
+      rows.restype = None
+      _state["unit_rows"] = rows
+      hash_fn = lib.SvmattnThreefry
+      hash_fn.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p]
+      hash_fn.restype = None
+      _state["threefry"] = hash_fn
+      normals = lib.SvmattnNormals
+      normals.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_double, ctypes.c_void_p]
+      normals.restype = None
+      _state["normals"] = normals
     _state["fn"], _state["why"] = fn, why
     return fn
 

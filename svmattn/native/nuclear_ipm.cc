@@ -187,8 +187,8 @@ struct Problem {
   const double* b;   // (q, N): column j is b_j
 };
 
-// out_j = <G_j, M> = 2 a_j^T M12 b_j for the symmetric M (k x k)
-void gop(const Problem& P, const double* M, double* out, Vec& t) {
+// t = M12 b (p x N): the off-diagonal block of M (k x k) times the b's
+void m12_b(const Problem& P, const double* M, Vec& t) {
   const int64_t N = P.N, p = P.p, q = P.q, k = P.k;
   for (int64_t i = 0; i < p * N; ++i) t[i] = 0.0;     // t = M12 b (p x N)
   for (int64_t i = 0; i < p; ++i)
@@ -196,6 +196,12 @@ void gop(const Problem& P, const double* M, double* out, Vec& t) {
       const double f = M[i * k + p + l];
       for (int64_t j = 0; j < N; ++j) t[i * N + j] += f * P.b[l * N + j];
     }
+}
+
+// out_j = <G_j, M> = 2 a_j^T M12 b_j for the symmetric M (k x k)
+void gop(const Problem& P, const double* M, double* out, Vec& t) {
+  const int64_t N = P.N, p = P.p;
+  m12_b(P, M, t);
   for (int64_t j = 0; j < N; ++j) out[j] = 0.0;
   for (int64_t i = 0; i < p; ++i)
     for (int64_t j = 0; j < N; ++j) out[j] += P.a[i * N + j] * t[i * N + j];
@@ -239,13 +245,8 @@ void congruence(const double* U, const double* M, int64_t k, int64_t o, int64_t 
 
 // out (N x N): out_ji = a_j^T M12 b_i
 void cross(const Problem& P, const double* M, double* out, Vec& t) {
-  const int64_t N = P.N, p = P.p, q = P.q, k = P.k;
-  for (int64_t i = 0; i < p * N; ++i) t[i] = 0.0;     // t = M12 b (p x N)
-  for (int64_t i = 0; i < p; ++i)
-    for (int64_t l = 0; l < q; ++l) {
-      const double f = M[i * k + p + l];
-      for (int64_t j = 0; j < N; ++j) t[i * N + j] += f * P.b[l * N + j];
-    }
+  const int64_t N = P.N, p = P.p;
+  m12_b(P, M, t);
   for (int64_t i = 0; i < N * N; ++i) out[i] = 0.0;
   for (int64_t l = 0; l < p; ++l)
     for (int64_t j = 0; j < N; ++j) {

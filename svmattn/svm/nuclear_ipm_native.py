@@ -14,7 +14,6 @@ ran (``report``).
 from __future__ import annotations
 
 import ctypes
-import subprocess
 import threading
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import numpy as np
 from svmattn import native_build
 
 SOURCE = Path(__file__).parent.parent / "native" / "nuclear_ipm.cc"
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-fno-math-errno", "-ffp-contract=off", "-w")
+FLAGS = native_build.FLAGS
 ENV = "SVMATTN_NATIVE_IPM"          # 0: the NumPy iteration solves every problem
 
 _lock = threading.Lock()
@@ -33,22 +32,17 @@ _state: dict = {}
 def _load():
   """The C entry point (built and loaded once per process), or None (and why, in _state)."""
   with _lock:
-    if "fn" in _state:
-      return _state["fn"]
-    fn, cxx = None, native_build.compiler()
-    why = native_build.why_off(ENV, cxx)
-    if why is None:
-      try:
-        lib, _ = native_build.load(SOURCE, FLAGS, cxx)
+    if "fn" not in _state:
+      lib, why = native_build.open_library(SOURCE, FLAGS, ENV)
+      fn = None
+      if lib is not None:
         fn = lib.SvmattnNucIpm
         i64 = ctypes.c_int64
         fn.argtypes = [i64, i64, i64, ctypes.c_void_p, ctypes.c_void_p, i64, ctypes.c_double, ctypes.c_double,
                        ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(i64)]
         fn.restype = ctypes.c_int
-      except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        fn, why = None, str(e)
-    _state["fn"], _state["why"] = fn, why
-    return fn
+      _state["fn"], _state["why"] = fn, why
+    return _state["fn"]
 
 
 def available() -> bool:
