@@ -230,6 +230,30 @@ def test_the_wait_for_data_is_what_the_loads_add_to_the_wall(tmp_path):
   assert 0.2 <= t["data_wait_s"] < 0.5 * t["data_s"]
 
 
+def _timed_analyze(label, data, stages):
+  """_analyze, 1.5 s for cell 1's batch and 0.05 s for the others, its start and end recorded."""
+  start = time.time()
+  time.sleep(1.5 if label["k"] == 1 else 0.05)
+  with open(os.path.join(os.environ["SVMATTN_TEST_TIMES"], f"k{label['k']}"), "w") as f:
+    f.write(f"{start} {time.time()}")
+  return _analyze(label, data, stages)
+
+
+def test_a_study_that_trains_nothing_keeps_its_workers_busy(tmp_path, monkeypatch):
+  """With nothing to train (E3, E9), the loop waits for one analysis when workers + 1 are in
+  flight, not for all of them: beside a long analysis (1.5 s), the other worker takes the next
+  batches as they come. Waiting for all, cell 4's batch would start after cell 1's ended."""
+  monkeypatch.setenv("SVMATTN_TEST_TIMES", str(tmp_path))
+  cells = tuple(pipeline.Cell({"k": k}, 2) for k in (1, 2, 3, 4, 5))
+  study = pipeline.Study("toy", cells, _load, lambda cell: (), _timed_analyze, 2, 0, {"batch": "any"})
+  out = pipeline.run(study, str(tmp_path / "out"), workers=2, show_progress=False)
+  times = {k: [float(x) for x in (tmp_path / f"k{k}").read_text().split()] for k in (1, 2, 3, 4, 5)}
+  assert times[4][0] < times[1][1] and times[5][0] < times[1][1]
+  for k, arrays in zip((1, 2, 3, 4, 5), out.cells):
+    np.testing.assert_array_equal(arrays["run"], np.arange(2))
+    np.testing.assert_array_equal(arrays["x"], _load(cells[k - 1], np.arange(2))["x"])
+
+
 def test_resume_refuses_another_study(tmp_path):
   pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)
   with pytest.raises(pipeline.StudyError, match="unfinished run"):
