@@ -19,6 +19,11 @@ Mehrotra's predictor-corrector takes 15-30 iterations to a relative gap of 1e-10
 A solve that does not reach its tolerances (or whose rows are not rank one) returns None, and the
 caller falls back to the general solvers (``nuclear.solve_auto``): the method is an accelerator,
 never the only path. Deterministic: the same rows give the same bits.
+
+From numerics version 16 the iteration runs in C, one problem at a time (``nuclear_ipm_native``,
+``native/nuclear_ipm.cc``: the same directions, steps and stopping rule with its own linear algebra),
+wherever a C++ compiler built it; ``_ipm`` below is the iteration elsewhere (and with
+SVMATTN_NATIVE_IPM=0). The two agree to the stopping rule's accuracy, not bit for bit.
 """
 from __future__ import annotations
 
@@ -65,8 +70,8 @@ def solve(Ar: np.ndarray, p: int, q: int):
 
 def solve_batch(Ars: np.ndarray, p: int, q: int) -> list:
   """``solve`` for a stack of problems of one shape (B, N, p*q). Every problem iterates on its own
-  (the batched linear algebra works matrix by matrix, and a problem stops at its own convergence),
-  so its result is the same bits whatever else is in the batch."""
+  (in C one at a time; in NumPy the batched linear algebra works matrix by matrix, and a problem
+  stops at its own convergence), so its result is the same bits whatever else is in the batch."""
   B = Ars.shape[0]
   out = [None] * B
   if B == 0:
