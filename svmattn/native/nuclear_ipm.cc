@@ -76,12 +76,11 @@ void lower_inverse(const double* L, double* Li, int64_t k) {
 
 // x = M^-1 rhs (N x N) by LU with partial pivoting (M is overwritten); false where a pivot is 0
 // or the result is not finite
-bool lu_solve(double* M, double* x, int64_t N, std::vector<int64_t>& piv) {
+bool lu_solve(double* M, double* x, int64_t N) {
   for (int64_t c = 0; c < N; ++c) {
     int64_t best = c;
     for (int64_t r = c + 1; r < N; ++r)
       if (std::fabs(M[r * N + c]) > std::fabs(M[best * N + c])) best = r;
-    piv[c] = best;
     if (!(M[best * N + c] != 0.0)) return false;
     if (best != c) {
       for (int64_t j = 0; j < N; ++j) std::swap(M[c * N + j], M[best * N + j]);
@@ -303,9 +302,10 @@ bool all_finite(const double* M, int64_t size) {
 
 // Solves one problem: a (p, N) and b (q, N) hold the rank-one factors a_j, b_j as columns. On
 // success (return 0) w (p*q, row-major) is the solution, y (N) the multipliers and *iterations
-// the iteration at which the stopping rule held; 1: not converged in max_iter iterations or a
-// numerical failure (a factor that does not exist, a singular Newton system, a value not finite):
-// the caller then solves the problem another way.
+// the iteration at which the stopping rule held. Otherwise the caller solves the problem another
+// way: 1, not converged in max_iter iterations or a step limit not computed; 2, X or S without a
+// Cholesky factor; 3, a residual or an inverse factor not finite; 4 and 5, a singular Newton
+// system in the predictor or the corrector.
 extern "C" int SvmattnNucIpm(int64_t N, int64_t p, int64_t q, const double* a, const double* b, int64_t max_iter,
                              double tol_gap, double tol_feas, double step, double* w, double* y_out,
                              int64_t* iterations) {
@@ -314,10 +314,9 @@ extern "C" int SvmattnNucIpm(int64_t N, int64_t p, int64_t q, const double* a, c
   Vec X(kk, 0.0), S(kk, 0.0), x(N, 1.0), s(N, 1.0), y(N, 0.0);
   for (int64_t i = 0; i < k; ++i) X[i * k + i] = S[i * k + i] = 1.0;
   Vec Lx(kk), Ls(kk), Lxi(kk), Lsi(kk), Y(kk), Rd(kk), G(kk), XRdY(kk), R(kk), dX(kk), dS(kk), cX(kk), t1(kk),
-      t2(kk), Rm(kk), dXp(kk), dSp(kk);
-  Vec rp(N), rl(N), xs(N), rhs(N), dx(N), dy(N), ds(N), comp(N), g(N), dxp(N), dsp(N);
+      t2(kk), Rm(kk);
+  Vec rp(N), rl(N), xs(N), rhs(N), dx(N), dy(N), ds(N), comp(N), g(N), dxp(N);
   Vec H(NN), M(NN), C1(NN), C2(NN), tp(std::max(std::max(p, q) * N, p * q)), ev(k + k * k), ew(k);
-  std::vector<int64_t> piv(N);
   Vec bT(N * q);
   for (int64_t l = 0; l < q; ++l)
     for (int64_t j = 0; j < N; ++j) bT[j * q + l] = b[l * N + j];
@@ -333,7 +332,7 @@ extern "C" int SvmattnNucIpm(int64_t N, int64_t p, int64_t q, const double* a, c
     for (int64_t j = 0; j < N; ++j) rhs[j] = rp[j] - g[j] + comp[j] / s[j] - xs[j] * rl[j];
     for (int64_t i = 0; i < NN; ++i) C1[i] = M[i];
     for (int64_t j = 0; j < N; ++j) dy[j] = rhs[j];
-    if (!lu_solve(C1.data(), dy.data(), N, piv)) return false;
+    if (!lu_solve(C1.data(), dy.data(), N)) return false;
     gsum(P, dy.data(), G.data(), bT.data(), tp);
     for (int64_t i = 0; i < kk; ++i) dS[i] = Rd[i] - G[i];
     matmul(X.data(), dS.data(), t1.data(), k, k, k);    // X dS Y

@@ -1,12 +1,12 @@
 """``nuclear_ipm``'s interior point for one problem at a time in C (``native/nuclear_ipm.cc``).
 
-The NumPy iteration works on stacks of tiny matrices (k = p + q up to about 30, N up to 150), where
+The NumPy iteration works on stacks of tiny matrices (k = p + q up to 35 on E3, N up to 150), where
 every batched Cholesky, inverse, eigenvalue and solve call costs more in its per-matrix overhead
 than in arithmetic. The C source runs the same iteration (the same directions, step rule,
 tolerances and stopping rule) with its own linear algebra, one problem per call with the GIL
 released, so threads solve problems side by side. Its rounding differs from LAPACK's: a solution
 agrees with the NumPy one to the method's accuracy (a relative duality gap of 1e-10), not bit for
-bit, and every problem's result is the same bits whatever else is solved (tests/test_nuclear_ipm.py).
+bit, and every problem's result is the same bits whatever else is solved (tests/test_svm_nuclear_ipm.py).
 Built once per source, compiler and CPU by ``native_build``; without a compiler, or with
 SVMATTN_NATIVE_IPM=0, ``nuclear_ipm`` runs its NumPy iteration, and every summary records which one
 ran (``report``).
