@@ -5,8 +5,8 @@ host-side random draws (``rng_native.py``: ``native/draws.cc``). A library is co
 given flags (the callers pass ``-O3 -march=native``, no fast-math, no contraction) into a
 ``_build`` folder beside its source (or, where that is read-only, the user's cache directory),
 under a file lock so that parallel processes build it once, and written whole or not at all. Its
-file name carries a hash of everything that decides its code: the source, the flags, the
-compiler's version, the CPU's model and flags and the jax version.
+file name carries a hash of everything that decides its code: the source and the headers beside it,
+the flags, the compiler's version, the CPU's model and flags and the jax version.
 """
 from __future__ import annotations
 
@@ -79,10 +79,12 @@ def _version(cxx: str) -> str:
 
 
 def key(source: Path, flags: tuple[str, ...], cxx: str) -> str:
-  """The hash that names a library of ``source`` built with ``flags`` by ``cxx`` on this CPU."""
+  """The hash that names a library of ``source`` built with ``flags`` by ``cxx`` on this CPU (the
+  headers beside the source count as part of it)."""
   h = hashlib.sha256()
-  for part in (source.read_bytes(), " ".join(flags).encode(), _version(cxx).encode(), _cpu_id().encode(),
-               jax.__version__.encode()):
+  headers = [path.read_bytes() for path in sorted(source.parent.glob("*.h"))]   # (what it may include)
+  for part in (source.read_bytes(), *headers, " ".join(flags).encode(), _version(cxx).encode(),
+               _cpu_id().encode(), jax.__version__.encode()):
     h.update(part)
     h.update(b"\0")
   return h.hexdigest()[:16]

@@ -1,0 +1,209 @@
+// The lane arithmetic the native kernels share (svmattn/train/native: gd_block.cc, reg_path.cc):
+// a vector of LANES doubles, one data set per lane, with lanewise fused multiply-adds, an exp of
+// fixed rounding, matrix-vector and matrix-matrix tiles whose sums run in index order, and the
+// flushing of subnormals. Every lane runs the same scalar operations in the same order and no
+// operation mixes lanes. No fast-math, no contraction: the rounding is fixed by these sources.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include <immintrin.h>
+
+// Lanes: a whole vector register's worth of doubles, 8 with AVX-512 and 4 with AVX2 (there, 8 lanes
+// would take two registers per value and spill the matrix-vector tiles' accumulators; measured 6x
+// slower on an AVX2 processor). The results do not depend on it: every lane is its own data set.
+#ifndef LANES
+#if defined(__AVX512F__)
+#define LANES 8
+#else
+#define LANES 4
+#endif
+#endif
+
+namespace {
+
+constexpr int L = LANES;  // lanes: data sets computed together
+typedef double vd __attribute__((vector_size(L * sizeof(double))));
+typedef int64_t vl __attribute__((vector_size(L * sizeof(int64_t))));
+
+inline vd splat(double x) { return vd{} + x; }
+
+// a * b + c rounded once (fused multiply-add), lanewise: the same result on every processor
+// (the FMA instructions where the compiler targets them, the C library's exact fma elsewhere)
+inline vd fmadd(vd a, vd b, vd c) {
+#if defined(__AVX512F__) && LANES == 8
+  return (vd)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#elif defined(__FMA__) && LANES == 8
+  __m256d h[3][2], r[2];                                 // the halves (register moves at -O3)
+  std::memcpy(h[0], &a, sizeof a);
+  std::memcpy(h[1], &b, sizeof b);
+  std::memcpy(h[2], &c, sizeof c);
+  r[0] = _mm256_fmadd_pd(h[0][0], h[1][0], h[2][0]);
+  r[1] = _mm256_fmadd_pd(h[0][1], h[1][1], h[2][1]);
+  vd out;
+  std::memcpy(&out, r, sizeof out);
+  return out;
+#elif defined(__FMA__) && LANES == 4
+  return (vd)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+#else
+  vd r;
+  for (int j = 0; j < L; ++j) r[j] = std::fma(a[j], b[j], c[j]);
+  return r;
+#endif
+}
+
+inline vd vmax(vd a, vd b) { return a > b ? a : b; }     // a where a > b, else b (lanewise)
+inline vd vabs(vd a) { return a < 0 ? -a : a; }
+
+inline vd vsqrt(vd a) {
+  vd r;
+  for (int j = 0; j < L; ++j) r[j] = std::sqrt(a[j]);
+  return r;
+}
+
+// exp(r) for x = k ln2 + r, |r| <= ln2 / 2, by its Taylor polynomial of degree 13 (truncation below
+// 1e-17 relative), and k = round(x / ln 2): the part of vexp and vexp_nonpositive they share
+inline vd exp_reduced(vd x, vd& k) {
+  const vd shifter = splat(0x1.8p52);
+  k = fmadd(x, splat(1.4426950408889634), shifter) - shifter;        // round(x / ln 2)
+  vd r = fmadd(-k, splat(0.693147180559945286226764), x);            // ln 2, high part
+  r = fmadd(-k, splat(2.319046813846299558e-17), r);                 // ln 2, low part
+  vd p = splat(1.0 / 6227020800.0);                                  // 1/13!
+  const double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+                      1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
+  for (double ci : c) p = fmadd(p, r, splat(ci));
+  return p;
+}
+
+// exp(x), lanewise: exp_reduced's polynomial times 2^k built from its bits in two factors (k down
+// to -1075).
+inline vd vexp(vd x) {
+  const vd shifter = splat(0x1.8p52);
+  vd xc = x < -745.2 ? splat(-745.2) : x;
+  xc = xc > 709.8 ? splat(709.8) : xc;
+  vd k;
+  const vd p = exp_reduced(xc, k);
+  vd k1 = (k * 0.5 + shifter) - shifter;                             // k = k1 + k2, both in [-538, 513]
+  vd k2 = k - k1;
+  const vd two52 = splat(0x1p52);
+  vl b1 = ((vl)(k1 + (two52 + 1023.0)) - (vl)two52) << 52;
+  vl b2 = ((vl)(k2 + (two52 + 1023.0)) - (vl)two52) << 52;
+  vd y = p * (vd)b1 * (vd)b2;
+  y = x > 709.8 ? splat(INFINITY) : y;
+  y = x < -745.2 ? splat(0.0) : y;
+  return x != x ? x : y;
+}
+
+// vexp(x) for x <= 0 (or NaN), as the softmax's numerators need it: the same value bit for bit.
+// There 2^k is one factor, and k < -1022 gives 0: vexp's two factors give a subnormal result
+// there, which the kernel flushes to zero (FlushDenormals), as it does for p 2^k below 2^-1022.
+inline vd vexp_nonpositive(vd x) {
+  vd k;
+  const vd p = exp_reduced(x, k);
+  const vd two52 = splat(0x1p52);
+  vl b = ((vl)(k + (two52 + 1023.0)) - (vl)two52) << 52;
+  vd y = k < -1022.0 ? splat(0.0) : p * (vd)b;
+  return x != x ? x : y;
+}
+
+enum Loss : int64_t { kLogistic = 0, kExponential = 1, kCorrelation = 2 };
+
+// l'(u) of the named losses (models.attention.LOSS_DERIVATIVES)
+inline vd loss_derivative(int64_t loss, vd u) {
+  if (loss == kLogistic) return -(1.0 / (1.0 + vexp(u)));            // -sigmoid(-u)
+  if (loss == kExponential) return -vexp(-u);
+  return splat(-1.0);
+}
+
+// out[o] = sum over k < K, in the order of k, of a[o * ao + k * ak] * x[k * xk], for o0 <= o < o0 + N:
+// N outputs at a time in registers, N independent chains of fused multiply-adds.
+template <int N>
+__attribute__((always_inline)) inline void matvec_tile(vd* out, const vd* a, int64_t ao, int64_t ak, const vd* x, int64_t xk, int64_t o0,
+                        int64_t K) {
+  vd c[N];
+  for (int j = 0; j < N; ++j) c[j] = vd{};
+  const vd* p = a + o0 * ao;
+  for (int64_t k = 0; k < K; ++k, p += ak) {
+    vd xv = x[k * xk];
+    for (int j = 0; j < N; ++j) c[j] = fmadd(p[j * ao], xv, c[j]);
+  }
+  for (int j = 0; j < N; ++j) out[o0 + j] = c[j];
+}
+
+// out[o] = sum over k < K, in the order of k, of a[o * ao + k * ak] * x[k * xk], for o < O
+inline void matvec(vd* out, const vd* a, int64_t ao, int64_t ak, const vd* x, int64_t xk, int64_t O, int64_t K) {
+  int64_t o = 0;
+  for (; o + 8 <= O; o += 8) matvec_tile<8>(out, a, ao, ak, x, xk, o, K);
+  if (o + 4 <= O) matvec_tile<4>(out, a, ao, ak, x, xk, o, K), o += 4;
+  if (o + 2 <= O) matvec_tile<2>(out, a, ao, ak, x, xk, o, K), o += 2;
+  if (o < O) matvec_tile<1>(out, a, ao, ak, x, xk, o, K);
+}
+
+// out[r * orr + c * oc] = sum over k < K, in the order of k, of A[r * ar + k * ak] * B[k * bk + c * bc],
+// for r0 <= r < r0 + R, c0 <= c < c0 + C: an R x C tile of independent chains of fused multiply-adds in
+// registers, each A and B entry loaded once per k for the whole tile (every output is the same
+// chain as matvec's: its terms in the order of k, from zero).
+template <int R, int C>
+__attribute__((always_inline)) inline void matmul_tile(vd* out, int64_t orr, int64_t oc, const vd* A, int64_t ar,
+                                                       int64_t ak, const vd* B, int64_t bk, int64_t bc, int64_t r0,
+                                                       int64_t c0, int64_t K) {
+  vd acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = vd{};
+  for (int64_t k = 0; k < K; ++k) {
+    vd b[C];
+    for (int c = 0; c < C; ++c) b[c] = B[k * bk + (c0 + c) * bc];
+    for (int r = 0; r < R; ++r) {
+      vd a = A[(r0 + r) * ar + k * ak];
+      for (int c = 0; c < C; ++c) acc[r][c] = fmadd(b[c], a, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) out[(r0 + r) * orr + (c0 + c) * oc] = acc[r][c];
+}
+
+template <int C>
+inline void matmul_cols(vd* out, int64_t orr, int64_t oc, const vd* A, int64_t ar, int64_t ak, const vd* B,
+                        int64_t bk, int64_t bc, int64_t Rn, int64_t c0, int64_t K) {
+  constexpr int TR = C > 4 ? 2 : 4;                       // (accumulators, B's and one A in 32 registers)
+  int64_t r = 0;
+  for (; r + TR <= Rn; r += TR) matmul_tile<TR, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K);
+  for (; r + 2 <= Rn; r += 2) matmul_tile<2, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K);
+  if (r < Rn) matmul_tile<1, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K);
+}
+
+// out[r * orr + c * oc] = sum over k < K, in the order of k, of A[r * ar + k * ak] * B[k * bk + c * bc]
+// for r < Rn, c < Cn (oc = 1): the same values as a matvec per row r. With AVX-512's 32 vector
+// registers as 2-D tiles, with fewer loads per fused multiply-add (W 151 -> 140 ns, (K,Q) 259 -> 229 ns
+// per data-set-step at E2's sizes on one Zen 5 core); with AVX2's 16 the tiles' accumulators and
+// operands do not fit, and they measured 3-10% slower than a matvec per row, which runs there.
+inline void matmul(vd* out, int64_t orr, int64_t oc, const vd* A, int64_t ar, int64_t ak, const vd* B, int64_t bk,
+                   int64_t bc, int64_t Rn, int64_t Cn, int64_t K) {
+#if !defined(__AVX512F__)
+  if (oc == 1) {
+    for (int64_t r = 0; r < Rn; ++r) matvec(&out[r * orr], B, bc, bk, &A[r * ar], ak, Cn, K);
+    return;
+  }
+#endif
+  int64_t c = 0;
+  for (; c + 8 <= Cn; c += 8) matmul_cols<8>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K);
+  if (c + 4 <= Cn) matmul_cols<4>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K), c += 4;
+  if (c + 2 <= Cn) matmul_cols<2>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K), c += 2;
+  if (c < Cn) matmul_cols<1>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K);
+}
+
+// Subnormal inputs and results read and round to zero during a call, as in XLA:CPU's own
+// programs (jnp.exp(-720.0) is 0.0 there): the kernel keeps the engine's semantics and never
+// pays the processor's microcode assists on subnormal operands.
+class FlushDenormals {
+ public:
+  FlushDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040); }   // FTZ | DAZ
+  ~FlushDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned int saved_;
+};
+
+}  // namespace
