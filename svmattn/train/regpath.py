@@ -62,6 +62,7 @@ from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.models import losses as losses_lib
 from svmattn.models import attention as model_lib
+from svmattn.train import regpath_native
 
 Params = dict[str, jax.Array]
 
@@ -502,7 +503,63 @@ def regularization_path(config: PathConfig, data: data_lib.Dataset, R, keys: jax
     return jnp.asarray(a, dt)
 
   ref, candidates = matrices("ref", ref), matrices("candidates", candidates)
+  if regpath_native.covers(config, dt) and regpath_native.available():
+    return _native(config, data, R, keys, candidates)
   fn = _compiled(config, local, candidates is not None)
   outs, params, took, gain = jax.device_get(fn(data, jnp.asarray(R, dt), keys, ref, candidates))
   W, loss, cons, kkt, gn, cone = (np.asarray(o) for o in outs)
   return PathResult(R, W, loss, cons, kkt, gn, cone, np.asarray(took), np.asarray(gain), params)
+
+
+@functools.lru_cache(maxsize=8)
+def _random_start_one(config: PathConfig, d: int):
+  """jit(_random_start) of one key: the (K,Q) start of the C solver, drawn as the XLA one draws it.
+  One data set per call: a vmapped draw of B keys rounds its scaling differently for different B."""
+  return jax.jit(lambda key, R0: _random_start(config, key, d, R0, jnp.float64))
+
+
+def _flat(config: PathConfig, params: Params, B: int) -> np.ndarray:
+  """The parameters as rows (B, P): W, or K then Q."""
+  names = ("W",) if config.param == "W" else ("K", "Q")
+  return np.concatenate([np.asarray(params[k], np.float64).reshape(B, -1) for k in names], axis=1)
+
+
+def _along_unit(config: PathConfig, candidates: np.ndarray, rnd: np.ndarray, m: int) -> np.ndarray:
+  """``_along`` at R = 1 as rows (B, P): the start at radius R is R times it for W and sqrt(R) times
+  it for (K,Q) (the balanced factors of the SVD and 1e-3 of the random start's direction)."""
+  B, d = candidates.shape[0], candidates.shape[-1]
+  U = np.asarray(candidates, np.float64)
+  if config.param == "W":
+    top = np.max(np.abs(U), axis=(1, 2), keepdims=True)
+    return (U / (top * np.linalg.norm((U / top).reshape(B, -1), axis=1)[:, None, None])).reshape(B, -1)
+  A, S, Bt = np.linalg.svd(U)
+  k = min(m, d)
+  c = 1.0 / np.sqrt(np.sum(S, axis=1))[:, None, None]
+  K, Q = np.zeros((B, d, m)), np.zeros((B, d, m))
+  K[:, :, :k] = c * A[:, :, :k] * np.sqrt(S[:, None, :k])
+  Q[:, :, :k] = c * np.swapaxes(Bt[:, :k], 1, 2) * np.sqrt(S[:, None, :k])
+  top = np.max(np.abs(rnd), axis=1, keepdims=True)
+  unit = rnd / (top * np.linalg.norm(rnd / top, axis=1, keepdims=True))
+  return np.concatenate([K.reshape(B, -1), Q.reshape(B, -1)], axis=1) + 1e-3 * np.sqrt(2.0) * unit
+
+
+def _native(config: PathConfig, data: data_lib.Dataset, R: np.ndarray, keys, candidates) -> PathResult:
+  """``regularization_path`` by the C solver (``regpath_native``; the same method, its own rounding)."""
+  B, d = data.X.shape[0], data.X.shape[-1]
+  m = (config.m or d) if config.param == "KQ" else d
+  if config.param == "W":
+    x0 = np.zeros((B, d * d))
+  else:
+    draw, R0 = _random_start_one(config, d), jnp.asarray(R[0], jnp.float64)
+    x0 = np.stack([_flat(config, jax.device_get(draw(key, R0)), 1)[0] for key in keys])
+  sizes = [d * d] if config.param == "W" else [d * m, d * m]
+  v0 = np.concatenate([np.sin(1.0 + np.arange(size, dtype=np.float64)) for size in sizes])
+  v0 = v0 / np.linalg.norm(v0)
+  along = None if candidates is None else _along_unit(config, np.asarray(candidates), x0, m)
+  X, Z, Y, v = (np.asarray(a, np.float64) for a in (data.X, data.Z, data.Y, data.v))
+  out = regpath_native.paths(config, X, Z, Y, v, R, x0, along, v0)
+  last = out["last"]
+  params = ({"W": last.reshape(B, d, d)} if config.param == "W" else
+            {"K": last[:, :d * m].reshape(B, d, m), "Q": last[:, d * m:].reshape(B, d, m)})
+  return PathResult(R, out["W"], out["loss"], out["constraint"], out["kkt_cos"], out["grad_norm"],
+                    np.full(out["loss"].shape, np.nan), out["took_candidate"], out["candidate_gain"], params)
