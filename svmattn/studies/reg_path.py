@@ -331,7 +331,7 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=50) + common.nume
 
 EXPERIMENT = registry.Experiment(
     id="E7", name=NAME, title="Regularization paths RP-W and RP-KQ",
-    cost_s=35,
+    cost_s=10,
     claim="The regularization paths converge in direction to the Att-SVM as the radius R grows: W_R to the "
           "Frobenius W^mm, K_R Q_R^T to the nuclear W^mm_*.",
     settings=SETTINGS, quick={"runs": 20, "num_r": 16},
