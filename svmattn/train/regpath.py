@@ -58,6 +58,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn import rng
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.models import losses as losses_lib
@@ -511,17 +512,13 @@ def regularization_path(config: PathConfig, data: data_lib.Dataset, R, keys: jax
   return PathResult(R, W, loss, cons, kkt, gn, cone, np.asarray(took), np.asarray(gain), params)
 
 
-@functools.lru_cache(maxsize=8)
-def _random_start_one(config: PathConfig, d: int):
-  """jit(_random_start) of one key: the (K,Q) start of the C solver, drawn as the XLA one draws it.
-  One data set per call: a vmapped draw of B keys rounds its scaling differently for different B."""
-  return jax.jit(lambda key, R0: _random_start(config, key, d, R0, jnp.float64))
-
-
-def _flat(config: PathConfig, params: Params, B: int) -> np.ndarray:
-  """The parameters as rows (B, P): W, or K then Q."""
-  names = ("W",) if config.param == "W" else ("K", "Q")
-  return np.concatenate([np.asarray(params[k], np.float64).reshape(B, -1) for k in names], axis=1)
+def _random_starts_host(keys, d: int, m: int, R0: float) -> np.ndarray:
+  """The (K,Q) starts of ``_random_start`` as rows (B, 2*d*m) (K then Q), drawn on the host
+  (``rng``: the same normals bit for bit) and scaled onto ||K||^2+||Q||^2 = 2 R0 in NumPy, row by row."""
+  sub = rng.split_host(np.asarray(keys, np.uint32).reshape(-1, 2))                   # (B, 2, 2)
+  rnd = np.concatenate([rng.normals(sub[:, 0], d * m), rng.normals(sub[:, 1], d * m)], axis=1)
+  top = np.max(np.abs(rnd), axis=1, keepdims=True)
+  return rnd * (np.sqrt(2.0 * R0) / (top * np.linalg.norm(rnd / top, axis=1, keepdims=True)))
 
 
 def _along_unit(config: PathConfig, candidates: np.ndarray, rnd: np.ndarray, m: int) -> np.ndarray:
@@ -550,8 +547,7 @@ def _native(config: PathConfig, data: data_lib.Dataset, R: np.ndarray, keys, can
   if config.param == "W":
     x0 = np.zeros((B, d * d))
   else:
-    draw, R0 = _random_start_one(config, d), jnp.asarray(R[0], jnp.float64)
-    x0 = np.stack([_flat(config, jax.device_get(draw(key, R0)), 1)[0] for key in keys])
+    x0 = _random_starts_host(keys, d, m, float(R[0]))
   sizes = [d * d] if config.param == "W" else [d * m, d * m]
   v0 = np.concatenate([np.sin(1.0 + np.arange(size, dtype=np.float64)) for size in sizes])
   v0 = v0 / np.linalg.norm(v0)
