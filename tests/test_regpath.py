@@ -338,3 +338,34 @@ def test_bad_arguments_raise(batch):
   for bad in ({"iters": 0}, {"cone_delta": 1.5}, {"param": "V"}, {"param": "KQ", "cone_delta": 0.1}, {"m": 0}):
     with pytest.raises(ValueError):
       regpath.PathConfig(**bad).validate()
+
+
+@pytest.mark.slow   # (three builds of the C solver; CI runs the slow tests too)
+def test_the_c_paths_do_not_depend_on_the_vector_width(batch, problem, tmp_path, monkeypatch):
+  """The C solver takes a vector register's worth of data sets (8 lanes with AVX-512, 4 otherwise):
+  built for 8, 4 and 1 lane (1: scalar fused multiply-adds through std::fma), the three libraries
+  give the same paths bit for bit, W and (K,Q) with their candidates, on 5 data sets (a part-filled
+  group at 8 and 4)."""
+  _, _, _, svms = problem
+  order = np.array([0, 1, 2, 3, 2])
+  keys = train_lib.init_keys(SEED, np.arange(4))[order]
+  data = data_lib.take(batch, order)
+  base = regpath_native.FLAGS
+  outs = {}
+  for lanes in (8, 4, 1):
+    monkeypatch.setattr(regpath_native, "FLAGS", base + (f"-DLANES={lanes}",))
+    monkeypatch.setattr(regpath_native, "_state", {})
+    monkeypatch.setattr(regpath_native, "available", _C_AVAILABLE)
+    monkeypatch.setenv("SVMATTN_NATIVE_BUILD_DIR", str(tmp_path / f"lanes{lanes}"))
+    if not _C_AVAILABLE():
+      pytest.skip(f"the C path solver is not built here: {regpath_native.report()}")
+    outs[lanes] = [regpath.regularization_path(CFG[p], data, GRID, keys, candidates=svms[OWN[p]]["W"][order])
+                   for p in ("W", "KQ")]
+  built = {lib.name for lanes in (8, 4, 1) for lib in (tmp_path / f"lanes{lanes}").glob("*.so")}
+  assert len(built) == 3, built                                # three distinct libraries (the flags are in the name)
+  for lanes in (4, 1):
+    for a, b in zip(outs[8], outs[lanes]):
+      for f in ("W", "loss", "constraint", "kkt_cos", "grad_norm", "took_candidate", "candidate_gain"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f"{f} with {lanes} lanes")
+      for k in a.params:
+        np.testing.assert_array_equal(a.params[k], b.params[k])
