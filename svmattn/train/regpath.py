@@ -512,6 +512,12 @@ def regularization_path(config: PathConfig, data: data_lib.Dataset, R, keys: jax
   return PathResult(R, W, loss, cons, kkt, gn, cone, np.asarray(took), np.asarray(gain), params)
 
 
+def _unit_rows(a: np.ndarray) -> np.ndarray:
+  """Every row of a (B, P) divided by its norm, the norm taken of the row scaled by its max |a| first."""
+  top = np.max(np.abs(a), axis=1, keepdims=True)
+  return a / (top * np.linalg.norm(a / top, axis=1, keepdims=True))
+
+
 def _random_starts_host(keys, d: int, m: int, R0: float) -> np.ndarray:
   """The (K,Q) starts of ``_random_start`` as rows (B, 2*d*m) (K then Q), drawn on the host
   (``rng``: the same normals bit for bit) and scaled onto ||K||^2+||Q||^2 = 2 R0 in NumPy, row by row."""
@@ -527,17 +533,14 @@ def _along_unit(config: PathConfig, candidates: np.ndarray, rnd: np.ndarray, m: 
   B, d = candidates.shape[0], candidates.shape[-1]
   U = np.asarray(candidates, np.float64)
   if config.param == "W":
-    top = np.max(np.abs(U), axis=(1, 2), keepdims=True)
-    return (U / (top * np.linalg.norm((U / top).reshape(B, -1), axis=1)[:, None, None])).reshape(B, -1)
+    return _unit_rows(U.reshape(B, -1))
   A, S, Bt = np.linalg.svd(U)
   k = min(m, d)
   c = 1.0 / np.sqrt(np.sum(S, axis=1))[:, None, None]
   K, Q = np.zeros((B, d, m)), np.zeros((B, d, m))
   K[:, :, :k] = c * A[:, :, :k] * np.sqrt(S[:, None, :k])
   Q[:, :, :k] = c * np.swapaxes(Bt[:, :k], 1, 2) * np.sqrt(S[:, None, :k])
-  top = np.max(np.abs(rnd), axis=1, keepdims=True)
-  unit = rnd / (top * np.linalg.norm(rnd / top, axis=1, keepdims=True))
-  return np.concatenate([K.reshape(B, -1), Q.reshape(B, -1)], axis=1) + 1e-3 * np.sqrt(2.0) * unit
+  return np.concatenate([K.reshape(B, -1), Q.reshape(B, -1)], axis=1) + 1e-3 * np.sqrt(2.0) * _unit_rows(rnd)
 
 
 def _native(config: PathConfig, data: data_lib.Dataset, R: np.ndarray, keys, candidates) -> PathResult:
