@@ -62,6 +62,28 @@ def open_library(source: Path, flags: tuple[str, ...], env: str):
     return None, str(e)
 
 
+def entry_point(state: dict, lock, source: Path, flags: tuple[str, ...], env: str, symbol: str, argtypes, restype):
+  """The C function ``symbol`` of ``source``'s library with its ctypes signature, built and loaded
+  once per process and kept in ``state`` (under ``lock``), or None (``state["why"]`` says why)."""
+  with lock:
+    if "fn" not in state:
+      lib, why = open_library(source, flags, env)
+      fn = None
+      if lib is not None:
+        fn = getattr(lib, symbol)
+        fn.argtypes, fn.restype = argtypes, restype
+      state["fn"], state["why"] = fn, why
+    return state["fn"]
+
+
+def report(state: dict, env: str, key: str, native: str, fallback: str) -> dict:
+  """What a summary records of a native library: {key: native} where it is (or would be) used,
+  {key: fallback, key + "_why": why} where the fallback runs. A process that did not load it
+  itself (its workers do) only asks whether it would."""
+  why = state["why"] if "fn" in state else why_off(env, compiler())
+  return {key: native} if why is None else {key: fallback, f"{key}_why": why}
+
+
 def _cpu_id() -> str:
   try:
     with open("/proc/cpuinfo") as f:

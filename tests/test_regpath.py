@@ -228,6 +228,21 @@ def test_the_c_solver_is_off_where_told(monkeypatch):
   assert not regpath_native.covers(cfg, np.float32)
   assert not regpath_native.covers(regpath.PathConfig(param="W", cone_delta=0.1), np.float64)
   assert not regpath_native.covers(regpath.PathConfig(param="W", numerics="authors"), np.float64)
+  assert not regpath_native.covers(regpath.PathConfig(param="p"), np.float64)   # (the prompt: XLA's)
+
+
+def test_the_c_solver_checks_its_shapes():
+  """The C side reads its arrays by the shapes it is given: a mismatch is a ValueError first."""
+  B, n, T, d, G = 2, 3, 4, 5, 3
+  X, Z, Y, v = np.zeros((B, n, T, d)), np.zeros((B, n, d)), np.ones((B, n)), np.zeros((B, d))
+  R, x0, v0 = np.array([1.0, 2.0, 3.0]), np.zeros((B, d * d)), np.ones(d * d)
+  cfg = regpath.PathConfig(param="W")
+  with pytest.raises(ValueError, match="Z must have shape"):
+    regpath_native.paths(cfg, X, Z[:, :2], Y, v, R, x0, None, v0)
+  with pytest.raises(ValueError, match="along must have shape"):
+    regpath_native.paths(cfg, X, Z, Y, v, R, x0, np.zeros((B, d)), v0)
+  with pytest.raises(ValueError, match="x0 must have shape"):
+    regpath_native.paths(regpath.PathConfig(param="KQ", m=2), X, Z, Y, v, R, x0, None, np.ones(2 * d * 2))
 
 
 @pytest.mark.slow   # (the fast set keeps a sibling of this check; CI runs the slow ones too)

@@ -31,18 +31,10 @@ _state: dict = {}
 
 def _load():
   """The C entry point (built and loaded once per process), or None (and why, in _state)."""
-  with _lock:
-    if "fn" not in _state:
-      lib, why = native_build.open_library(SOURCE, FLAGS, ENV)
-      fn = None
-      if lib is not None:
-        fn = lib.SvmattnNucIpm
-        i64 = ctypes.c_int64
-        fn.argtypes = [i64, i64, i64, ctypes.c_void_p, ctypes.c_void_p, i64, ctypes.c_double, ctypes.c_double,
-                       ctypes.c_double, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(i64)]
-        fn.restype = ctypes.c_int
-      _state["fn"], _state["why"] = fn, why
-    return _state["fn"]
+  i64, ptr = ctypes.c_int64, ctypes.c_void_p
+  return native_build.entry_point(_state, _lock, SOURCE, FLAGS, ENV, "SvmattnNucIpm",
+                                  [i64, i64, i64, ptr, ptr, i64, ctypes.c_double, ctypes.c_double,
+                                   ctypes.c_double, ptr, ptr, ctypes.POINTER(i64)], ctypes.c_int)
 
 
 def available() -> bool:
@@ -69,8 +61,4 @@ def report() -> dict:
   """What a summary records: {"nuc_ipm": "native-cpu"} where the C iteration solves the nuclear
   problems, {"nuc_ipm": "numpy", "nuc_ipm_why": why} where the NumPy one does. (The SVM workers
   load the library; this process only asks whether it would, unless it loaded it itself.)"""
-  if "fn" in _state:
-    why = _state["why"]
-  else:
-    why = native_build.why_off(ENV, native_build.compiler())
-  return {"nuc_ipm": "native-cpu"} if why is None else {"nuc_ipm": "numpy", "nuc_ipm_why": why}
+  return native_build.report(_state, ENV, "nuc_ipm", "native-cpu", "numpy")

@@ -521,6 +521,8 @@ def _unit_rows(a: np.ndarray) -> np.ndarray:
 def _random_starts_host(keys, d: int, m: int, R0: float) -> np.ndarray:
   """The (K,Q) starts of ``_random_start`` as rows (B, 2*d*m) (K then Q), drawn on the host
   (``rng``: the same normals bit for bit) and scaled onto ||K||^2+||Q||^2 = 2 R0 in NumPy, row by row."""
+  if jax.dtypes.issubdtype(getattr(keys, "dtype", np.uint32), jax.dtypes.prng_key):
+    keys = jax.random.key_data(keys)                                               # (typed keys)
   sub = rng.split_host(np.asarray(keys, np.uint32).reshape(-1, 2))                   # (B, 2, 2)
   rnd = np.concatenate([rng.normals(sub[:, 0], d * m), rng.normals(sub[:, 1], d * m)], axis=1)
   top = np.max(np.abs(rnd), axis=1, keepdims=True)

@@ -34,17 +34,9 @@ _state: dict = {}
 
 def _load():
   """The C entry point (built and loaded once per process), or None (and why, in _state)."""
-  with _lock:
-    if "fn" not in _state:
-      lib, why = native_build.open_library(SOURCE, FLAGS, ENV)
-      fn = None
-      if lib is not None:
-        fn = lib.SvmattnRegPath
-        i64, ptr = ctypes.c_int64, ctypes.c_void_p
-        fn.argtypes = [i64] * 7 + [ptr] * 7 + [i64, ptr] + [i64] * 4 + [ptr] * 8
-        fn.restype = ctypes.c_int
-      _state["fn"], _state["why"] = fn, why
-    return _state["fn"]
+  i64, ptr = ctypes.c_int64, ctypes.c_void_p
+  return native_build.entry_point(_state, _lock, SOURCE, FLAGS, ENV, "SvmattnRegPath",
+                                  [i64] * 7 + [ptr] * 7 + [i64, ptr] + [i64] * 4 + [ptr] * 8, ctypes.c_int)
 
 
 def available() -> bool:
@@ -54,8 +46,9 @@ def available() -> bool:
 
 def covers(config, dtype) -> bool:
   """True where the C solver computes the paths of ``config`` (a ``regpath.PathConfig``) in ``dtype``."""
-  return (config.head == "linear" and config.model == "single_query" and config.numerics == "exact"
-          and config.cone_delta is None and config.loss in LOSSES and np.dtype(dtype) == np.float64)
+  return (config.param in ("W", "KQ") and config.head == "linear" and config.model == "single_query"
+          and config.numerics == "exact" and config.cone_delta is None and config.loss in LOSSES
+          and np.dtype(dtype) == np.float64)
 
 
 def _c(a) -> np.ndarray:
@@ -75,6 +68,13 @@ def paths(config, X, Z, Y, v, R, x0, along, v0) -> dict:
   G, P = R.shape[0], x0.shape[1]
   kq = config.param == "KQ"
   m = (config.m or d) if kq else d
+  shapes = {"Z": (Z, (B, n, d)), "Y": (Y, (B, n)), "v": (v, (B, d)), "R": (R, (G,)),
+            "x0": (x0, (B, 2 * d * m if kq else d * d)), "v0": (v0, (P,))}
+  if along is not None:
+    shapes["along"] = (along, (B, P))
+  for name, (a, shape) in shapes.items():
+    if a.shape != shape:     # (the C side reads the arrays by these shapes)
+      raise ValueError(f"regpath_native.paths: {name} must have shape {shape}, got {a.shape}")
   W = np.empty((B, G, d, d))
   fields = [np.empty((B, G)) for _ in range(6)]
   last = np.empty((B, P))
@@ -92,8 +92,4 @@ def paths(config, X, Z, Y, v, R, x0, along, v0) -> dict:
 def report() -> dict:
   """What a summary records: {"reg_paths": "native-cpu"} where the C solver computes the paths it
   covers, {"reg_paths": "xla", "reg_paths_why": why} where the XLA one computes every path."""
-  if "fn" in _state:
-    why = _state["why"]
-  else:
-    why = native_build.why_off(ENV, native_build.compiler())
-  return {"reg_paths": "native-cpu"} if why is None else {"reg_paths": "xla", "reg_paths_why": why}
+  return native_build.report(_state, ENV, "reg_paths", "native-cpu", "xla")

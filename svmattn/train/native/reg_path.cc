@@ -62,7 +62,9 @@ inline vd loss_value(int64_t loss, vd u) {
 
 inline vd select(vl c, vd a, vd b) { return c ? a : b; }
 
-// ||x|| scaled by max |x| first (gradients at large R are ~1e-170: their squares would underflow)
+// ||x|| scaled by max |x| first (gradients at large R are ~1e-170: their squares would underflow), through
+// the reciprocal of max |x|: exact to rounding for max |x| below 4.5e307, where 1 / max |x| is normal
+// (the parameters and gradients of a path stay far below that)
 vd norm(const vd* x, int64_t size) {
   vd top = splat(0.0);
   for (int64_t i = 0; i < size; ++i) top = vmax(vabs(x[i]), top);
@@ -259,7 +261,9 @@ class Paths {
         vd inv = 1.0 / (lam > 0 ? lam : splat(1.0));
         for (int64_t i = 0; i < P; ++i) v[i] = select(lam > 0, hu_[i] * inv, v[i]);
       }
+      vd est = lam;                                                        // (a NaN estimate stays NaN, as in XLA)
       lam = vmax(vmax(lam, norm(g_.data(), P) / rad), splat(2.2250738585072014e-308));
+      lam = est != est ? est : lam;
       const vd tau = 1.0 / lam;
       int64_t steps = iters - k * o.refresh;
       steps = steps < 0 ? 0 : (steps > o.refresh ? o.refresh : steps);
