@@ -46,7 +46,9 @@ far more; rounding by far less). ``PathResult.took_candidate`` / ``candidate_gai
 record where and by how much the candidate won; the KKT cosine checks the result.
 
 Batching: ``regularization_path`` vmaps ``path_one`` over a leading axis B of
-data sets and jit-compiles once per (config, shapes, grid length).
+data sets and jit-compiles once per (config, shapes, grid length). Where the C solver covers
+the configuration (``train.regpath_native``: global paths of the linear head in float64; numerics
+version 17), it runs the same method there instead, one data set per vector lane (``_native``).
 """
 from __future__ import annotations
 
