@@ -182,8 +182,9 @@ def test_the_c_solver_agrees_with_xla(batch, problem, native):
   """The C solver runs the XLA solver's iterations with its own rounding. Both end each radius
   within the solve's accuracy of the same minimizer (the KKT residual at the largest radius is
   below 1e-8 for both), so their paths agree to far better than the 1e-6 asserted on corr and W
-  (measured: 6e-12 on E7's W paths), and every candidate decision is the same here (its threshold is
-  1e-12 relative; the gains here are 1e-9 or more away from it). The losses agree to 1e-10 relative."""
+  (measured here: W 5.5e-9 R_max, corr 8.8e-11, losses 3.9e-16 and constraints 1.2e-15 relative),
+  and every candidate decision is the same here (its threshold is 1e-12 relative; every gain here is 0
+  or at least 3,000 times above or below it). The losses agree to 1e-10 relative."""
   _, _, _, svms = problem
   keys = train_lib.init_keys(SEED, np.arange(4))
   for p in ("W", "KQ"):

@@ -480,16 +480,14 @@ def regularization_path(config: PathConfig, data: data_lib.Dataset, R, keys: jax
   """
   config.validate()
   R = check_grid(R)
-  data = data_lib.Dataset(*(jnp.asarray(a) for a in data))
+  data = data_lib.Dataset(*(np.asarray(a) for a in data))     # (on the device only for the XLA solver)
   if data.X.ndim != 4:
     raise ValueError(f"regularization_path: data.X must have shape (B, n, T, d), got {data.X.shape}")
   B, d = data.X.shape[0], data.X.shape[-1]
   dt = data.X.dtype
-  if keys is None:
-    if config.param == "KQ":
-      raise ValueError("regularization_path: keys (B,) are required for the (K,Q) path (random start)")
-    keys = jax.vmap(jax.random.PRNGKey)(jnp.arange(B, dtype=jnp.uint32))
-  if keys.shape[0] != B:
+  if keys is None and config.param == "KQ":
+    raise ValueError("regularization_path: keys (B,) are required for the (K,Q) path (random start)")
+  if keys is not None and keys.shape[0] != B:
     raise ValueError(f"regularization_path: {keys.shape[0]} keys for {B} data sets")
   local = config.cone_delta is not None
   if local != (ref is not None):
@@ -503,13 +501,17 @@ def regularization_path(config: PathConfig, data: data_lib.Dataset, R, keys: jax
       raise ValueError(f"regularization_path: {name} must have shape (B, d, d) = {(B, d, d)}, got {a.shape}")
     if not np.all(np.isfinite(a)) or np.any(np.sum(a * a, axis=(1, 2)) == 0):
       raise ValueError(f"regularization_path: {name} must be finite and nonzero (an unsolved SVM is NaN)")
-    return jnp.asarray(a, dt)
+    return np.asarray(a, dt)
 
   ref, candidates = matrices("ref", ref), matrices("candidates", candidates)
   if regpath_native.covers(config, dt) and regpath_native.available():
     return _native(config, data, R, keys, candidates)
+  if keys is None:   # (W: unused)
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.arange(B, dtype=jnp.uint32))
+  device = lambda a: None if a is None else jnp.asarray(a)
   fn = _compiled(config, local, candidates is not None)
-  outs, params, took, gain = jax.device_get(fn(data, jnp.asarray(R, dt), keys, ref, candidates))
+  outs, params, took, gain = jax.device_get(fn(data_lib.Dataset(*(jnp.asarray(a) for a in data)), jnp.asarray(R, dt),
+                                               keys, device(ref), device(candidates)))
   W, loss, cons, kkt, gn, cone = (np.asarray(o) for o in outs)
   return PathResult(R, W, loss, cons, kkt, gn, cone, np.asarray(took), np.asarray(gain), params)
 
@@ -535,7 +537,7 @@ def _along_unit(config: PathConfig, candidates: np.ndarray, rnd: np.ndarray, m: 
   """``_along`` at R = 1 as rows (B, P): the start at radius R is R times it for W and sqrt(R) times
   it for (K,Q) (the balanced factors of the SVD and 1e-3 of the random start's direction)."""
   B, d = candidates.shape[0], candidates.shape[-1]
-  U = np.asarray(candidates, np.float64)
+  U = candidates
   if config.param == "W":
     return _unit_rows(U.reshape(B, -1))
   A, S, Bt = np.linalg.svd(U)
@@ -558,9 +560,8 @@ def _native(config: PathConfig, data: data_lib.Dataset, R: np.ndarray, keys, can
   sizes = [d * d] if config.param == "W" else [d * m, d * m]
   v0 = np.concatenate([np.sin(1.0 + np.arange(size, dtype=np.float64)) for size in sizes])
   v0 = v0 / np.linalg.norm(v0)
-  along = None if candidates is None else _along_unit(config, np.asarray(candidates), x0, m)
-  X, Z, Y, v = (np.asarray(a, np.float64) for a in (data.X, data.Z, data.Y, data.v))
-  out = regpath_native.paths(config, X, Z, Y, v, R, x0, along, v0)
+  along = None if candidates is None else _along_unit(config, candidates, x0, m)
+  out = regpath_native.paths(config, data.X, data.Z, data.Y, data.v, R, x0, along, v0)
   last = out["last"]
   params = ({"W": last.reshape(B, d, d)} if config.param == "W" else
             {"K": last[:, :d * m].reshape(B, d, m), "Q": last[:, d * m:].reshape(B, d, m)})
