@@ -415,7 +415,6 @@ PREFORK = """
 import os, sys, threading, time
 sys.path.insert(0, {root!r})
 from svmattn.study import workers as workers_lib
-workers_lib.die_with_parent(os.getppid())         # (its watch thread, as in reproduce's experiments, is allowed)
 assert workers_lib.fork_safe() is None, workers_lib.fork_safe()
 assert workers_lib.prefork(2)
 pool = workers_lib.pool(2)
@@ -429,7 +428,7 @@ again.shutdown()
 pool.shutdown()
 thread = threading.Thread(target=time.sleep, args=(2,))
 thread.start()                                    # another thread: no fork
-assert workers_lib.fork_safe() == "2 threads", workers_lib.fork_safe()   # (the watch thread not counted)
+assert workers_lib.fork_safe() == "2 threads", workers_lib.fork_safe()
 assert not workers_lib.prefork(1)
 thread.join()
 os.environ[workers_lib.FORK_ENV] = "0"

@@ -19,7 +19,6 @@ import threading
 import time
 
 WATCH_SECONDS = 0.25
-WATCH_NAME = "watch-parent"
 
 
 def _watch_parent(parent: int) -> None:
@@ -65,7 +64,7 @@ def die_with_parent(parent: int) -> None:
   """End this process when ``parent`` dies, even by SIGKILL: the kernel's PR_SET_PDEATHSIG on
   Linux, and a watch thread that notices the re-parenting elsewhere (and as a second guard)."""
   _die_with_parent()
-  threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name=WATCH_NAME).start()
+  threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="watch-parent").start()
   if os.getppid() != parent:   # died before the watch began
     os._exit(1)
 
@@ -115,16 +114,14 @@ def report() -> dict:
 
 def fork_safe() -> str | None:
   """Why this process may not fork workers now (None when it may): forking is safe only on Linux
-  while no other thread runs (but ``die_with_parent``'s watch) and no JAX backend (with its
-  threads) exists."""
+  while this is the only thread and no JAX backend (with its threads) exists."""
   import sys
   if os.environ.get(FORK_ENV, "1").strip() == "0":
     return f"{FORK_ENV}=0"
   if not sys.platform.startswith("linux"):
     return f"platform {sys.platform}"
-  others = [t for t in threading.enumerate() if t is not threading.current_thread() and t.name != WATCH_NAME]
-  if others:
-    return f"{len(others) + 1} threads"     # (a watch thread only sleeps and reads its parent's pid)
+  if threading.active_count() != 1:
+    return f"{threading.active_count()} threads"
   if "jax" in sys.modules:
     from jax._src import xla_bridge
     if xla_bridge.backends_are_initialized():
