@@ -389,14 +389,10 @@ time.sleep(600)
 """
 
 
-@pytest.mark.parametrize("start", ["spawn", "fork"])
-def test_a_worker_holding_the_gil_dies_with_its_parent(tmp_path, start):
-  """A solver that holds the GIL (the watch thread cannot run) is still killed with its parent, a
-  spawned worker and a forked one (``workers.prefork``) alike."""
-  script = PARENT.format(root=REPO_ROOT)
-  if start == "fork":
-    script = script.replace("pool = workers_lib.pool(1)", "assert workers_lib.prefork(1)\npool = workers_lib.pool(1)")
-  proc = subprocess.Popen([sys.executable, "-c", script], env=ENV, stdout=subprocess.PIPE, text=True)
+def test_a_worker_holding_the_gil_dies_with_its_parent(tmp_path):
+  """A solver that holds the GIL (the watch thread cannot run) is still killed with its parent."""
+  proc = subprocess.Popen([sys.executable, "-c", PARENT.format(root=REPO_ROOT)], env=ENV, stdout=subprocess.PIPE,
+                          text=True)
   try:
     worker = int(proc.stdout.readline().split()[0])
     time.sleep(1.0)                              # the worker is inside sum(), holding the GIL
@@ -409,72 +405,6 @@ def test_a_worker_holding_the_gil_dies_with_its_parent(tmp_path, start):
     assert not _alive(worker), "the worker outlived its parent"
   finally:
     _kill_all(proc)
-
-
-PREFORK = """
-import os, sys, threading, time
-sys.path.insert(0, {root!r})
-from svmattn.study import workers as workers_lib
-assert workers_lib.fork_safe() is None, workers_lib.fork_safe()
-assert workers_lib.prefork(2)
-pool = workers_lib.pool(2)
-assert pool._mp_context.get_start_method() == "fork"
-assert sorted(pool.map(int, ["1", "2", "3"])) == [1, 2, 3]
-assert set(pool.submit(os.getppid).result() for _ in range(4)) == {{os.getpid()}}
-again = workers_lib.pool(2)                       # taken once: the next pool is spawned
-assert again._mp_context.get_start_method() == "spawn"
-assert workers_lib.report() == {{"svm_workers_start": "fork"}}
-again.shutdown()
-pool.shutdown()
-thread = threading.Thread(target=time.sleep, args=(2,))
-thread.start()                                    # another thread: no fork
-assert workers_lib.fork_safe() == "2 threads", workers_lib.fork_safe()
-assert not workers_lib.prefork(1)
-thread.join()
-os.environ[workers_lib.FORK_ENV] = "0"
-assert not workers_lib.prefork(1)
-import jax
-os.environ[workers_lib.FORK_ENV] = "1"
-jax.numpy.zeros(1)                                # a backend and its threads: no fork
-assert workers_lib.fork_safe() == "a JAX backend exists", workers_lib.fork_safe()
-assert not workers_lib.prefork(1)
-assert not workers_lib._early
-print("ok")
-"""
-
-
-def test_prefork_forks_only_where_safe_and_once():
-  """``workers.prefork`` forks its pool in a single-threaded process without a JAX backend; the next
-  ``pool`` of that size takes it, the one after spawns; another thread, a backend or
-  SVMATTN_FORK_WORKERS=0 prevent the fork."""
-  env = {k: v for k, v in ENV.items() if k != "SVMATTN_FORK_WORKERS"}
-  out = subprocess.run([sys.executable, "-c", PREFORK.format(root=REPO_ROOT)], env=env, capture_output=True,
-                       text=True, timeout=120)
-  assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
-
-
-@pytest.mark.slow
-def test_forked_and_spawned_workers_give_the_same_results(tmp_path):
-  """E5 (its SVMs in a worker) with forked workers (the default) and with spawned ones
-  (SVMATTN_FORK_WORKERS=0): the same bits in results.npz and in every per-run file."""
-  outs = {}
-  for fork in ("1", "0"):
-    out = tmp_path / fork
-    env = {**ENV, "SVMATTN_FORK_WORKERS": fork}
-    proc = subprocess.run([sys.executable, "-m", "svmattn", "multi_token", f"--out={out}", "--runs=6", "--ds=4,6",
-                           "--batch_size=20", "--noprogress"], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(out / "summary.json") as f:
-      assert json.load(f)["environment"]["svm_workers_start"] == {"1": "fork", "0": "spawn"}[fork]
-    outs[fork] = out
-  files = sorted(p.relative_to(outs["1"]) for p in outs["1"].rglob("*.npz"))
-  assert files and files == sorted(p.relative_to(outs["0"]) for p in outs["0"].rglob("*.npz"))
-  for rel in files:
-    a, b = np.load(outs["1"] / rel), np.load(outs["0"] / rel)
-    assert a.files == b.files, rel
-    for k in a.files:
-      assert np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f"), (rel, k)
 
 
 # ----------------------------------------------------------------------------

@@ -77,9 +77,8 @@ def _gd_kernel() -> dict:
   from svmattn.train import buckets
   from svmattn.train import native_kernel
   from svmattn.train import regpath_native
-  from svmattn.study import workers as workers_lib
   return {**native_kernel.report(), **rng_native.report(), **nuclear_ipm_native.report(), **regpath_native.report(),
-          "pad_d_buckets": buckets.enabled(), **workers_lib.report()}
+          "pad_d_buckets": buckets.enabled()}
 
 
 def quiet_logs() -> None:
@@ -180,6 +179,7 @@ def prepare_process(values: dict) -> None:
   if values.get("figure_format"):
     from svmattn.io import plots
     plots.set_formats(values["figure_format"])
+  import_in_background()
 
 
 def _imports():
@@ -188,17 +188,10 @@ def _imports():
   import scipy.optimize  # noqa: F401  (the SVM solvers' NNLS)
 
 
-_deferred: list | None = None     # while ``run`` builds its study: the imports asked for, started after it
-
-
 def import_in_background(*modules: str) -> None:
   """Import what the later stages need (default: pyplot, scipy.optimize, about 1.5 s; else the named
   ``modules``) on a thread, beside data generation, compiling and training. A stage that needs them
-  waits for the import; so does the process's exit, so it never ends inside an import. Asked while
-  ``run`` builds its study, the thread starts once the study is built (``prefork_workers``)."""
-  if _deferred is not None:
-    _deferred.append(modules)
-    return
+  waits for the import; so does the process's exit, so it never ends inside an import."""
   import atexit
   import importlib
   import threading
@@ -212,21 +205,13 @@ def run(experiment, values: dict, sweep: dict | None = None):
   """Run ``experiment`` with validated ``values`` (and a sweep {field: [values]}); returns the
   pipeline's output. Errors a user can cause end the process with one line."""
   from svmattn.study import sweep as sweep_lib
-  global _deferred
   timer = Timer()
   prepare_process(values)
   start_hosts(values)
-  _deferred = []
   try:
     study = build_any(experiment, values, sweep)
   except F.ConfigError as e:
     fail(str(e))
-  finally:
-    imports, _deferred = _deferred, None
-  prefork_workers(study, values)
-  import_in_background()
-  for modules in imports:
-    import_in_background(*modules)
   combos = sweep_lib.grid(sweep) if sweep else []
   per = [{**values, **c} for c in combos]
 
@@ -256,26 +241,6 @@ def run(experiment, values: dict, sweep: dict | None = None):
     report_sweep(experiment, rows, output, timer)
 
   return run_study(study, values, write)
-
-
-def prefork_workers(study, values: dict) -> None:
-  """Fork the SVM workers the pipeline will ask for (``study.workers.prefork``), while this process
-  has no other thread and no JAX backend yet: a spawned worker would first spend 1.3-1.6 s of a
-  core importing NumPy, SciPy, JAX and the engine. The same workers, the same jobs, the same results;
-  anything that prevents it (another thread, a backend, other hosts, SVMATTN_FORK_WORKERS=0) leaves
-  the pipeline to spawn them."""
-  from svmattn.study import pipeline
-  from svmattn.study import workers as workers_lib
-  index, count = hosts(values)
-  if count > 1:
-    return
-  todo = pipeline.units(study, index, count)
-  if len(todo) < 2:                       # (the pipeline analyzes a single unit in this process)
-    return
-  n = values.get("svm_workers")
-  if n is None:
-    n = pipeline.default_workers(any(s.steps for c in study.cells for s in study.stages(c)))
-  workers_lib.prefork(n)
 
 
 def cell_dir(k: int, combination: dict) -> str:
@@ -422,9 +387,6 @@ def run_study(study, values: dict, write):
       return runner.execute(study, values["out"], write, options)
   except (pipeline.StudyError, ckpt_lib.CheckpointError) as e:
     fail(str(e))
-  finally:
-    from svmattn.study import workers as workers_lib
-    workers_lib.discard_early()
 
 
 def install_stop_handlers() -> None:

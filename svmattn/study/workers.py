@@ -1,9 +1,7 @@
 """Host worker processes that never outlive the process that started them.
 
 ``pool(n)`` is a ``concurrent.futures.ProcessPoolExecutor`` of ``n`` spawned processes
-(no JAX state is forked), or the pool ``prefork(n)`` forked earlier, while the process was still
-single-threaded and had no JAX backend: its workers then start without importing anything (a
-spawned worker spends 1.3-1.6 s of a core importing NumPy, SciPy, JAX and the engine). Each worker runs one SVM solve at a time (its own threads would
+(no JAX state is forked). Each worker runs one SVM solve at a time (its own threads would
 only compete with the other workers) and never outlives its parent: on Linux the kernel
 kills it when the parent dies, even by SIGKILL (prctl PR_SET_PDEATHSIG), whatever it is
 computing; elsewhere (and as a second guard) a thread notices the re-parenting within
@@ -80,73 +78,15 @@ def _start_worker(parent: int) -> None:
   import signal
   from svmattn.svm import att_svm as svm_lib
   signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole group: the parent decides (terminate)
-  signal.signal(signal.SIGTERM, signal.SIG_DFL)  # (a forked worker would keep its parent's handler)
   svm_lib.THREADS = 1   # the workers already run in parallel
   _one_blas_thread()
   die_with_parent(parent)
 
 
-# SVMATTN_FORK_WORKERS=0: every pool is spawned (``prefork`` does nothing)
-FORK_ENV = "SVMATTN_FORK_WORKERS"
-_early: dict[int, concurrent.futures.ProcessPoolExecutor] = {}   # prefork's pools, by size, until taken
-_made: list[str] = []     # how each pool of this process started its workers: "fork" or "spawn"
-
-
-def _new_pool(workers: int, method: str) -> concurrent.futures.ProcessPoolExecutor:
-  return concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
-                                                initializer=_start_worker, initargs=(os.getpid(),))
-
-
 def pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
-  """``workers`` worker processes that exit by themselves when this process dies: the pool of that
-  size ``prefork`` made (once), else a pool of spawned processes."""
-  early = _early.pop(workers, None)
-  _made.append("fork" if early is not None else "spawn")
-  return early if early is not None else _new_pool(workers, "spawn")
-
-
-def report() -> dict:
-  """What a summary records: {"svm_workers_start": "fork"} where the SVM workers were forked,
-  "spawn" where they were spawned (the later pools after a worker died are always spawned), and
-  nothing where this process made no pool."""
-  return {"svm_workers_start": _made[0]} if _made else {}
-
-
-def fork_safe() -> str | None:
-  """Why this process may not fork workers now (None when it may): forking is safe only on Linux
-  while this is the only thread and no JAX backend (with its threads) exists."""
-  import sys
-  if os.environ.get(FORK_ENV, "1").strip() == "0":
-    return f"{FORK_ENV}=0"
-  if not sys.platform.startswith("linux"):
-    return f"platform {sys.platform}"
-  if threading.active_count() != 1:
-    return f"{threading.active_count()} threads"
-  if "jax" in sys.modules:
-    from jax._src import xla_bridge
-    if xla_bridge.backends_are_initialized():
-      return "a JAX backend exists"
-  return None
-
-
-def prefork(workers: int) -> bool:
-  """Fork ``workers`` worker processes now, for the next ``pool(workers)``, where ``fork_safe``: the
-  workers share what this process has imported, so they start at once. True if it forked. Call it
-  before starting threads or JAX; ``discard_early`` stops a pool nobody took."""
-  if workers < 1 or workers in _early or fork_safe() is not None:
-    return False
-  early = _new_pool(workers, "fork")
-  for _ in range(workers):          # (a fork pool starts all its processes at the first job, here)
-    early.submit(_ready)
-  _early[workers] = early
-  return True
-
-
-def discard_early() -> None:
-  """Stop the pools ``prefork`` made that no ``pool`` call took (their workers are idle)."""
-  while _early:
-    _, early = _early.popitem()
-    early.shutdown(wait=True, cancel_futures=True)
+  """``workers`` spawned worker processes that exit by themselves when this process dies."""
+  return concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=_start_worker, initargs=(os.getpid(),))
 
 
 def _ready(*_) -> int:
