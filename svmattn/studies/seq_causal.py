@@ -261,7 +261,7 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nu
 
 EXPERIMENT = registry.Experiment(
     id="E8", name=NAME, title="Sequence-to-sequence and causal attention",
-    cost_s=12,
+    cost_s=4,
     claim="Sequence-to-sequence and causal attention converge in direction to their own Att-SVMs (one set of "
           "constraints per query position).",
     settings=SETTINGS, quick={"runs": 20},

@@ -26,7 +26,7 @@ import numpy as np
 
 from svmattn.config import fields as F
 
-NUMERICS_VERSION = "17"    # bumped when a change moves results at the rounding level (history: docs/results.md)
+NUMERICS_VERSION = "18"    # bumped when a change moves results at the rounding level (history: docs/results.md)
 
 
 def fail(message: str):

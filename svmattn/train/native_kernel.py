@@ -181,13 +181,16 @@ def _view(a: np.ndarray, name: str, observed: bool, write: bool) -> tuple[int, t
 def run_chunk_rows(params: list[np.ndarray], X: np.ndarray, Z: np.ndarray, Y: np.ndarray, h: np.ndarray,
                    out_params: list[np.ndarray], obs: dict, *, param: str, lr: float, ridge: float, every: int,
                    snapshots: int, start: bool, loss: str, normalized: bool, head: str = "linear",
-                   authors: bool = False) -> None:
+                   authors: bool = False, causal: int = 0) -> None:
   """``run_chunk`` through the kernel's C entry point on NumPy views with the data sets first (b, ...),
   as the engine holds them, without XLA and without transposes: the same computation, bit for
   bit, with nothing to compile. ``params`` ([W] or [K, Q]) are read and ``out_params`` written (they
   may be the same arrays); the observations are written into ``obs``: "W" (b,S,d,d), "f" (b,S,n),
   "max_prob" (b,S), "ridge_sum" (b,S) and "attention" (b,n,T), S = snapshots (+ 1 with ``start``), each
-  a view into a larger array if need be (its rows and observations strided, its elements in C order)."""
+  a view into a larger array if need be (its rows and observations strided, its elements in C order).
+  causal K > 0 (the linear head): the n sequences are the queries of a causal seq2seq data set, K per
+  sequence of tokens, and sequence i (query k = i mod K) sees the tokens t <= k only (weight exactly 0
+  for the others); K divides n and is at most T."""
   fn = _load()["host"]
   b, n, T, d = X.shape
   kind, head_lam = head_kind(head)
@@ -213,8 +216,10 @@ def run_chunk_rows(params: list[np.ndarray], X: np.ndarray, Z: np.ndarray, Y: np
   outs += [_view(obs[k], k, k != "attention", True) for k in ("W", "f", "max_prob", "ridge_sum", "attention")]
   code = 2 if kq else {"linear": 0, "relu": 1, "lambda": 3}[kind]
   sizes = (ctypes.c_int64 * 5)(n, T, d, m, b)
-  counts = (ctypes.c_int64 * 6)(every, snapshots, 1 if start else 0, LOSSES[loss], 1 if normalized else 0,
-                                1 if authors else 0)
+  if causal and (kind != "linear" or n % causal or causal > T):
+    raise ValueError(f"native kernel: causal={causal} needs the linear head, K dividing n={n} and K <= T={T}")
+  counts = (ctypes.c_int64 * 7)(every, snapshots, 1 if start else 0, LOSSES[loss], 1 if normalized else 0,
+                                1 if authors else 0, causal)
   addr = lambda views: (ctypes.c_void_p * len(views))(*(a for a, _ in views))  # noqa: E731
   strides = lambda views: (ctypes.c_int64 * (3 * len(views)))(*(x for _, st in views for x in st))  # noqa: E731
   if b == 0:

@@ -15,10 +15,16 @@ resume, replay, any batch size and any device count stay bit for bit the same. T
 observation is mean_i l(Y_i f_i) + lam ||W||^2 from the kernel's predictions f, computed here in
 NumPy (the sum over the sequences in index order), as the XLA wrapper computed it in its program
 up to the rounding of l (numerics version 6).
+
+The seq2seq and causal models (docs/science.md section 7) with the linear head train here too
+(numerics version 18): every query z_ik becomes a sequence of its own with the tokens X_i and the
+label Y_ik (``_as_queries``), and with causal attention the kernel lets query k see the tokens
+t <= k only. Their final attention comes back as (B, n, K, T).
 """
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import time
 
 import jax
@@ -36,10 +42,35 @@ LOSSES = {
 }
 
 
+SEQ_MODELS = ("seq2seq", "causal")
+
+
 def supports(config, dtype) -> bool:
-  """True when ``train`` runs ``config`` here: the native kernel's case with a host-drawn start."""
+  """True when ``train`` runs ``config`` here: the native kernel's case with a host-drawn start; the
+  seq2seq and causal models (docs/science.md section 7) with the linear head too, each query a
+  sequence of its own (``_as_queries``)."""
+  if config.model in SEQ_MODELS:
+    if config.head != "linear":
+      return False
+    config = dataclasses.replace(config, model="single_query")
   return (block_kernel.supports(config) and block_kernel.uses_native(config, dtype)
           and host_init.supports(config) and not config.train_head)
+
+
+def _as_queries(data, causal: bool):
+  """A seq2seq batch (X (B,n,T,d), Z (B,n,K,d), Y (B,n,K)) as the single-query batch the kernel
+  trains: sequence (i, k) is query z_ik with the tokens X_i and the label Y_ik, n K sequences in
+  the order of (i, k), so the objective's mean over (i, k) is the mean over them. With causal
+  attention the kernel lets query k see the tokens t <= k only (``run_chunk_rows``' causal=K)."""
+  B, n, T, d = data.X.shape
+  K = data.Z.shape[2]
+  if data.Z.shape != (B, n, K, d) or np.shape(data.Y) != (B, n, K):
+    raise ValueError(f"train: a seq2seq batch needs Z (B,n,K,d) and Y (B,n,K), got Z {data.Z.shape} and Y "
+                     f"{np.shape(data.Y)} for X of shape {data.X.shape}")
+  if causal and K > T:
+    raise ValueError(f"train: causal attention needs K <= T queries per sequence, got K={K}, T={T}")
+  X = np.repeat(np.asarray(data.X, np.float64), K, axis=1)               # (B, nK, T, d)
+  return data._replace(X=X, Z=np.asarray(data.Z).reshape(B, n * K, d), Y=np.asarray(data.Y).reshape(B, n * K)), K
 
 
 def _loss(name: str, Y: np.ndarray, f: np.ndarray, lam: float, ridge_sum: np.ndarray) -> np.ndarray:
@@ -80,6 +111,11 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
   calling module (its State, Trajectory, schedules and optimizer init)."""
   param, lam, normalize = block_kernel._settings(config)
   relu = config.head == "relu"
+  seq_shape, causal = None, 0
+  if config.model in SEQ_MODELS:                 # every query a sequence of its own
+    seq_shape = data.Z.shape[1:3]                # (n, K)
+    data, K = _as_queries(data, config.model == "causal")
+    causal = K if config.model == "causal" else 0
   B = data.X.shape[0]
   first_step = 0 if start is None else int(start[0])
   if not 0 <= first_step <= config.steps:
@@ -135,7 +171,7 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
         native_kernel.run_chunk_rows(
             params, X[rows], Z[rows], Y[rows], head[rows], params, obs, param=param.name, lr=config.lr,
             ridge=lam or 0.0, every=every, snapshots=k, start=observe_start, loss=config.loss,
-            normalized=normalize, head=config.head, authors=config.numerics == "authors")
+            normalized=normalize, head=config.head, authors=config.numerics == "authors", causal=causal)
         snaps["loss"][rows, first:pos + k] = _loss(config.loss, Y[rows], f, lam, ridge_sum)
 
       if pool:
@@ -151,6 +187,8 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
     if pool is not None:
       pool.shutdown()
   state = _state(state, held)
+  if seq_shape is not None and attention is not None:
+    attention = attention.reshape(B, *seq_shape, attention.shape[-1])   # (B, n, K, T)
   return loop.Trajectory(steps, snaps["W"], snaps["max_prob"], snaps["loss"], attention, state.params,
                          compile_seconds, time.perf_counter() - t0)
 

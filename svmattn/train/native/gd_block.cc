@@ -97,6 +97,10 @@ struct Options {
   bool normalized, start;
   bool authors;  // the authors' numerics (ReLU head): pooled token X^T s, g / (||g||_F + eps)
   double head_lam;  // the lambda head's lam
+  // Causal attention (0: none): the sequences are the queries of a seq2seq data set, K per sequence
+  // of tokens (sequence i is query k = i mod K), and query k sees the tokens t <= k only: the others'
+  // softmax weight is exactly 0 (models.attention.seq2seq_logits, -inf logits).
+  int64_t causal = 0;
 };
 
 // The heads: linear h(r) = v^T r (head data v (d)), ReLU h(r) = 1^T ReLU(V^T r) (V (d,d)), lambda
@@ -106,8 +110,9 @@ enum Head { kLinear = 0, kRelu = 1, kLambda = 2 };
 class Group {
  public:
   Group(const Sizes& s, bool kq, Head head = kLinear, bool authors = false, double head_lam = 0.0,
-        bool anchored = false)
+        bool anchored = false, int64_t causal = 0)
       : s_(s), kq_(kq), relu_(head == kRelu), pooled_(head != kLinear), authors_(authors), lam_(head_lam),
+        causal_(causal),
         factored_(kq && 5 * s.n * s.m < 3 * s.d * s.m + 2 * s.n * s.d), anchored_(anchored) {
     X_.resize(s.n * s.T * s.d);
     Z_.resize(s.n * s.d);
@@ -183,7 +188,8 @@ class Group {
 
   // e_ (n,T) = exp(logit_it - max_t logit_it) with the logits X_i q_i, q_i = W z_i (computed from W_
   // here unless have_q: (K, Q)'s step computes q_ itself); seq_[n + i] = sum_t e_it
-  // (the softmax's numerator and denominator)
+  // (the softmax's numerator and denominator). Causal: the max and the sum over the tokens query i
+  // sees, and e_it = 0 for the others.
   void exp_logits(bool have_q = false) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* mx = &seq_[0];
@@ -192,6 +198,18 @@ class Group {
     for (int64_t i = 0; i < n; ++i)                                       // logits X_i q_i
       matvec(&e_[i * T], &X_[i * T * d], d, 1, &q_[i * d], 1, T, d);
     for (int64_t i = 0; i < n; ++i) mx[i] = splat(-INFINITY), sum[i] = splat(0.0);
+    if (causal_ > 0) {
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t seen = i % causal_ + 1;                             // tokens 0..k of query k
+        for (int64_t t = 0; t < seen; ++t) mx[i] = vmax(e_[i * T + t], mx[i]);
+        for (int64_t t = 0; t < seen; ++t) {
+          e_[i * T + t] = vexp_nonpositive(e_[i * T + t] - mx[i]);
+          sum[i] += e_[i * T + t];
+        }
+        for (int64_t t = seen; t < T; ++t) e_[i * T + t] = splat(0.0);
+      }
+      return;
+    }
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < n; ++i) mx[i] = vmax(e_[i * T + t], mx[i]);
     for (int64_t t = 0; t < T; ++t)                                       // softmax
@@ -487,6 +505,7 @@ class Group {
   Sizes s_;
   bool kq_, relu_, pooled_, authors_;
   double lam_;
+  int64_t causal_;      // Options::causal
   // (K, Q)'s step through Q^T z_i (numerics version 10) where it takes fewer fused multiply-adds, a
   // choice made by the sizes alone (so the same for every data set of a configuration): 5 n d m against
   // 3 d^2 m + 2 n d^2 (n < d at m = d). Each step starts from K and Q alone, so a trajectory does not
@@ -521,6 +540,8 @@ ffi::Error check(const Sizes& s, const Options& o) {
   if (s.n < 1 || s.T < 1 || s.d < 1 || s.m < 1 || s.b < 1 || o.every < 0 || o.snapshots < 0 || o.loss < 0 ||
       o.loss > 2)
     return ffi::Error::InvalidArgument("svmattn gd_block: bad sizes, steps, snapshots or loss");
+  if (o.causal < 0 || (o.causal > 0 && (o.causal > s.T || s.n % o.causal != 0)))
+    return ffi::Error::InvalidArgument("svmattn gd_block: causal K must divide n and be at most T");
   return ffi::Error::Success();
 }
 
@@ -558,7 +579,7 @@ template <class Load, class Store>
 ffi::Error run_block(const Sizes& s, bool kq, Head head, const Options& o, Load load, Store store,
                      const Observations& obs) {
   FlushDenormals flush;
-  Group g(s, kq, head, o.authors, o.head_lam, anchored_w_step(s, kq, head, o));
+  Group g(s, kq, head, o.authors, o.head_lam, anchored_w_step(s, kq, head, o), o.causal);
   std::vector<vd> f(s.n);
   const int64_t dd = s.d * s.d, b = s.b;
   for (int64_t j0 = 0; j0 < b; j0 += L) {
@@ -668,7 +689,8 @@ ffi::Error GdBlockKQ(SVMATTN_F64 K, SVMATTN_F64 Q, SVMATTN_F64 X, SVMATTN_F64 Z,
 
 // The same chunks without XLA, for train.native_kernel (NumPy arrays through ctypes): 0 on success,
 // 1 for bad sizes or options, 2 when it could not allocate its buffers. counts: every, snapshots,
-// start, loss, normalized, authors (the authors' numerics: the ReLU head only).
+// start, loss, normalized, authors (the authors' numerics: the ReLU head only), causal (Options::causal:
+// 0, or K queries per token sequence, the linear head only).
 // kind 0: W with the linear head (head: v (d)), 1: W with the ReLU head (head: V (d,d)), 2: (K, Q)
 // with the linear head (K and Q (d,m)), 3: W with the lambda head (head: v (d)) of lam head_lam.
 // in: the parameters (W, or K and Q), X (n,T,d), Z (n,d), Y (n), head; out: the parameters, then
@@ -684,7 +706,9 @@ extern "C" int SvmattnGdChunk(int64_t kind, const int64_t* sizes, double lr, dou
   const Head head_kind = kind == 1 ? kRelu : kind == 3 ? kLambda : kLinear;
   Sizes s{sizes[0], sizes[1], sizes[2], kq ? sizes[3] : 1, sizes[4]};
   Options o = options(lr, ridge, counts[0], counts[1], counts[2], counts[3], counts[4], counts[5], head_lam);
+  o.causal = counts[6];
   if (o.authors && head_kind != kRelu) return 1;
+  if (o.causal != 0 && head_kind != kLinear) return 1;
   if (check(s, o).failure()) return 1;
   const int64_t pk = kq ? s.d * s.m : s.d * s.d;
   auto ins = [&](int a) { return In{in[a], in_strides[3 * a], in_strides[3 * a + 1], in_strides[3 * a + 2]}; };
