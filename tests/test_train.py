@@ -182,3 +182,24 @@ def test_kq_snapshots_are_K_Q_transpose(converged):
   K, Q = np.asarray(tr.params["K"]), np.asarray(tr.params["Q"])
   np.testing.assert_allclose(tr.W_final, K @ np.swapaxes(Q, 1, 2), rtol=1e-13, atol=1e-13)
   assert K.shape == (len(RUNS), SPEC.d, SPEC.d)
+
+
+@pytest.mark.parametrize("optimizer, leaves", [("normalized_gd", 0), ("gd", 0), ("adam", 3)])
+def test_the_optimizer_start_compiles_nothing_for_a_stateless_optimizer(optimizer, leaves):
+  """``loop._compiled_opt_init``: normalized GD's and GD's state has no arrays, so its start is the
+  abstract value and no program is compiled; Adam's (first and second moments, count) is compiled
+  and computed as before (zeros)."""
+  from svmattn import xla_cache
+  xla_cache.count_compiles()
+  config = train_lib.TrainConfig(param="W", optimizer=optimizer, lr=0.1, steps=10)
+  trainer = train_lib.make_trainer(config)
+  params = {"W": np.zeros((3, 4, 4))}
+  before = xla_cache.compile_stats()["xla_programs_compiled"]
+  state = train_lib._compiled_opt_init(trainer)(params)
+  compiled = xla_cache.compile_stats()["xla_programs_compiled"] - before
+  assert len(jax.tree_util.tree_leaves(state)) == leaves
+  assert jax.tree_util.tree_structure(state) == jax.tree_util.tree_structure(
+      jax.vmap(trainer.optimizer.init)(params))
+  assert (compiled == 0) == (leaves == 0), compiled
+  for leaf in jax.tree_util.tree_leaves(state):
+    assert not np.any(np.asarray(leaf))

@@ -539,10 +539,18 @@ def _compiled(trainer: Trainer, kind: str, mesh, *static):
 
 
 def _compiled_opt_init(trainer: Trainer):
-  """The optimizer's starting state of a batch of parameters (jitted, cached per trainer)."""
+  """The optimizer's starting state of a batch of parameters (jitted, cached per trainer). A
+  stateless optimizer's (normalized GD, GD: a state without arrays) is its abstract value, with no
+  program compiled for it (an empty cache compiled one per configuration, 0.08 s of E2's cold run)."""
   key = (trainer.config, "opt_init")
   if key not in _JIT_CACHE:
-    _JIT_CACHE[key] = jax.jit(jax.vmap(trainer.optimizer.init))
+    compiled = jax.jit(jax.vmap(trainer.optimizer.init))
+
+    def init(params):
+      state = jax.eval_shape(compiled, params)
+      return state if not jax.tree_util.tree_leaves(state) else compiled(params)
+
+    _JIT_CACHE[key] = init
   return _JIT_CACHE[key]
 
 
