@@ -12,6 +12,7 @@ once JAX has created its CPU backend, and none on GPU/TPU devices.
 
 Layout (the data flow, one way; imports only point down this list):
   rng        PRNG keys and flat random draws (ground floor)
+  startup_gc the garbage collector off while the svmattn command starts (ground floor)
   xla_cache  the persistent compilation cache, one compiled program for all CPU devices (ground floor)
   io/        atomic results files, orbax checkpoints, progress display, figures (ground floor)
   models/    attention (parameterizations, pooled token, loss and gradient), heads, losses
@@ -27,7 +28,12 @@ Layout (the data flow, one way; imports only point down this list):
 import logging
 import os
 
-import jax
+from svmattn import startup_gc
+
+if startup_gc.started_by_command():
+  startup_gc.pause()        # on again once the command's imports are done (startup_gc)
+
+import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 # JAX probes for TPU/GPU backends and logs each failure at INFO ("Unable to initialize backend

@@ -38,6 +38,15 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+  from svmattn import startup_gc
+  try:
+    _main(argv)
+  finally:
+    startup_gc.resume(freeze=False)      # a caller in this process gets its collector back
+
+
+def _main(argv: list[str] | None) -> None:
+  from svmattn import startup_gc
   argv = list(sys.argv if argv is None else argv)
   if len(argv) < 2 or argv[1] in ("-h", "--help", "help", "list"):
     print(usage())
@@ -46,6 +55,7 @@ def main(argv: list[str] | None = None) -> None:
   if command in COMMANDS:
     module, entry, _ = COMMANDS[command]
     fn = getattr(importlib.import_module(module), entry)
+    startup_gc.resume()         # its imports are done (the experiments': execute.prepare_process)
     if entry == "run":          # an absl main: it parses sys.argv
       sys.argv = [f"svmattn {command}"] + argv[2:]
       fn()

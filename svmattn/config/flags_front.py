@@ -95,5 +95,5 @@ def main(name: str) -> None:
       execute.fail(str(e))
     execute.run(experiment, got)
 
-  process_end.run_main(run)     # the process ends here, without the interpreter's teardown
+  process_end.run_main(run, gc_paused=True)     # the process ends here, without the interpreter's teardown
 

@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 
+from svmattn import startup_gc
 from svmattn.config import fields as F
 
 NUMERICS_VERSION = "18"    # bumped when a change moves results at the rounding level (history: docs/results.md)
@@ -188,6 +189,13 @@ def _imports():
   import scipy.optimize  # noqa: F401  (the SVM solvers' NNLS)
 
 
+def _imports_then_collect():
+  try:
+    _imports()
+  finally:
+    startup_gc.resume()    # the process's imports are done: the collector on (if the command paused it)
+
+
 def import_in_background(*modules: str) -> None:
   """Import what the later stages need (default: pyplot, scipy.optimize, about 1.5 s; else the named
   ``modules``) on a thread, beside data generation, compiling and training. A stage that needs them
@@ -195,7 +203,7 @@ def import_in_background(*modules: str) -> None:
   import atexit
   import importlib
   import threading
-  target = (lambda: [importlib.import_module(m) for m in modules]) if modules else _imports
+  target = (lambda: [importlib.import_module(m) for m in modules]) if modules else _imports_then_collect
   thread = threading.Thread(target=target, name="svmattn-imports", daemon=True)
   thread.start()
   atexit.register(thread.join)

@@ -52,10 +52,14 @@ def end(code=None) -> None:
   os._exit(status)
 
 
-def run_main(main, **kwargs) -> None:
+def run_main(main, gc_paused: bool = False, **kwargs) -> None:
   """``absl.app.run(main, **kwargs)``, then ``end`` with its exit status. Only a program's own entry
-  point calls this: it never returns."""
+  point calls this: it never returns. The garbage collector is on from here (``startup_gc``), or
+  with ``gc_paused`` once ``execute.prepare_process`` has imported what the run needs."""
   from absl import app
+  from svmattn import startup_gc
+  if not gc_paused:
+    startup_gc.resume()
   try:
     app.run(main, **kwargs)
   except SystemExit as e:
