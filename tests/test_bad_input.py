@@ -270,13 +270,13 @@ def test_resume_over_a_damaged_work_file_recomputes_it(tmp_path):
                           stderr=subprocess.DEVNULL)
   try:
     deadline = time.monotonic() + 240
-    while not (out / "work" / "c0000_b00000.npz").exists() and proc.poll() is None and time.monotonic() < deadline:
+    while not (out / "work" / "c0000_b00000.arrays").exists() and proc.poll() is None and time.monotonic() < deadline:
       time.sleep(0.05)
     os.kill(proc.pid, signal.SIGSTOP)
   finally:
     proc.kill()
     proc.wait()
-  damaged = out / "work" / "c0000_b00000.npz"
+  damaged = out / "work" / "c0000_b00000.arrays"
   if not damaged.exists():
     pytest.skip("the run finished before it could be stopped")
   damaged.write_bytes(damaged.read_bytes()[:64])

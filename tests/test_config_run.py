@@ -99,8 +99,7 @@ def test_a_sweep_killed_and_resumed_gives_the_same_results(sweep_out, tmp_path):
                           stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
   proc.log = open(log)
   # killed once the second cell's first batch has been analyzed (a finished cell, a started one)
-  frozen = kill_when(proc, str(out), lambda files: any(f.startswith("c0001_b00000") and f.endswith(".npz")
-                                                       and "_" not in f[len("c0001_b00000"):-4] for f in files))
+  frozen = kill_when(proc, str(out), lambda files: any(f == "c0001_b00000.arrays" for f in files))
   assert frozen is not None, "the sweep ended before the kill"
   proc = svmattn(*_sweep_args(), f"--out={out}", "--resume")
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -278,7 +278,7 @@ def test_resume_refuses_another_study(tmp_path):
 def test_a_damaged_batch_file_is_computed_again(tmp_path, damage):
   """--resume over a finished batch whose file was damaged recomputes that batch (a warning names it)."""
   first = pipeline.run(_toy(5), str(tmp_path), workers=0, show_progress=False)
-  target = tmp_path / "work" / "c0000_b00001.npz"
+  target = tmp_path / "work" / "c0000_b00001.arrays"
   target.write_bytes(b"not a zip" if damage == "overwritten" else target.read_bytes()[:100])
   again = pipeline.run(_toy(5), str(tmp_path), resume=True, workers=0, show_progress=False)
   for a, b in zip(first.cells, again.cells):
@@ -518,21 +518,25 @@ def test_a_directory_in_use_is_refused(tmp_path):
 
 def test_an_analysis_in_this_process_gets_the_arrays_a_read_back_would_give(tmp_path):
   """pipeline._as_loaded (what an analysis in the training process gets instead of reading the files
-  it has just written) against results_io.write_npz then load_npz: the same values, dtypes, shapes
-  and memory order (which decides the order of a reduction's sums), and writable copies."""
+  it has just written) against work_files.write then load_arrays, and against an .npz read back:
+  the same values, dtypes, shapes and memory order (which decides the order of a reduction's sums),
+  and writable copies."""
   from svmattn.io import results as results_io
+  from svmattn.io import work_files
   base = np.arange(24.0).reshape(4, 6) / 7
   arrays = {"c": base, "f": np.asfortranarray(base), "strided": base[:, ::2], "transposed": base.T,
             "transposed_strided": base.T[:, ::2],
             "strings": np.array(["ok", "stalled"]), "flags": np.array([True, False]), "scalar": np.float64(0.1),
             "ints": np.arange(5, dtype=np.int32)[::-1]}
-  path = str(tmp_path / "u.npz")
-  results_io.write_npz(path, arrays)
-  read, kept = pipeline.load_npz(path), pipeline._as_loaded(arrays)
-  assert sorted(read) == sorted(kept)
+  path, npz = str(tmp_path / "u.arrays"), str(tmp_path / "u.npz")
+  work_files.write(path, arrays)
+  results_io.write_npz(npz, arrays)
+  read, kept, from_npz = pipeline.load_arrays(path), pipeline._as_loaded(arrays), pipeline.load_arrays(npz)
+  assert sorted(read) == sorted(kept) == sorted(from_npz)
   for k in read:
-    a, b = read[k], kept[k]
-    assert (a.dtype, a.shape, a.flags.c_contiguous, a.flags.f_contiguous) == \
-        (b.dtype, b.shape, b.flags.c_contiguous, b.flags.f_contiguous), k
-    assert a.tobytes(order="A") == b.tobytes(order="A"), k
-    assert b.flags.writeable and not np.shares_memory(b, np.asarray(arrays[k])), k
+    for a in (read[k], from_npz[k]):
+      b = kept[k]
+      assert (a.dtype, a.shape, a.flags.c_contiguous, a.flags.f_contiguous) == \
+          (b.dtype, b.shape, b.flags.c_contiguous, b.flags.f_contiguous), k
+      assert a.tobytes(order="A") == b.tobytes(order="A"), k
+    assert read[k].flags.writeable and b.flags.writeable and not np.shares_memory(b, np.asarray(arrays[k])), k

@@ -119,7 +119,7 @@ def test_killed_then_resumed_equals_uninterrupted(tmp_path):
 
     def condition(paths, before=before, seen=seen, delay=delay):
       # an analyzed batch that was not there before, then a random delay
-      if not seen and any(re.fullmatch(r"c\d+_b\d+\.npz", p) for p in set(paths) - before):
+      if not seen and any(re.fullmatch(r"c\d+_b\d+\.arrays", p) for p in set(paths) - before):
         seen.append(time.monotonic())
       return bool(seen) and time.monotonic() >= seen[0] + delay
 
@@ -128,7 +128,7 @@ def test_killed_then_resumed_equals_uninterrupted(tmp_path):
       break
     kills.append(killed)
   assert kills, "the run ended before it could be killed"
-  print("killed with", [sorted(p for p in k if p.endswith(".npz")) for k in kills])   # pytest -s
+  print("killed with", [sorted(p for p in k if p.endswith(".arrays")) for k in kills])   # pytest -s
   if len(kills) == 2:              # killed twice: resume once more to the end (the second kill may
     # also have landed after results.npz was written, while the run cleaned up: resume finishes that)
     proc = _e3(out, "--resume", "--svm_workers=1")

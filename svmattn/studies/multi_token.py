@@ -121,12 +121,15 @@ class TrainNegative(stages.Train):
                            checkpoints)
     arrays = {"W": traj.W, "max_prob": traj.max_prob, "loss": traj.loss, "attention": traj.attention,
               "selected": traj.selected, "finite": traj.finite}
-    out = {}
+    out, trained = {}, np.flatnonzero(mask)
     for key, a in arrays.items():
       a = np.asarray(a)
-      fill = np.nan if np.issubdtype(a.dtype, np.floating) else 0
-      full = np.full((B,) + a.shape[1:], fill, a.dtype)
-      full[mask] = a
+      if len(trained) == B:             # every draw trained: the arrays as they are (in C order, as below)
+        out[key] = np.ascontiguousarray(a)
+        continue
+      full = np.empty((B,) + a.shape[1:], a.dtype)
+      full[np.flatnonzero(~mask)] = np.nan if np.issubdtype(a.dtype, np.floating) else 0
+      full[trained] = a
       out[key] = full
     out["steps"] = traj.steps
     out["stalled_step"] = np.full(B, -1, np.int64)        # -1 (never stalled) for the skipped draws

@@ -8,10 +8,12 @@ A study (``Study``) is a grid of cells, each a set of data sets (runs 0, 1, ... 
 the cell's label ({"n": 5, "d": 3}, or {} without a grid) is part of each data set's
 identity. Every cell is cut into batches of ``batch_size`` runs; for each batch (a "unit"):
 
-  study.load(cell, runs) -> the batch's data (host arrays)    OUT/work/<unit>_data.npz
+  study.load(cell, runs) -> the batch's data (host arrays)    OUT/work/<unit>_data.arrays
   every stage of study.stages(cell), in chunks, checkpointing  OUT/work/ckpt_<unit>_<stage>/ (orbax)
-  the stage's arrays                                           OUT/work/<unit>_<stage>.npz
-  study.analyze(label, data, {stage: arrays}) in a worker      OUT/work/<unit>.npz (per-run arrays)
+  the stage's arrays                                           OUT/work/<unit>_<stage>.arrays
+  study.analyze(label, data, {stage: arrays}) in a worker      OUT/work/<unit>.arrays (per-run arrays)
+
+(.arrays: ``io.work_files``, the arrays' bytes after an index; no zip, no CRC.)
 
 The next unit's data (and the next cell's first batch, whose load compiles a new shape's
 generator) are loaded on a thread while the current unit trains or waits for its analysis.
@@ -63,6 +65,7 @@ import svmattn
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import progress as progress_lib
 from svmattn.io import results as results_io
+from svmattn.io import work_files
 from svmattn.study import workers as workers_lib
 
 log = logging.getLogger(__name__)
@@ -241,34 +244,43 @@ def _prepare(out: str, study: Study, resume: bool, process_index: int, process_c
   return work, lock
 
 
+WORK_EXT = ".arrays"     # a work file (io.work_files)
+
+
+def work_path(work: str, tag: str) -> str:
+  """The work file of a unit (tag ``Unit.tag``) or of its data or stage (tag ``Unit.tag + "_" + name``)."""
+  return os.path.join(work, tag + WORK_EXT)
+
+
 @contextlib.contextmanager
-def _opened(path: str):
-  """``np.load(path)``, any failure to read it (while opening or reading an array) a StudyError."""
+def _failing_as_study_error(path: str):
   try:
-    with np.load(path, allow_pickle=False) as f:
-      yield f
-  except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+    yield
+  except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
     raise StudyError(f"{path}: unreadable ({type(e).__name__}: {e})") from None
 
 
-def load_npz(path: str) -> dict:
-  with _opened(path) as f:
-    return {k: f[k] for k in f.files}
+def load_arrays(path: str, only=None) -> dict:
+  """{name: array} of a work file, or of an .npz (a run's record); any failure a StudyError."""
+  with _failing_as_study_error(path):
+    if not path.endswith(".npz"):
+      return work_files.read(path, only)
+    with np.load(path, allow_pickle=False) as f:
+      return {k: f[k] for k in (f.files if only is None else only)}
 
 
 class _Analyzed:
-  """An analyzed batch's .npz, each array read when first asked for (an early stop reads one or two
-  of a batch's arrays, not its trajectories)."""
+  """An analyzed batch's work file, each array read when first asked for (an early stop reads one
+  or two of a batch's arrays, not its trajectories)."""
 
   def __init__(self, path: str):
     self.path, self._arrays = path, {}
-    with _opened(path) as f:
-      self.files = list(f.files)
+    with _failing_as_study_error(path):
+      self.files = work_files.names(path)
 
   def __getitem__(self, key: str) -> np.ndarray:
     if key not in self._arrays:
-      with _opened(self.path) as f:
-        self._arrays[key] = f[key]
+      self._arrays[key] = load_arrays(self.path, [key])[key]
     return self._arrays[key]
 
 
@@ -294,23 +306,22 @@ class _Joined(collections.abc.Mapping):
 
 
 def readable(path: str) -> bool:
-  """Whether ``path`` exists and reads whole as an .npz; an unreadable one (truncated,
-  overwritten) is removed with a warning, so that what it held is computed again."""
+  """Whether the work file ``path`` exists and is whole (``work_files.check``: its header, index
+  and size); a damaged one (truncated, overwritten) is removed with a warning, so that what it
+  held is computed again."""
   if not os.path.exists(path):
     return False
   try:
-    with np.load(path, allow_pickle=False) as f:
-      for k in f.files:
-        f[k]
+    work_files.check(path)
     return True
-  except Exception as e:  # noqa: BLE001 - zipfile, ValueError, OSError, EOFError, ...: any damage
+  except Exception as e:  # noqa: BLE001 - WorkFileError, OSError, ...: any damage
     log.warning("%s is damaged (%s: %s); computing it again", path, type(e).__name__, str(e)[:120])
     os.remove(path)
     return False
 
 
 def _as_loaded(arrays: dict) -> dict:
-  """Copies of ``arrays`` as ``load_npz`` reads them back after ``results_io.write_npz``: the same
+  """Copies of ``arrays`` as ``load_arrays`` reads them back after ``work_files.write``: the same
   values and dtypes, in Fortran order where an array is Fortran- but not C-contiguous (the .npy
   format's rule), else in C order."""
   out = {}
@@ -322,16 +333,16 @@ def _as_loaded(arrays: dict) -> dict:
 
 
 def _analyze_and_save(analyze, label, data_path, stage_paths, target, written=None):
-  """Analyze a unit from its data and stage files and write its .npz; ``written``: (data, {stage:
+  """Analyze a unit from its data and stage files and write its work file; ``written``: (data, {stage:
   arrays}) as this process has just written them to those files (an analysis in this process then
   reads nothing back: E2's 33 MB of trajectories took 0.45 s to read)."""
   t0 = time.perf_counter()
   if written is None:
-    data, stage_arrays = load_npz(data_path), {name: load_npz(p) for name, p in stage_paths.items()}
+    data, stage_arrays = load_arrays(data_path), {name: load_arrays(p) for name, p in stage_paths.items()}
   else:
     data, stage_arrays = _as_loaded(written[0]), {name: _as_loaded(a) for name, a in written[1].items()}
   arrays = analyze(label, data, stage_arrays)
-  results_io.write_npz(target, arrays)
+  work_files.write(target, arrays)
   return time.perf_counter() - t0
 
 
@@ -443,7 +454,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
       if later.tag not in prefetched:
         prefetched[later.tag] = prefetcher.submit(timed_load, study.cells[later.cell], later.runs)
   t_start = time.perf_counter()
-  path = lambda u, name=None: os.path.join(work, u.tag + (f"_{name}" if name else "") + ".npz")  # noqa: E731
+  path = lambda u, name=None: work_path(work, u.tag + (f"_{name}" if name else ""))  # noqa: E731
   if pool is not None and not all(os.path.exists(path(u)) for u in todo):
     workers_lib.start(pool, workers, study.analyze)    # their imports beside the first batch's data and training
   finished: dict[int, list] = {c: [] for c in range(len(study.cells))}   # analyzed units per cell, in order
@@ -533,7 +544,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
     """Write the unit's data file unless it is there; returns what it wrote (None: nothing)."""
     if not readable(path(u, "data")):
       written = {**data, "runs": u.runs}
-      results_io.write_npz(path(u, "data"), written)
+      work_files.write(path(u, "data"), written)
       return written
     return None
 
@@ -588,7 +599,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
                                                    **ckpt_lib._normalize({"identity": study.identity})},
                                            keep=keep_checkpoints, every_s=checkpoint_every_s)
         arrays, compile_s = stage.run(data, u.runs, study.seed, update_train, checkpoints)
-        results_io.write_npz(stage_paths[stage.name], arrays)
+        work_files.write(stage_paths[stage.name], arrays)
         if pool is None:       # analyzed here next: kept for it (a worker reads the file; memory stays one batch's)
           stage_written[stage.name] = arrays
         checkpoints.remove()
@@ -648,7 +659,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
   cells = []
   for c in range(len(study.cells)):
     done = sorted(finished[c], key=lambda x: x.batch)[:enough_at.get(c)]
-    cells.append(_concat([load_npz(path(u)) for u in done]))
+    cells.append(_concat([load_arrays(path(u)) for u in done]))
   counts["sets_analyzed"] = sum(len(u.runs) for c in finished for u in finished[c])
   timings["wall_s"] = time.perf_counter() - t_start
   timings["overlap"] = (timings["train_s"] + timings["svm_s"]) / max(timings["wall_s"], 1e-9)

@@ -83,10 +83,10 @@ def reference(out: str, study: pipeline.Study, c: int, run: int) -> tuple[dict, 
     return None
   if not os.path.exists(path):
     k, row = pipeline.unit_of(study, c, run)
-    path = os.path.join(out, "work", pipeline.Unit(c, k, np.array([run])).tag + ".npz")
+    path = pipeline.work_path(os.path.join(out, "work"), pipeline.Unit(c, k, np.array([run])).tag)
     if not os.path.exists(path):
       return None
-  arrays = pipeline.load_npz(path)
+  arrays = pipeline.load_arrays(path)
   return {key: a[row] for key, a in arrays.items()}, path
 
 

@@ -1,6 +1,6 @@
 """Device work of a study: what runs on every batch of data sets before the host analysis.
 
-A stage has a ``name`` (its arrays are stored as OUT/work/<unit>_<name>.npz), a number of
+A stage has a ``name`` (its arrays are stored as OUT/work/<unit>_<name>.arrays), a number of
 ``steps`` (for the progress display) and
 
     stage.run(batch, runs, seed, progress, checkpoints) -> (arrays, compile_seconds)
