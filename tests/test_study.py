@@ -61,6 +61,27 @@ def test_default_workers_one_beside_training_one_per_core_without(monkeypatch):
   assert pipeline.default_workers(False) == pipeline.MAX_DEFAULT_WORKERS
   monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5})
   assert pipeline.default_workers(False) == 1
+  assert pipeline.default_workers(True, light_analysis=True) == 0 == pipeline.default_workers(False, True)
+
+
+def test_a_light_analysis_runs_in_this_process_and_gives_the_same_cells(tmp_path):
+  """A study marked light_analysis starts no worker without --svm_workers, and its cells are those
+  an explicit worker pool gives."""
+  light = dataclasses.replace(_toy(3), light_analysis=True)
+  started = []
+  real_pool = pipeline.workers_lib.pool
+  try:
+    pipeline.workers_lib.pool = lambda n: started.append(n) or real_pool(n)
+    here = pipeline.run(light, str(tmp_path / "here"), show_progress=False)
+    assert started == []
+    pooled = pipeline.run(light, str(tmp_path / "pooled"), workers=1, show_progress=False)
+    assert started == [1]
+  finally:
+    pipeline.workers_lib.pool = real_pool
+  for a, b in zip(here.cells, pooled.cells):
+    assert a.keys() == b.keys()
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k])
 
 
 def test_workers_start_before_the_first_job():

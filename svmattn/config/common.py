@@ -67,7 +67,8 @@ def pipeline(batch_size: int = 1000, hosts: bool = True) -> F.Settings:
         F.Bool("resume", False, "Continue the unfinished run in --out from its checkpoints (bit for bit the "
                "results of an uninterrupted run).", **op),
         F.Int("svm_workers", None, "Worker processes solving SVMs (0: inline). Default: 1 beside a study that "
-              "trains, one per core (at most 8) for a study that trains nothing. On a GPU host more "
+              "trains, one per core (at most 8) for a study that trains nothing, none where a batch's "
+              "analysis takes milliseconds (E6, E7). On a GPU host more "
               "workers than 1 can use the free cores beside training.",
               lower=0, **op),
         F.Int("keep_checkpoints", 3, "Checkpoints kept per batch and configuration.", lower=1, **op),

@@ -131,7 +131,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
 
   cells = tuple(pipeline.Cell({"lam": lam}, runs) for lam in lams)
   return pipeline.Study(NAME, cells, load, lambda cell: (stages.Train("W", configs[cell.label["lam"]]),), analyze,
-                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl,
+                        light_analysis=True)
 
 
 def analyze(label: dict, data: dict, trajs: dict) -> dict:

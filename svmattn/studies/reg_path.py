@@ -149,7 +149,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     return {**batch._asdict(), "gamma": gamma, **svms(batch.X, batch.Z, metrics.optimal_tokens(gamma))}
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load, lambda cell: stage, analyze,
-                        fl.get("batch_size", 50), fl["seed"], identity if identity is not None else fl)
+                        fl.get("batch_size", 50), fl["seed"], identity if identity is not None else fl,
+                        light_analysis=True)
 
 
 def svms(X, Z, opt) -> dict:

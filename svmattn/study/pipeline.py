@@ -94,6 +94,8 @@ class Study:
   analyze(label, data, {stage name: arrays}) -> {name: array (B, ...)}: per-run results;
     a module-level function (it runs in worker processes).
   enough(label, arrays) -> bool: optional early stop of a cell (see the module docstring).
+  light_analysis: a batch's analysis takes milliseconds, so without a worker count asked for it
+    runs in this process (``default_workers``: a worker's start alone costs 1-1.5 s of a core).
   """
   name: str
   cells: tuple[Cell, ...]
@@ -105,6 +107,7 @@ class Study:
   identity: dict = dataclasses.field(default_factory=dict, compare=False, hash=False)
   enough: Callable[[dict, dict], bool] | None = None
   grow: bool = False       # with enough: the cell's batches grow (``batch_starts``)
+  light_analysis: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,11 +365,15 @@ def _concat(parts: Sequence[dict]) -> dict:
 MAX_DEFAULT_WORKERS = 8
 
 
-def default_workers(trains: bool) -> int:
-  """SVM worker processes when none are asked for: 1 beside training (on the CPU the device's
-  programs use the cores), else one per core this process may use, at most ``MAX_DEFAULT_WORKERS``
-  (each holds up to one batch in flight). Every solve depends on its data set alone, so the count
-  never changes the results."""
+def default_workers(trains: bool, light_analysis: bool = False) -> int:
+  """SVM worker processes when none are asked for: none for a light analysis (``Study``; E6 and
+  E7: a worker's start, importing NumPy, SciPy, JAX and the engine, took 1.2-1.9 s of a core
+  and its analyses a few ms a batch, so the run took 1.2-1.8 s more CPU with it), 1 beside
+  training (on the CPU the device's programs use the cores), else one per core this process may
+  use, at most ``MAX_DEFAULT_WORKERS`` (each holds up to one batch in flight). Every solve depends
+  on its data set alone, so the count never changes the results."""
+  if light_analysis:
+    return 0
   return 1 if trains else max(1, min(svmattn.usable_cores(), MAX_DEFAULT_WORKERS))
 
 
@@ -402,7 +409,7 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
     counters = {"train": (steps, "steps"), **counters}
   bar = progress_lib.MultiProgress(counters, enabled=show_progress)
   if workers is None:
-    workers = default_workers(steps > 0)
+    workers = default_workers(steps > 0, study.light_analysis)
   pool = workers_lib.pool(workers) if workers > 0 and len(todo) > 1 else None
   pending: dict[Unit, concurrent.futures.Future] = {}
   # data_s: the loads' seconds, on this thread or the prefetch thread (beside training and the SVM
