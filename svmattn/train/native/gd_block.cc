@@ -126,7 +126,7 @@ class Group {
     seq_.resize(6 * s.n > 3 * s.n + s.T ? 6 * s.n : 3 * s.n + s.T);
     if (pooled_) {
       h_.resize(s.T * s.d);
-      if (relu_) V_.resize(s.d * s.d);
+      if (relu_) V_.resize(s.d * s.d), PX_.resize(s.n * s.T * s.d);
       u_.resize(s.d);
       r_.resize(s.d);
     }
@@ -180,6 +180,8 @@ class Group {
     gather(Y, s.n, j0, used, Y_.data());
     if (relu_) {
       gather(head, s.d * s.d, j0, used, V_.data());
+      for (int64_t i = 0; i < s.n * s.T; ++i)                             // P_it = V^T x_it, once per call
+        matvec(&PX_[i * s.d], V_.data(), 1, s.d, &X_[i * s.d], 1, s.d, s.d);
     } else {
       gather(head, s.d, j0, used, v_.data());
       if (!pooled_) matvec(h_.data(), X_.data(), s.d, 1, v_.data(), 1, s.n * s.T, s.d);
@@ -283,6 +285,7 @@ class Group {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* sum = &seq_[n];
     vd* best = &seq_[2 * n];
+    if (relu_) return relu_prediction(i, p);
     const vd* Xi = &X_[i * T * d];
     vd* x_ref = r_.data();
     vd* D = h_.data();
@@ -313,6 +316,38 @@ class Group {
     return f;
   }
 
+  // The ReLU head's prediction (numerics version 19) through the tokens' P_t = V^T x_t (PX_, once per
+  // call: V and X do not change): p = V^T r_i = P_ref + sum_t s_t (P_t - P_ref) (authors:
+  // sum_t s_t P_t), with P_t - P_ref into h_ (T x d) for the gradient, where g_t = (x_t - x_ref)^T u
+  // = (P_t - P_ref)^T (a [p > 0]) needs no V either: 2 T d fused multiply-adds a sequence instead
+  // of 2 T d + 2 d^2. s_i into e_ and its largest entry into seq_[2n + i], as pooled_prediction.
+  vd relu_prediction(int64_t i, vd* p) {
+    const int64_t n = s_.n, T = s_.T, d = s_.d;
+    vd* sum = &seq_[n];
+    vd* best = &seq_[2 * n];
+    const vd* Pi = &PX_[i * T * d];
+    vd* P_ref = r_.data();
+    vd* D = h_.data();
+    for (int64_t t = 0; t < T; ++t) {                                     // s, and P at the first argmax
+      vd st = e_[i * T + t] * sum[i];
+      e_[i * T + t] = st;
+      vl better = st > best[i];
+      best[i] = better ? st : best[i];
+      for (int64_t k = 0; k < d; ++k) P_ref[k] = better ? Pi[t * d + k] : (t ? P_ref[k] : splat(0.0));
+    }
+    if (authors_) {                                                       // V^T X_i^T s
+      matvec(p, Pi, 1, d, &e_[i * T], 1, d, T);
+    } else {
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t k = 0; k < d; ++k) D[t * d + k] = Pi[t * d + k] - P_ref[k];
+      matvec(p, D, 1, d, &e_[i * T], 1, d, T);                            // sum_t s_t (P_t - P_ref)
+      for (int64_t k = 0; k < d; ++k) p[k] = P_ref[k] + p[k];
+    }
+    vd f = splat(0.0);
+    for (int64_t j = 0; j < d; ++j) f += vmax(p[j], splat(0.0));
+    return f;
+  }
+
   void gradient_pooled(int64_t loss, bool rows_only = false) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     const double inv_n = 1.0 / static_cast<double>(n);
@@ -326,14 +361,14 @@ class Group {
       vd* p = u_.data();
       vd f = pooled_prediction(i, r, p);
       vd a = Y_[i] * loss_derivative(loss, Y_[i] * f) * inv_n;
+      vd* g = &seq_[3 * n];                                               // (T scratch entries after 3n)
       if (relu_) {
         for (int64_t j = 0; j < d; ++j) p[j] = p[j] > 0 ? a : splat(0.0); // a [p > 0]
-        matvec(r, V_.data(), d, 1, p, 1, d, d);                           // u = V (a [p > 0])
+        matvec(g, authors_ ? &PX_[i * T * d] : D, d, 1, p, 1, T, d);      // g_t = (P_t - P_ref)^T (a [p > 0]) (P_t^T ...)
       } else {                                                            // lambda: u = a (v - 2 lam r)
         for (int64_t k = 0; k < d; ++k) r[k] = a * fmadd(splat(-2.0 * lam_), r[k], v_[k]);
+        matvec(g, authors_ ? &X_[i * T * d] : D, d, 1, r, 1, T, d);       // g_t = (x_t - x_ref)^T u (x_t^T u)
       }
-      vd* g = &seq_[3 * n];                                               // (T scratch entries after 3n)
-      matvec(g, authors_ ? &X_[i * T * d] : D, d, 1, r, 1, T, d);         // g_t = (x_t - x_ref)^T u (x_t^T u)
       vd sg = splat(0.0);
       for (int64_t t = 0; t < T; ++t) sg = fmadd(e_[i * T + t], g[t], sg);
       for (int64_t t = 0; t < T; ++t) e_[i * T + t] = e_[i * T + t] * (g[t] - sg);   // dL/dlogits
@@ -498,7 +533,7 @@ class Group {
     for (int64_t i = 0; i < size; ++i) p[i] = fmadd(splat(-o.lr), g[i], p[i]);
   }
 
-  std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, u_, r_, K_, Q_, gK_, gQ_, P_, RK_;
+  std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, PX_, u_, r_, K_, Q_, gK_, gQ_, P_, RK_;
   std::vector<vd> A_, W0_, q0_, C_, Rz_, Hm_, Pn_;                      // the anchored step's
 
  private:
