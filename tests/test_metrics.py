@@ -244,3 +244,21 @@ def test_convergence_types_of_a_batch_equal_one_at_a_time():
   want = [metrics.convergence_type(gamma[b], alpha[b], results[b], health[b]) for b in range(B)]
   assert got.tolist() == want
   assert set(want) == {"global", "local", "not-local", "tie", "stalled"}
+
+
+def test_spearman_is_scipys_statistic_with_ties_and_without():
+  """metrics.spearman (no scipy.stats import) against scipy.stats.spearmanr: average ranks for ties;
+  the same statistic to rounding, and NaN for a constant input."""
+  import scipy.stats
+  rng = np.random.default_rng(0)
+  for trial in range(50):
+    m = int(rng.integers(2, 40))
+    x = rng.integers(0, 5, m).astype(float) if trial % 2 else rng.normal(size=m)
+    y = rng.normal(size=m) if trial % 3 else np.round(rng.normal(size=m), 1)
+    want = scipy.stats.spearmanr(x, y)[0]
+    if np.isnan(want):
+      assert np.isnan(metrics.spearman(x, y))
+    else:
+      assert abs(metrics.spearman(x, y) - want) < 1e-12, trial
+  np.testing.assert_array_equal(metrics.average_ranks(np.array([3.0, 1.0, 3.0, 2.0])), [3.5, 1.0, 3.5, 2.0])
+  assert np.isnan(metrics.spearman(np.ones(4), np.arange(4.0)))

@@ -132,9 +132,7 @@ def checks(shares, n_values, ds, T) -> list:
     g = shares["global"][ni]
     ok = np.isfinite(g)
     if ok.sum() >= 2:
-      import scipy.stats   # here: the registry imports every study, and scipy.stats takes about 1 s (prepare
-                           # starts the import on a thread beside training)
-      rho = float(scipy.stats.spearmanr(ds[ok], g[ok])[0]) if np.ptp(g[ok]) > 0 else 0.0
+      rho = metrics.spearman(ds[ok], g[ok]) if np.ptp(g[ok]) > 0 else 0.0
       out.append({"name": f"Spearman correlation of global share with d, n={n}", "value": rho,
                   "expected": "> 0.5 (global share grows with d)", "ok": bool(rho > 0.5)})
       first, last = g[ok][0], g[ok][-1]
@@ -166,8 +164,6 @@ def report(summary: dict, fl: dict) -> list[str]:
 
 
 def prepare(fl: dict, study: pipeline.Study) -> None:
-  from svmattn.study import execute
-  execute.import_in_background("scipy.stats")   # the Spearman check's 1-1.3 s import, beside training
   n_values, ds = grid(fl)
   logging.info("E4: n %s, T=%d, d %d..%d, %d runs per cell, %d steps", n_values, fl["T"], ds[0], ds[-1],
                fl["runs"], fl["steps"])
