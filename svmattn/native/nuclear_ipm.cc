@@ -74,31 +74,48 @@ void lower_inverse(const double* L, double* Li, int64_t k) {
   }
 }
 
-// x = M^-1 rhs (N x N) by LU with partial pivoting (M is overwritten); false where a pivot is 0
-// or the result is not finite
-bool lu_solve(double* M, double* x, int64_t N) {
+// M = P L U (N x N) by partial pivoting, in place: U on and above the diagonal, L's multipliers
+// below it (0 where a row needed no elimination), the rows swapped as they went (step c swapped row
+// c with row piv[c]); false where a pivot is 0. lu_apply then solves with it: the same operations
+// in the same order as eliminating the right-hand side alongside, so the same bits, and one
+// factorization serves the predictor's and the corrector's solves.
+bool lu_factor(double* M, int64_t* piv, int64_t N) {
   for (int64_t c = 0; c < N; ++c) {
     int64_t best = c;
     for (int64_t r = c + 1; r < N; ++r)
       if (std::fabs(M[r * N + c]) > std::fabs(M[best * N + c])) best = r;
+    piv[c] = best;
     if (!(M[best * N + c] != 0.0)) return false;
-    if (best != c) {
+    if (best != c)
       for (int64_t j = 0; j < N; ++j) std::swap(M[c * N + j], M[best * N + j]);
-      std::swap(x[c], x[best]);
-    }
     const double inv = 1.0 / M[c * N + c];
     for (int64_t r = c + 1; r < N; ++r) {
       const double f = M[r * N + c] * inv;
-      if (f == 0.0) continue;
       M[r * N + c] = f;
+      if (f == 0.0) continue;
       for (int64_t j = c + 1; j < N; ++j) M[r * N + j] -= f * M[c * N + j];
-      x[r] -= f * x[c];
+    }
+  }
+  return true;
+}
+
+// x = M^-1 x with lu_factor's LU and piv: the row swaps, L's elimination in the order of the
+// columns, then back substitution; false where the result is not finite
+bool lu_apply(const double* LU, const int64_t* piv, double* x, int64_t N) {
+  for (int64_t c = 0; c < N; ++c)
+    if (piv[c] != c) std::swap(x[c], x[piv[c]]);
+  for (int64_t c = 0; c < N; ++c) {
+    const double xc = x[c];
+    for (int64_t r = c + 1; r < N; ++r) {
+      const double f = LU[r * N + c];
+      if (f == 0.0) continue;
+      x[r] -= f * xc;
     }
   }
   for (int64_t r = N - 1; r >= 0; --r) {
     double t = x[r];
-    for (int64_t j = r + 1; j < N; ++j) t -= M[r * N + j] * x[j];
-    x[r] = t / M[r * N + r];
+    for (int64_t j = r + 1; j < N; ++j) t -= LU[r * N + j] * x[j];
+    x[r] = t / LU[r * N + r];
     if (!std::isfinite(x[r])) return false;
   }
   return true;
@@ -317,7 +334,9 @@ extern "C" int SvmattnNucIpm(int64_t N, int64_t p, int64_t q, const double* a, c
       t2(kk), Rm(kk);
   Vec rp(N), rl(N), xs(N), rhs(N), dx(N), dy(N), ds(N), comp(N), g(N), dxp(N);
   Vec H(NN), M(NN), C1(NN), C2(NN), tp(std::max(std::max(p, q) * N, p * q)), ev(k + k * k), ew(k);
-  Vec bT(N * q);
+  Vec bT(N * q), LU(NN);
+  std::vector<int64_t> piv(N);
+  bool factored = false;          // LU = M's factors this iteration (lu_factor)
   for (int64_t l = 0; l < q; ++l)
     for (int64_t j = 0; j < N; ++j) bT[j * q + l] = b[l * N + j];
 
@@ -330,9 +349,8 @@ extern "C" int SvmattnNucIpm(int64_t N, int64_t p, int64_t q, const double* a, c
     sym(Rm.data(), k);
     gop(P, Rm.data(), g.data(), tp);
     for (int64_t j = 0; j < N; ++j) rhs[j] = rp[j] - g[j] + comp[j] / s[j] - xs[j] * rl[j];
-    for (int64_t i = 0; i < NN; ++i) C1[i] = M[i];
     for (int64_t j = 0; j < N; ++j) dy[j] = rhs[j];
-    if (!lu_solve(C1.data(), dy.data(), N)) return false;
+    if (!factored || !lu_apply(LU.data(), piv.data(), dy.data(), N)) return false;
     gsum(P, dy.data(), G.data(), bT.data(), tp);
     for (int64_t i = 0; i < kk; ++i) dS[i] = Rd[i] - G[i];
     matmul(X.data(), dS.data(), t1.data(), k, k, k);    // X dS Y
@@ -397,6 +415,8 @@ extern "C" int SvmattnNucIpm(int64_t N, int64_t p, int64_t q, const double* a, c
     for (int64_t j = 0; j < N; ++j) M[j * N + j] += xs[j];
     matmul(X.data(), Rd.data(), t1.data(), k, k, k);      // X Rd Y
     matmul(t1.data(), Y.data(), XRdY.data(), k, k, k);
+    for (int64_t i = 0; i < NN; ++i) LU[i] = M[i];
+    factored = lu_factor(LU.data(), piv.data(), N);       // (a zero pivot fails the predictor's solve)
 
     // predictor
     if (!direction(0.0, nullptr, nullptr)) return 4;
