@@ -275,77 +275,56 @@ class Group {
   //   p = V^T r_i, f_i = sum_j max(p_j, 0), a_i = Y_i l'(Y_i f_i) / n,
   //   u = V (a_i [p > 0]), g_t = (x_t - x_ref)^T u, dL/dlogit_t = s_t (g_t - sum_u s_u g_u).
   // With the lambda head h(r) = v^T r - lam r^T r: f_i = v^T r_i - lam r_i^T r_i and u = a_i (v - 2 lam r_i).
-  // V_ holds the ReLU head (d x d), v_ the lambda head's v, h_ the tokens' x_t - x_ref of one
-  // sequence (T x d) as scratch.
+  // V_ holds the ReLU head (d x d) and PX_ its P_t = V^T x_t, v_ the lambda head's v, h_ the rows'
+  // differences of one sequence (T x d) as scratch (``pool``).
   // A pooled head's prediction for sequence i after exp_logits() and the reciprocals of the sums
-  // (seq_[n + i]): s_i into e_, its largest entry into seq_[2n + i], the pooled token into r (d),
-  // the tokens' x_t - x_ref into h_ (T x d); with the ReLU head p = V^T r into p (d) and
-  // f_i = sum_j max(p_j, 0), with the lambda head f_i = v^T r - lam r^T r (p unused).
+  // (seq_[n + i]): s_i into e_, its largest entry into seq_[2n + i]; with the ReLU head p = V^T r_i
+  // (pooled from the P_t) into p (d) and f_i = sum_j max(p_j, 0), P_t - P_ref into h_; with the
+  // lambda head the pooled token into r (d), x_t - x_ref into h_ and f_i = v^T r - lam r^T r.
   vd pooled_prediction(int64_t i, vd* r, vd* p) {
-    const int64_t n = s_.n, T = s_.T, d = s_.d;
-    vd* sum = &seq_[n];
-    vd* best = &seq_[2 * n];
-    if (relu_) return relu_prediction(i, p);
-    const vd* Xi = &X_[i * T * d];
-    vd* x_ref = r_.data();
-    vd* D = h_.data();
-    for (int64_t t = 0; t < T; ++t) {                                     // s, and x at the first argmax
-      vd st = e_[i * T + t] * sum[i];
-      e_[i * T + t] = st;
-      vl better = st > best[i];
-      best[i] = better ? st : best[i];
-      for (int64_t k = 0; k < d; ++k) x_ref[k] = better ? Xi[t * d + k] : (t ? x_ref[k] : splat(0.0));
+    const int64_t T = s_.T, d = s_.d;
+    if (relu_) {                                                          // p = V^T r_i through P_t = V^T x_t
+      pool(i, &PX_[i * T * d], p);
+      vd f = splat(0.0);
+      for (int64_t j = 0; j < d; ++j) f += vmax(p[j], splat(0.0));
+      return f;
     }
-    if (authors_) {                                                       // r = X_i^T s as written
-      matvec(r, Xi, 1, d, &e_[i * T], 1, d, T);
-    } else {
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t k = 0; k < d; ++k) D[t * d + k] = Xi[t * d + k] - x_ref[k];
-      matvec(r, D, 1, d, &e_[i * T], 1, d, T);                            // sum_t s_t (x_t - x_ref)
-      for (int64_t k = 0; k < d; ++k) r[k] = x_ref[k] + r[k];
-    }
-    if (!relu_) {                                                         // lambda: v^T r - lam r^T r
-      vd vr = splat(0.0), rr = splat(0.0);
-      for (int64_t k = 0; k < d; ++k) vr = fmadd(v_[k], r[k], vr);
-      for (int64_t k = 0; k < d; ++k) rr = fmadd(r[k], r[k], rr);
-      return vr - splat(lam_) * rr;
-    }
-    matvec(p, V_.data(), 1, d, r, 1, d, d);                               // p = V^T r
-    vd f = splat(0.0);
-    for (int64_t j = 0; j < d; ++j) f += vmax(p[j], splat(0.0));
-    return f;
+    pool(i, &X_[i * T * d], r);                                           // lambda: v^T r - lam r^T r
+    vd vr = splat(0.0), rr = splat(0.0);
+    for (int64_t k = 0; k < d; ++k) vr = fmadd(v_[k], r[k], vr);
+    for (int64_t k = 0; k < d; ++k) rr = fmadd(r[k], r[k], rr);
+    return vr - splat(lam_) * rr;
   }
 
-  // The ReLU head's prediction (numerics version 19) through the tokens' P_t = V^T x_t (PX_, once per
-  // call: V and X do not change): p = V^T r_i = P_ref + sum_t s_t (P_t - P_ref) (authors:
-  // sum_t s_t P_t), with P_t - P_ref into h_ (T x d) for the gradient, where g_t = (x_t - x_ref)^T u
-  // = (P_t - P_ref)^T (a [p > 0]) needs no V either: 2 T d fused multiply-adds a sequence instead
-  // of 2 T d + 2 d^2. s_i into e_ and its largest entry into seq_[2n + i], as pooled_prediction.
-  vd relu_prediction(int64_t i, vd* p) {
+  // Sequence i's attention s_i into e_ (from exp_logits' e_ and the reciprocals of the sums in
+  // seq_[n + i]), its largest entry into seq_[2n + i], and the pooled row of ``rows`` (T x d: the
+  // tokens x_t, or with the ReLU head their P_t = V^T x_t, PX_, once per call since V and X do not
+  // change; numerics version 19) into out (d): ref + sum_t s_t (row_t - ref) with ref the row of the
+  // first argmax, the differences row_t - ref into h_ (T x d) for the gradient; sum_t s_t row_t
+  // with the authors' pooling. With P_t the ReLU head's p = V^T r_i, and its gradient's
+  // g_t = (x_t - x_ref)^T u = (P_t - P_ref)^T (a [p > 0]) needs no V either: 2 T d fused
+  // multiply-adds a sequence instead of 2 T d + 2 d^2.
+  void pool(int64_t i, const vd* rows, vd* out) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* sum = &seq_[n];
     vd* best = &seq_[2 * n];
-    const vd* Pi = &PX_[i * T * d];
-    vd* P_ref = r_.data();
+    vd* ref = r_.data();
     vd* D = h_.data();
-    for (int64_t t = 0; t < T; ++t) {                                     // s, and P at the first argmax
+    for (int64_t t = 0; t < T; ++t) {                                     // s, and the row at the first argmax
       vd st = e_[i * T + t] * sum[i];
       e_[i * T + t] = st;
       vl better = st > best[i];
       best[i] = better ? st : best[i];
-      for (int64_t k = 0; k < d; ++k) P_ref[k] = better ? Pi[t * d + k] : (t ? P_ref[k] : splat(0.0));
+      for (int64_t k = 0; k < d; ++k) ref[k] = better ? rows[t * d + k] : (t ? ref[k] : splat(0.0));
     }
-    if (authors_) {                                                       // V^T X_i^T s
-      matvec(p, Pi, 1, d, &e_[i * T], 1, d, T);
-    } else {
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t k = 0; k < d; ++k) D[t * d + k] = Pi[t * d + k] - P_ref[k];
-      matvec(p, D, 1, d, &e_[i * T], 1, d, T);                            // sum_t s_t (P_t - P_ref)
-      for (int64_t k = 0; k < d; ++k) p[k] = P_ref[k] + p[k];
+    if (authors_) {                                                       // rows^T s as written
+      matvec(out, rows, 1, d, &e_[i * T], 1, d, T);
+      return;
     }
-    vd f = splat(0.0);
-    for (int64_t j = 0; j < d; ++j) f += vmax(p[j], splat(0.0));
-    return f;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t k = 0; k < d; ++k) D[t * d + k] = rows[t * d + k] - ref[k];
+    matvec(out, D, 1, d, &e_[i * T], 1, d, T);                            // sum_t s_t (row_t - ref)
+    for (int64_t k = 0; k < d; ++k) out[k] = ref[k] + out[k];
   }
 
   void gradient_pooled(int64_t loss, bool rows_only = false) {
