@@ -75,3 +75,7 @@ if "xla_gpu_autotune_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
 
 __version__ = "0.1.0"
+# The engine's numerics version: bumped when a change moves results at the rounding level (history:
+# docs/results.md). Every summary records it, and it is part of a run's identity, so --resume never
+# continues a run that another version started.
+NUMERICS_VERSION = "19"

@@ -309,6 +309,18 @@ def test_a_damaged_batch_file_is_computed_again(tmp_path, damage):
   assert again.work["sets_loaded"] == 5        # only the damaged batch was computed again
 
 
+def test_a_resume_never_continues_another_numerics_versions_run(tmp_path, monkeypatch):
+  """The numerics version is part of a run's identity: --resume over a run another version started is
+  refused (naming it), and a fresh start replaces it."""
+  import svmattn
+  pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)      # unfinished: work/ stays
+  monkeypatch.setattr(svmattn, "NUMERICS_VERSION", "older")
+  with pytest.raises(pipeline.StudyError, match="numerics_version"):
+    pipeline.run(_toy(3), str(tmp_path), resume=True, workers=0, show_progress=False)
+  out = pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)
+  np.testing.assert_array_equal(out.cells[0]["run"], np.arange(10))
+
+
 def test_a_fresh_start_replaces_another_runs_work(tmp_path):
   """A failed run's work directory does not block the corrected command: a fresh start over
   another run's work replaces it; --resume with other settings says to drop --resume."""

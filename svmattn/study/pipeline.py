@@ -168,7 +168,8 @@ def work_dir(out: str, process_index: int = 0, process_count: int = 1) -> str:
 
 
 def identity(study: Study, process_index: int = 0, process_count: int = 1) -> dict:
-  return ckpt_lib._normalize({"study": study.name, "identity": study.identity,
+  return ckpt_lib._normalize({"study": study.name, "numerics_version": svmattn.NUMERICS_VERSION,
+                              "identity": study.identity,
                               "cells": [[c.label, c.runs] for c in study.cells],
                               "batch_size": study.batch_size, "seed": study.seed,
                               "process": [process_index, process_count],
