@@ -14,7 +14,8 @@ Layout (the data flow, one way; imports only point down this list):
   rng        PRNG keys and flat random draws (ground floor)
   startup_gc the garbage collector off while the svmattn command starts (ground floor)
   xla_cache  the persistent compilation cache, one compiled program for all CPU devices (ground floor)
-  io/        atomic results files, orbax checkpoints, progress display, figures (ground floor)
+  io/        atomic results files, the pipeline's work files, orbax checkpoints, progress display,
+             figures (ground floor)
   models/    attention (parameterizations, pooled token, loss and gradient), heads, losses
   optim/     normalized GD and optimizers by name (optax)
   data/      datasets: the paper's generator, .npz files, validation
