@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from svmattn import startup_gc
+
 # command -> (module, its entry point taking the arguments after the command, or None: absl main run())
 COMMANDS = {
     "run": ("svmattn.config.config_file", "main", "an experiment or a sweep from a config file"),
@@ -38,7 +40,6 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-  from svmattn import startup_gc
   try:
     _main(argv)
   finally:
@@ -46,7 +47,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _main(argv: list[str] | None) -> None:
-  from svmattn import startup_gc
   argv = list(sys.argv if argv is None else argv)
   if len(argv) < 2 or argv[1] in ("-h", "--help", "help", "list"):
     print(usage())

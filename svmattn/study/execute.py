@@ -28,8 +28,6 @@ import svmattn
 from svmattn import startup_gc
 from svmattn.config import fields as F
 
-NUMERICS_VERSION = svmattn.NUMERICS_VERSION    # (svmattn/__init__.py)
-
 
 def fail(message: str):
   """End the process with "error: MESSAGE" on stderr and exit status 1 (no traceback)."""
@@ -307,7 +305,7 @@ def write_summary(experiment, summary: dict, values: dict, output, timer: Timer,
   head = {"experiment": summary.pop("experiment"), "name": experiment.name, "id": experiment.id, "flags": values}
   if settings is not None:
     head["sweep_settings"] = settings
-  summary = {**head, **summary, "numerics_version": NUMERICS_VERSION,
+  summary = {**head, **summary, "numerics_version": svmattn.NUMERICS_VERSION,
              "timings_s": {**{name: t[key] for key, name in names.items() if key in t}, **timer.seconds,
                            "total": timer.total()},
              "work": {**dict(getattr(output, "work", {}) or {}), **_compile_stats()},
@@ -326,7 +324,7 @@ def write_sweep_summary(experiment, values, sweep, rows, output, timer) -> dict:
   from svmattn.io import results as results_io
   summary = {"experiment": f"{experiment.id} {experiment.name}: sweep", "name": experiment.name, "id": experiment.id,
              "flags": values, "sweep": {k: list(v) for k, v in sweep.items()}, "cells": rows,
-             "numerics_version": NUMERICS_VERSION,
+             "numerics_version": svmattn.NUMERICS_VERSION,
              "checks": [], "timings_s": {**{n: output.timings[k] for k, n in STAGE_TIMINGS.items()
                                             if k in output.timings}, **timer.seconds, "total": timer.total()},
              "environment": environment()}
