@@ -107,6 +107,49 @@ struct Options {
 // h(r) = v^T r - lam ||r||^2 (v (d)); the last two on the pooled token r.
 enum Head { kLinear = 0, kRelu = 1, kLambda = 2 };
 
+// out[k] = sum over t < T, in the order of t, of (rows[t * d + k] - ref[k]) * s[t], for k0 <= k < k0 + N:
+// matvec's chains over the differences row_t - ref, formed where they are read instead of stored
+template <int N>
+__attribute__((always_inline)) inline void diff_tile_k(vd* out, const vd* rows, const vd* ref, const vd* s, int64_t T,
+                                                       int64_t d, int64_t k0) {
+  vd c[N], r[N];
+  for (int j = 0; j < N; ++j) c[j] = vd{}, r[j] = ref[k0 + j];
+  for (int64_t t = 0; t < T; ++t) {
+    vd st = s[t];
+    for (int j = 0; j < N; ++j) c[j] = fmadd(rows[t * d + k0 + j] - r[j], st, c[j]);
+  }
+  for (int j = 0; j < N; ++j) out[k0 + j] = c[j];
+}
+
+inline void diff_sum_over_t(vd* out, const vd* rows, const vd* ref, const vd* s, int64_t T, int64_t d) {
+  int64_t k = 0;
+  for (; k + 8 <= d; k += 8) diff_tile_k<8>(out, rows, ref, s, T, d, k);
+  if (k + 4 <= d) diff_tile_k<4>(out, rows, ref, s, T, d, k), k += 4;
+  if (k + 2 <= d) diff_tile_k<2>(out, rows, ref, s, T, d, k), k += 2;
+  if (k < d) diff_tile_k<1>(out, rows, ref, s, T, d, k);
+}
+
+// g[t] = sum over k < d, in the order of k, of (rows[t * d + k] - ref[k]) * p[k], for t0 <= t < t0 + N
+template <int N>
+__attribute__((always_inline)) inline void diff_tile_t(vd* g, const vd* rows, const vd* ref, const vd* p, int64_t d,
+                                                       int64_t t0) {
+  vd c[N];
+  for (int j = 0; j < N; ++j) c[j] = vd{};
+  for (int64_t k = 0; k < d; ++k) {
+    vd rk = ref[k], pk = p[k];
+    for (int j = 0; j < N; ++j) c[j] = fmadd(rows[(t0 + j) * d + k] - rk, pk, c[j]);
+  }
+  for (int j = 0; j < N; ++j) g[t0 + j] = c[j];
+}
+
+inline void diff_sum_over_k(vd* g, const vd* rows, const vd* ref, const vd* p, int64_t T, int64_t d) {
+  int64_t t = 0;
+  for (; t + 8 <= T; t += 8) diff_tile_t<8>(g, rows, ref, p, d, t);
+  if (t + 4 <= T) diff_tile_t<4>(g, rows, ref, p, d, t), t += 4;
+  if (t + 2 <= T) diff_tile_t<2>(g, rows, ref, p, d, t), t += 2;
+  if (t < T) diff_tile_t<1>(g, rows, ref, p, d, t);
+}
+
 class Group {
  public:
   Group(const Sizes& s, bool kq, Head head = kLinear, bool authors = false, double head_lam = 0.0,
@@ -125,10 +168,10 @@ class Group {
     e_.resize(s.n * s.T);
     seq_.resize(6 * s.n > 3 * s.n + s.T ? 6 * s.n : 3 * s.n + s.T);
     if (pooled_) {
-      h_.resize(s.T * s.d);
       if (relu_) V_.resize(s.d * s.d), PX_.resize(s.n * s.T * s.d);
-      u_.resize(s.d);
-      r_.resize(s.d);
+      u_.resize(s.n * s.d);
+      r_.resize(s.n * s.d);
+      g_.resize(s.n * s.T);
     }
     R_.resize(s.n * s.d);
     if (anchored_) {
@@ -320,12 +363,12 @@ class Group {
   //   p = V^T r_i, f_i = sum_j max(p_j, 0), a_i = Y_i l'(Y_i f_i) / n,
   //   u = V (a_i [p > 0]), g_t = (x_t - x_ref)^T u, dL/dlogit_t = s_t (g_t - sum_u s_u g_u).
   // With the lambda head h(r) = v^T r - lam r^T r: f_i = v^T r_i - lam r_i^T r_i and u = a_i (v - 2 lam r_i).
-  // V_ holds the ReLU head (d x d) and PX_ its P_t = V^T x_t, v_ the lambda head's v, h_ the rows'
-  // differences of one sequence (T x d) as scratch (``pool``).
+  // V_ holds the ReLU head (d x d) and PX_ its P_t = V^T x_t, v_ the lambda head's v.
   // A pooled head's prediction for sequence i after exp_logits() and the reciprocals of the sums
-  // (seq_[n + i]): s_i into e_, its largest entry into seq_[2n + i]; with the ReLU head p = V^T r_i
-  // (pooled from the P_t) into p (d) and f_i = sum_j max(p_j, 0), P_t - P_ref into h_; with the
-  // lambda head the pooled token into r (d), x_t - x_ref into h_ and f_i = v^T r - lam r^T r.
+  // (seq_[n + i]): s_i into e_, its largest entry into seq_[2n + i], the row of its first argmax
+  // into r_[i d..] (``pool``); with the ReLU head p = V^T r_i (pooled from the P_t) into p (d) and
+  // f_i = sum_j max(p_j, 0); with the lambda head the pooled token into r (d) and
+  // f_i = v^T r - lam r^T r.
   vd pooled_prediction(int64_t i, vd* r, vd* p) {
     const int64_t T = s_.T, d = s_.d;
     if (relu_) {                                                          // p = V^T r_i through P_t = V^T x_t
@@ -345,57 +388,69 @@ class Group {
   // seq_[n + i]), its largest entry into seq_[2n + i], and the pooled row of ``rows`` (T x d: the
   // tokens x_t, or with the ReLU head their P_t = V^T x_t, PX_, once per call since V and X do not
   // change; numerics version 19) into out (d): ref + sum_t s_t (row_t - ref) with ref the row of the
-  // first argmax, the differences row_t - ref into h_ (T x d) for the gradient; sum_t s_t row_t
-  // with the authors' pooling. With P_t the ReLU head's p = V^T r_i, and its gradient's
-  // g_t = (x_t - x_ref)^T u = (P_t - P_ref)^T (a [p > 0]) needs no V either: 2 T d fused
-  // multiply-adds a sequence instead of 2 T d + 2 d^2.
+  // first argmax (into r_[i d..], for the gradient); sum_t s_t row_t with the authors' pooling.
+  // With P_t the ReLU head's p = V^T r_i, and its gradient's g_t = (x_t - x_ref)^T u =
+  // (P_t - P_ref)^T (a [p > 0]) needs no V either: 2 T d fused multiply-adds a sequence instead of
+  // 2 T d + 2 d^2. The differences row_t - ref are formed where they are read (diff_sum_over_t, _k).
   void pool(int64_t i, const vd* rows, vd* out) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* sum = &seq_[n];
     vd* best = &seq_[2 * n];
-    vd* ref = r_.data();
-    vd* D = h_.data();
-    for (int64_t t = 0; t < T; ++t) {                                     // s, and the row at the first argmax
+    vd* ref = &r_[i * d];
+    vl at = vl{} - 1;                                                     // the first argmax (-1: none)
+    for (int64_t t = 0; t < T; ++t) {                                     // s, and the first argmax
       vd st = e_[i * T + t] * sum[i];
       e_[i * T + t] = st;
       vl better = st > best[i];
       best[i] = better ? st : best[i];
-      for (int64_t k = 0; k < d; ++k) ref[k] = better ? rows[t * d + k] : (t ? ref[k] : splat(0.0));
+      at = better ? vl{} + t : at;
+    }
+    for (int64_t k = 0; k < d; ++k) {                                     // its row (0 where there is none)
+      vd r = splat(0.0);
+      for (int64_t t = 0; t < T; ++t) r = at == t ? rows[t * d + k] : r;
+      ref[k] = r;
     }
     if (authors_) {                                                       // rows^T s as written
       matvec(out, rows, 1, d, &e_[i * T], 1, d, T);
       return;
     }
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t k = 0; k < d; ++k) D[t * d + k] = rows[t * d + k] - ref[k];
-    matvec(out, D, 1, d, &e_[i * T], 1, d, T);                            // sum_t s_t (row_t - ref)
+    diff_sum_over_t(out, rows, ref, &e_[i * T], T, d);                    // sum_t s_t (row_t - ref)
     for (int64_t k = 0; k < d; ++k) out[k] = ref[k] + out[k];
   }
 
+  // Every stage over all n sequences before the next (as gradient's rows_of): a sequence's stages
+  // are a chain (its prediction, dL/df through an exp and a division, g, dL/dlogits), and its
+  // sequences' chains overlap in the core only when they sit side by side (one sequence after the
+  // other: 12% slower at E5's sizes). The same operations on every value.
   void gradient_pooled(int64_t loss, bool rows_only = false) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     const double inv_n = 1.0 / static_cast<double>(n);
     vd* sum = &seq_[n];
     vd* best = &seq_[2 * n];
+    vd* a = &seq_[3 * n];
     exp_logits(rows_only);
     for (int64_t i = 0; i < n; ++i) sum[i] = 1.0 / sum[i], best[i] = splat(-INFINITY);
+    for (int64_t i = 0; i < n; ++i) a[i] = pooled_prediction(i, &q_[i * d], &u_[i * d]);   // f_i
+    for (int64_t i = 0; i < n; ++i) a[i] = Y_[i] * loss_derivative(loss, Y_[i] * a[i]) * inv_n;
     for (int64_t i = 0; i < n; ++i) {
-      vd* D = h_.data();
-      vd* r = &q_[i * d];                                                 // (q_i is no longer needed)
-      vd* p = u_.data();
-      vd f = pooled_prediction(i, r, p);
-      vd a = Y_[i] * loss_derivative(loss, Y_[i] * f) * inv_n;
-      vd* g = &seq_[3 * n];                                               // (T scratch entries after 3n)
+      vd* g = &g_[i * T];
       if (relu_) {
-        for (int64_t j = 0; j < d; ++j) p[j] = p[j] > 0 ? a : splat(0.0); // a [p > 0]
-        matvec(g, authors_ ? &PX_[i * T * d] : D, d, 1, p, 1, T, d);      // g_t = (P_t - P_ref)^T (a [p > 0]) (P_t^T ...)
+        vd* p = &u_[i * d];
+        for (int64_t j = 0; j < d; ++j) p[j] = p[j] > 0 ? a[i] : splat(0.0);   // a [p > 0]
+        if (authors_) matvec(g, &PX_[i * T * d], d, 1, p, 1, T, d);      // g_t = P_t^T (a [p > 0])
+        else diff_sum_over_k(g, &PX_[i * T * d], &r_[i * d], p, T, d);   // g_t = (P_t - P_ref)^T (a [p > 0])
       } else {                                                            // lambda: u = a (v - 2 lam r)
-        for (int64_t k = 0; k < d; ++k) r[k] = a * fmadd(splat(-2.0 * lam_), r[k], v_[k]);
-        matvec(g, authors_ ? &X_[i * T * d] : D, d, 1, r, 1, T, d);       // g_t = (x_t - x_ref)^T u (x_t^T u)
+        vd* r = &q_[i * d];                                               // (q_i is no longer needed)
+        for (int64_t k = 0; k < d; ++k) r[k] = a[i] * fmadd(splat(-2.0 * lam_), r[k], v_[k]);
+        if (authors_) matvec(g, &X_[i * T * d], d, 1, r, 1, T, d);        // g_t = x_t^T u
+        else diff_sum_over_k(g, &X_[i * T * d], &r_[i * d], r, T, d);    // g_t = (x_t - x_ref)^T u
       }
+    }
+    for (int64_t i = 0; i < n; ++i) {                                     // dL/dlogits
+      const vd* g = &g_[i * T];
       vd sg = splat(0.0);
       for (int64_t t = 0; t < T; ++t) sg = fmadd(e_[i * T + t], g[t], sg);
-      for (int64_t t = 0; t < T; ++t) e_[i * T + t] = e_[i * T + t] * (g[t] - sg);   // dL/dlogits
+      for (int64_t t = 0; t < T; ++t) e_[i * T + t] = e_[i * T + t] * (g[t] - sg);
     }
     for (int64_t i = 0; i < n; ++i)                                       // r_i = X_i^T dL/dlogits
       matvec(&R_[i * d], &X_[i * T * d], 1, d, &e_[i * T], 1, d, T);
@@ -499,7 +554,7 @@ class Group {
     if (pooled_) {
       exp_logits();
       for (int64_t i = 0; i < n; ++i) seq_[n + i] = 1.0 / seq_[n + i], seq_[2 * n + i] = splat(-INFINITY);
-      for (int64_t i = 0; i < n; ++i) f[i] = pooled_prediction(i, &q_[i * d], u_.data());
+      for (int64_t i = 0; i < n; ++i) f[i] = pooled_prediction(i, &q_[i * d], &u_[i * d]);
     } else {
       forward_linear(f);
     }
@@ -557,7 +612,7 @@ class Group {
     for (int64_t i = 0; i < size; ++i) p[i] = fmadd(splat(-o.lr), g[i], p[i]);
   }
 
-  std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, PX_, u_, r_, K_, Q_, gK_, gQ_, P_, RK_;
+  std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, PX_, u_, r_, g_, K_, Q_, gK_, gQ_, P_, RK_;
   std::vector<vd> A_, W0_, q0_, C_, Rz_, Hm_, Pn_;                      // the anchored step's
 
  private:
