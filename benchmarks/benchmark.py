@@ -14,8 +14,9 @@ Suites (--suites):
          vmap over the whole batch on one device (no blocks: its working set leaves the caches
          as the batch grows).
   floor  the physical floor of the GD step: flops and bytes per data-set-step from XLA's cost
-         analysis of the compiled step, this machine's float64 matmul rate and memory bandwidth
-         measured in the same run, and achieved / floor.
+         analysis of the compiled step, this machine's float64 matmul rate (measured again before
+         every timed repeat of each kernel: a row's floor comes from the best rate of its own
+         minutes) and memory bandwidth measured in the same run, and achieved / floor.
   svm    Att-SVM solves per second, Frobenius (NNLS; and the on-device dual solver) and nuclear
          (SCS on the reduced problem), one at a time and as a batch on threads (svm.THREADS,
          one per core: the solvers release the GIL), against a naive baseline in the same run
@@ -122,9 +123,16 @@ E2_BINARY = "svmattn.cli, svmattn.config.flags_front, svmattn.studies.local_conv
 E2 = dict(n=6, T=8, d=10)
 
 
+# Called (untimed) before every timed repeat of best_time when set: the floor suite measures the
+# machine's matmul rate there, so a kernel and its floor are measured in the same minutes.
+_BETWEEN = None
+
+
 def best_time(fn, repeats):
   times = []
   for _ in range(repeats):
+    if _BETWEEN is not None:
+      _BETWEEN()
     t0 = time.perf_counter()
     jax.block_until_ready(fn())
     times.append(time.perf_counter() - t0)
@@ -282,12 +290,22 @@ def suite_gd(report):
                   "scaling": scaling}
 
 
-def machine_peaks():
-  """float64 matmul flop rate and memory bandwidth of this machine, measured now."""
+def matmul_rate(repeats=5):
+  """float64 flops per second of a 1024 x 1024 matmul (XLA's, every core), measured now: best of repeats."""
   a = jnp.ones((1024, 1024), jnp.float64)
   mm = jax.jit(lambda x: x @ x)
   jax.block_until_ready(mm(a))
-  flops = 2 * 1024 ** 3 / best_time(lambda: mm(a), 5)
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(mm(a))
+    times.append(time.perf_counter() - t0)
+  return 2 * 1024 ** 3 / min(times)
+
+
+def machine_peaks():
+  """float64 matmul flop rate and memory bandwidth of this machine, measured now."""
+  flops = matmul_rate()
   big = jnp.ones((32 * 1024 * 1024,), jnp.float64)  # 256 MiB
   copy = jax.jit(lambda x: x * 1.0000001)
   jax.block_until_ready(copy(big))
@@ -313,10 +331,19 @@ def step_cost(trainer, state, batch):
 def floor_row(B, param, peak_flops, bandwidth, kernel="native"):
   """One row of the floor table. kernel "vmapped": the per-data-set program (version 2's kernel);
   "block": the XLA block kernel (version 3's); "native": the native CPU kernel (version 4's), whose
-  flops are XLA's count of the block kernel's step, the same arithmetic."""
+  flops are XLA's count of the block kernel's step, the same arithmetic.
+
+  The machine's matmul rate is measured again before every timed repeat of the kernel, and the
+  row's floor comes from the best of those (peak_flops, the suite's first measurement, where the
+  kernel has no timed repeats): this host's speed wanders by 20-30% within minutes, and a floor
+  measured in a fast minute against a kernel timed in a slow one (or the reverse) moved "x floor"
+  by as much as the kernel's own changes. Best against best, in the same minutes."""
+  global _BETWEEN
   block_kernel.ENABLED = kernel != "vmapped"
   native_kernel.ENABLED = kernel == "native"
   train_lib._JIT_CACHE.clear()
+  rates = []
+  _BETWEEN = lambda: rates.append(matmul_rate(2))  # noqa: E731
   try:
     _, run_s, trainer, state, batch = gd_kernel(B, E2["n"], E2["T"], E2["d"], FLAGS.gd_steps, param=param)
     state, batch = (x.parts[0] if isinstance(x, train_lib.Split) else x for x in (state, batch))
@@ -324,8 +351,10 @@ def floor_row(B, param, peak_flops, bandwidth, kernel="native"):
     ran = ("vmapped" if not block_kernel.supports(trainer.config)
            else "native" if block_kernel.uses_native(trainer.config, batch.X.dtype) else "block")
   finally:
+    _BETWEEN = None
     block_kernel.ENABLED = native_kernel.ENABLED = True
     train_lib._JIT_CACHE.clear()
+  peak_flops = max(rates, default=peak_flops)
   # DRAM traffic the engine cannot avoid: each call reads every data set and its state once and
   # writes the state once (a block stays in cache for all --gd_steps steps of the call); the
   # "streaming" figure is what a step would move if nothing stayed in cache between steps.
@@ -342,7 +371,8 @@ def floor_row(B, param, peak_flops, bandwidth, kernel="native"):
           "flops_per_dataset_step": flops_per, "xla_bytes_accessed_per_dataset_step": xla_bytes_per,
           "min_bytes_per_dataset_step": min_bytes_per,
           "streaming_bytes_per_dataset_step": streaming_bytes_per,
-          "machine_float64_matmul_flops": peak_flops, "machine_bandwidth_bytes_per_s": bandwidth,
+          "machine_float64_matmul_flops": peak_flops, "matmul_rates_between_repeats": rates,
+          "machine_bandwidth_bytes_per_s": bandwidth,
           "compute_floor_s": compute_floor, "memory_floor_s": memory_floor,
           "streaming_floor_s": streaming_bytes_per / bandwidth,
           "floor_s_per_dataset_step": floor, "achieved_s_per_dataset_step": achieved,
@@ -363,14 +393,16 @@ def suite_floor(report):
                          and r["kernel"] == rows[-1]["kernel"])
   report["floor_table"] = rows
   f = report["floor"]
-  print(f"floor: machine {peak_flops / 1e9:.1f} GFLOP/s float64 matmul, {bandwidth / 1e9:.1f} GB/s; the data set and "
+  print(f"floor: machine {peak_flops / 1e9:.1f} GFLOP/s float64 matmul at the start, {bandwidth / 1e9:.1f} GB/s; the data set and "
         f"state cross DRAM once per {FLAGS.gd_steps}-step call ({f['min_bytes_per_dataset_step']:.0f} bytes per "
         f"data-set-step for W; {f['streaming_bytes_per_dataset_step']:.0f} if nothing stayed in cache)", flush=True)
-  print(f"{'param':<6}{'batch':>9}{'kernel':>14}{'flops':>8}{'floor ns':>10}{'achieved ns':>13}{'x floor':>9}  bound")
+  print(f"{'param':<6}{'batch':>9}{'kernel':>14}{'flops':>8}{'GFLOP/s':>9}{'floor ns':>10}{'achieved ns':>13}{'x floor':>9}"
+        "  bound  (GFLOP/s: the matmul rate measured between the row's repeats)")
   for r in rows:
     print(f"{r['param']:<6}{r['batch']:>9}{r['kernel']:>14}"
-          f"{r['flops_per_dataset_step']:>8.0f}{1e9 * r['floor_s_per_dataset_step']:>10.1f}"
-          f"{1e9 * r['achieved_s_per_dataset_step']:>13.0f}{r['achieved_over_floor']:>9.1f}  {r['bound']}", flush=True)
+          f"{r['flops_per_dataset_step']:>8.0f}{r['machine_float64_matmul_flops'] / 1e9:>9.1f}"
+          f"{1e9 * r['floor_s_per_dataset_step']:>10.1f}"
+          f"{1e9 * r['achieved_s_per_dataset_step']:>13.0f}{r['achieved_over_floor']:>9.2f}  {r['bound']}", flush=True)
 
 
 def naive_svm(X, Z, alpha, norm, solver="SCS"):

@@ -42,3 +42,6 @@ def test_gd_and_floor_suites(tmp_path):
   np.testing.assert_allclose(floor["achieved_over_floor"],
                              floor["achieved_s_per_dataset_step"] / floor["floor_s_per_dataset_step"])
   assert floor["achieved_over_floor"] > 1   # nothing beats the physical floor
+  for row in report["floor_table"]:   # the floor measured between the kernel's timed repeats (--repeats=1)
+    assert len(row["matmul_rates_between_repeats"]) == 1
+    assert row["machine_float64_matmul_flops"] == row["matmul_rates_between_repeats"][0] > 0
