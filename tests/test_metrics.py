@@ -45,6 +45,25 @@ def test_corr_nan_for_zero_or_nan():
   assert c[0] == 1.0 and np.isnan(c[1])
 
 
+def test_corr_per_run_is_corr_computed_for_the_runs_with_an_object():
+  rng = np.random.default_rng(2)
+  A = rng.normal(size=(9, 6, 4, 4))          # (runs, snapshots, d, d)
+  A[3, 2, 1, 1] = np.nan                     # a trajectory that diverged
+  A[5, :, 0, 0] = np.inf
+  B = rng.normal(size=(9, 4, 4))
+  B[1] = np.nan                              # no object (not solved)
+  B[4, 2, 2] = np.inf
+  B[6, 0, 3] = np.nan
+  B[7] = 0.0                                 # a zero object
+  got, want = metrics.corr_per_run(A, B), metrics.corr(A, B[:, None])
+  assert got.shape == (9, 6)
+  np.testing.assert_array_equal(got, want)   # the same bits, NaN where corr gives NaN
+  assert np.isnan(got[[1, 4, 6, 7]]).all() and np.isfinite(got[[0, 2, 8]]).all()
+  assert metrics.corr_per_run(A[:0], B[:0]).shape == (0, 6)
+  none = np.full_like(B, np.nan)
+  assert np.isnan(metrics.corr_per_run(A, none)).all()
+
+
 def test_optimal_and_selected_tokens():
   gamma = np.array([[0.1, 0.5, -1.0], [2.0, 1.0, 0.0]])
   np.testing.assert_array_equal(metrics.optimal_tokens(gamma), [1, 0])

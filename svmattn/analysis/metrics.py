@@ -28,6 +28,20 @@ def corr(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
 
 
+def corr_per_run(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+  """``corr(A, B[:, None])`` (R, S) of trajectories A (R, S, m, m) against one matrix per run B
+  (R, m, m), computed for the runs whose B is finite only: any other run's correlations are NaN
+  (as ``corr`` gives them), and most runs of a study that solves its SVMs for the kept runs alone
+  have no B (E5 keeps about 4% of its draws)."""
+  A = np.asarray(A, np.float64)
+  B = np.asarray(B, np.float64)
+  out = np.full(A.shape[:2], np.nan)
+  rows = np.flatnonzero(np.all(np.isfinite(B), axis=(-2, -1)))
+  if rows.size:
+    out[rows] = corr(A[rows], B[rows][:, None])
+  return out
+
+
 def average_ranks(x: np.ndarray) -> np.ndarray:
   """Ranks 1..m of the 1-D x, tied values sharing the mean of their ranks (``scipy.stats.rankdata``'s
   "average")."""

@@ -222,7 +222,7 @@ def analyze(label: dict, data: dict, trajs: dict) -> dict:
          "fin_residual": st["fin_residual"], "mm_min_margin": st["mm_min_margin"]}
   for obj, key in (("svmeq", "W_svmeq"), ("mm", "W_mm"), ("1token", "W_1token")):
     out[f"W_{obj}"] = st[key]
-    out[f"corr_{obj}"] = metrics.corr(W_traj, st[key][:, None])
+    out[f"corr_{obj}"] = metrics.corr_per_run(W_traj, st[key])
   out["W_fin"] = st["W_fin"]
   with np.errstate(invalid="ignore"):
     out["dead"] = dead_sequences(X, V, s)
