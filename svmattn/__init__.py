@@ -48,6 +48,20 @@ def usable_cores() -> int:
   return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+# Set by `svmattn reproduce` for the experiments it runs side by side: the cores each of them may
+# count on (the usable cores divided among the experiments running at once).
+CORE_SHARE_ENV = "SVMATTN_CORE_SHARE"
+
+
+def core_share() -> int:
+  """The cores this process's work may count on: SVMATTN_CORE_SHARE (at most ``usable_cores()``)
+  where a parent that runs several of them at once set it, else ``usable_cores()``."""
+  value = os.environ.get(CORE_SHARE_ENV, "").strip()
+  if value.isdigit() and int(value) >= 1:
+    return min(int(value), usable_cores())
+  return usable_cores()
+
+
 def cpu_devices() -> int:
   """CPU devices to ask JAX for: SVMATTN_CPU_DEVICES, else ``usable_cores()``."""
   value = os.environ.get("SVMATTN_CPU_DEVICES", "").strip()

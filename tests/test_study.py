@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
+import svmattn
+from svmattn.report import reproduce
 from svmattn.study import pipeline
 from test_sweep import ENV, assert_same_results, kill_when, listing, load
 
@@ -60,8 +62,26 @@ def test_default_workers_one_beside_training_one_per_core_without(monkeypatch):
   monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
   assert pipeline.default_workers(False) == pipeline.MAX_DEFAULT_WORKERS
   monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {5})
-  assert pipeline.default_workers(False) == 1
+  assert pipeline.default_workers(False) == 0        # one core: the study solves them itself
+  assert pipeline.default_workers(True) == 1
   assert pipeline.default_workers(True, light_analysis=True) == 0 == pipeline.default_workers(False, True)
+
+
+def test_default_workers_count_the_cores_a_parent_shares_out(monkeypatch):
+  """SVMATTN_CORE_SHARE (set by `svmattn reproduce` for the experiments it runs at once): the cores a
+  study that trains nothing counts on, at most the usable ones; a bad value is ignored."""
+  monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+  for share, want in (("1", 0), ("2", 2), ("3", 3), ("64", 4), ("0", 4), ("x", 4), ("", 4)):
+    monkeypatch.setenv(svmattn.CORE_SHARE_ENV, share)
+    assert pipeline.default_workers(False) == want, share
+    assert pipeline.default_workers(True) == 1
+  monkeypatch.setenv(svmattn.CORE_SHARE_ENV, "1")
+  assert reproduce._environ(jobs=2)[svmattn.CORE_SHARE_ENV] == "1"   # the share itself, not widened
+  monkeypatch.delenv(svmattn.CORE_SHARE_ENV)
+  assert reproduce._environ(jobs=2)[svmattn.CORE_SHARE_ENV] == "2"   # 4 cores, 2 experiments at once
+  assert reproduce._environ(jobs=3)[svmattn.CORE_SHARE_ENV] == "1"
+  assert reproduce._environ(jobs=8)[svmattn.CORE_SHARE_ENV] == "1"
+  assert reproduce._environ(jobs=1)[svmattn.CORE_SHARE_ENV] == "4"
 
 
 def test_a_light_analysis_runs_in_this_process_and_gives_the_same_cells(tmp_path):

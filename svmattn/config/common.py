@@ -67,9 +67,10 @@ def pipeline(batch_size: int = 1000, hosts: bool = True) -> F.Settings:
         F.Bool("resume", False, "Continue the unfinished run in --out from its checkpoints (bit for bit the "
                "results of an uninterrupted run).", **op),
         F.Int("svm_workers", None, "Worker processes solving SVMs (0: inline). Default: 1 beside a study that "
-              "trains, one per core (at most 8) for a study that trains nothing, none where a batch's "
-              "analysis takes milliseconds (E6, E7). On a GPU host more "
-              "workers than 1 can use the free cores beside training.",
+              "trains, one per core (at most 8) for a study that trains nothing (none where that is one "
+              "core, as for each of the two experiments `svmattn reproduce` runs at once on 2 cores: the "
+              "study then solves them itself), none where a batch's analysis takes milliseconds (E6, E7). "
+              "On a GPU host more workers than 1 can use the free cores beside training.",
               lower=0, **op),
         F.Int("keep_checkpoints", 3, "Checkpoints kept per batch and configuration.", lower=1, **op),
         F.Float("checkpoint_every_s", 10.0, "Save a training checkpoint after a chunk only when at least this "

@@ -33,6 +33,7 @@ import time
 from absl import app
 from absl import flags
 
+import svmattn
 from svmattn import registry
 from svmattn import report as report_lib
 from svmattn.config import allowed
@@ -160,24 +161,27 @@ def command(run: Run, out: str) -> list[str]:
           *(() if FLAGS.keep_runs else ("--nokeep_runs",)), *extra]
 
 
-def _environ() -> dict:
-  """The experiments' environment: this checkout importable (python -m svmattn in a clone)."""
+def _environ(jobs: int = 1) -> dict:
+  """The experiments' environment: this checkout importable (python -m svmattn in a clone), and
+  each experiment's share of the cores with ``jobs`` of them at once (``svmattn.core_share``: the
+  default SVM workers of a study that trains nothing)."""
   env = dict(os.environ)
   root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
   env[workers.PARENT_ENV] = str(os.getpid())
+  env[svmattn.CORE_SHARE_ENV] = str(max(1, svmattn.core_share() // max(jobs, 1)))
   return env
 
 
 class Started:
   """An experiment's process, running: its output goes to anonymous files (no pipe to fill)."""
 
-  def __init__(self, run: Run, out: str):
+  def __init__(self, run: Run, out: str, jobs: int = 1):
     self.run, self.out, self.cmd = run, out, command(run, out)
     print(f"[{run.key}] {run.title}: {' '.join(self.cmd[1:])}", flush=True)
     self.stdout, self.stderr = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
     self.t0 = time.perf_counter()
-    self.proc = forked.start(self.cmd, self.stdout, self.stderr, _environ())
+    self.proc = forked.start(self.cmd, self.stdout, self.stderr, _environ(jobs))
 
   def finished(self) -> dict | None:
     """Its record once the process has ended, else None."""
@@ -212,7 +216,7 @@ def run_all(chosen: list[Run], out: str, jobs: int) -> list[dict]:
   try:
     while waiting or running:
       while waiting and len(running) < jobs:
-        running.append(Started(waiting.pop(0), out))
+        running.append(Started(waiting.pop(0), out, jobs))
       for started in list(running):
         record = started.finished()
         if record is not None:

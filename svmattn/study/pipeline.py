@@ -371,11 +371,17 @@ def default_workers(trains: bool, light_analysis: bool = False) -> int:
   E7: a worker's start, importing NumPy, SciPy, JAX and the engine, took 1.2-1.9 s of a core
   and its analyses a few ms a batch, so the run took 1.2-1.8 s more CPU with it), 1 beside
   training (on the CPU the device's programs use the cores), else one per core this process may
-  use, at most ``MAX_DEFAULT_WORKERS`` (each holds up to one batch in flight). Every solve depends
+  count on (``svmattn.core_share``), at most ``MAX_DEFAULT_WORKERS`` (each holds up to one batch in
+  flight), and none where that is one core: this process then analyzes its batches itself, as
+  fast as one worker would without a worker's start (under `svmattn reproduce`, two experiments
+  to two cores: E3 and E9 started two workers each, 1.5-2 s of a core apiece). Every solve depends
   on its data set alone, so the count never changes the results."""
   if light_analysis:
     return 0
-  return 1 if trains else max(1, min(svmattn.usable_cores(), MAX_DEFAULT_WORKERS))
+  if trains:
+    return 1
+  cores = min(svmattn.core_share(), MAX_DEFAULT_WORKERS)
+  return cores if cores > 1 else 0
 
 
 def _on_devices(jobs: list) -> list:
