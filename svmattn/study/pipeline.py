@@ -374,7 +374,7 @@ def default_workers(trains: bool, light_analysis: bool = False) -> int:
   count on (``svmattn.core_share``), at most ``MAX_DEFAULT_WORKERS`` (each holds up to one batch in
   flight), and none where that is one core: this process then analyzes its batches itself, as
   fast as one worker would without a worker's start (under `svmattn reproduce`, two experiments
-  to two cores: E3 and E9 started two workers each, 1.5-2 s of a core apiece). Every solve depends
+  to two cores: E3 and E9 started two workers each). Every solve depends
   on its data set alone, so the count never changes the results."""
   if light_analysis:
     return 0
