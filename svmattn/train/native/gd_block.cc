@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include <immintrin.h>
@@ -166,7 +167,7 @@ class Group {
     G_.resize(s.d * s.d);
     q_.resize(s.n * s.d);
     e_.resize(s.n * s.T);
-    seq_.resize(6 * s.n > 3 * s.n + s.T ? 6 * s.n : 3 * s.n + s.T);
+    seq_.resize(4 * s.n);                                                // per sequence: 4 values (exp_logits, pool, ...)
     if (pooled_) {
       if (relu_) V_.resize(s.d * s.d), PX_.resize(s.n * s.T * s.d);
       u_.resize(s.n * s.d);
@@ -233,8 +234,8 @@ class Group {
 
   // e_ (n,T) = exp(logit_it - max_t logit_it) with the logits X_i q_i, q_i = W z_i (computed from W_
   // here unless have_q: (K, Q)'s step computes q_ itself); seq_[n + i] = sum_t e_it
-  // (the softmax's numerator and denominator). Causal: the max and the sum over the tokens query i
-  // sees, and e_it = 0 for the others.
+  // (the softmax's numerator and denominator). For the pooled heads (the linear head's softmax,
+  // causal too, is attend_linear's).
   void exp_logits(bool have_q = false) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* mx = &seq_[0];
@@ -243,18 +244,6 @@ class Group {
     for (int64_t i = 0; i < n; ++i)                                       // logits X_i q_i
       matvec(&e_[i * T], &X_[i * T * d], d, 1, &q_[i * d], 1, T, d);
     for (int64_t i = 0; i < n; ++i) mx[i] = splat(-INFINITY), sum[i] = splat(0.0);
-    if (causal_ > 0) {
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t seen = i % causal_ + 1;                             // tokens 0..k of query k
-        for (int64_t t = 0; t < seen; ++t) mx[i] = vmax(e_[i * T + t], mx[i]);
-        for (int64_t t = 0; t < seen; ++t) {
-          e_[i * T + t] = vexp_nonpositive(e_[i * T + t] - mx[i]);
-          sum[i] += e_[i * T + t];
-        }
-        for (int64_t t = seen; t < T; ++t) e_[i * T + t] = splat(0.0);
-      }
-      return;
-    }
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < n; ++i) mx[i] = vmax(e_[i * T + t], mx[i]);
     for (int64_t t = 0; t < T; ++t)                                       // softmax
@@ -264,59 +253,29 @@ class Group {
       }
   }
 
-  // dL/dW into G_ at the current W_ (docs/science.md section 4)
-  // Every stage runs over all n sequences with the sequence innermost: the sequences' chains of
-  // operations are independent, so they overlap in the core instead of waiting on each other.
-  // The linear head's forward pass at the current W_: the attention s in e_ (n,T), its largest
-  // entry of every sequence in seq_[2n + i], h at the most-attended token in seq_[3n + i],
-  // sum_t s_it (h_it - h_ref) in seq_[4n + i] and the prediction f_i = h_ref + that sum in f[i].
-  void forward_linear(vd* f, bool have_q = false) {
-    const int64_t n = s_.n, T = s_.T;
-    vd* sum = &seq_[n];
-    vd* best = &seq_[2 * n];
-    vd* h_ref = &seq_[3 * n];
-    vd* sd = &seq_[4 * n];
-    exp_logits(have_q);
-    for (int64_t i = 0; i < n; ++i) sum[i] = 1.0 / sum[i], best[i] = splat(-INFINITY), h_ref[i] = splat(0.0);
-    for (int64_t t = 0; t < T; ++t)                                       // s, and h at the first argmax
-      for (int64_t i = 0; i < n; ++i) {
-        vd st = e_[i * T + t] * sum[i];
-        e_[i * T + t] = st;
-        vl better = st > best[i];
-        best[i] = better ? st : best[i];
-        h_ref[i] = better ? h_[i * T + t] : h_ref[i];
-      }
-    for (int64_t i = 0; i < n; ++i) sd[i] = splat(0.0);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t i = 0; i < n; ++i) sd[i] = fmadd(e_[i * T + t], h_[i * T + t] - h_ref[i], sd[i]);
-    for (int64_t i = 0; i < n; ++i) f[i] = h_ref[i] + sd[i];
-  }
-
-  // The rows r_i = X_i^T dL/dlogits_i into R_, and G = sum_i r_i z_i^T into G_ unless rows_only (then
-  // q_ holds the queries already: (K, Q)'s step through Q^T z_i, and the anchored W step). The
-  // sequences go through rows_of three at a time: each of them is a chain of dependent stages, and
-  // three interleaved keep the core busy while their tokens X_i stay in the level-1 cache from the
-  // logits to r_i (8% faster at E2's sizes than every stage over all n sequences, the same values).
-  void gradient(int64_t loss, bool rows_only = false) {
-    const int64_t n = s_.n, d = s_.d;
-    const double inv_n = 1.0 / static_cast<double>(n);
-    if (!rows_only) matmul(q_.data(), d, 1, Z_.data(), d, 1, W_.data(), 1, d, n, d, d);   // q_i = W z_i
+  // fn(i0, std::integral_constant<int, P>) for the sequences i0..i0+P-1, every sequence once, three
+  // at a time: each sequence's stages are a chain of dependent operations, and three interleaved keep
+  // the core busy while their tokens X_i stay in the level-1 cache (8% faster at E2's sizes than
+  // every stage over all n sequences, or one sequence at a time; the same values)
+  template <class Fn>
+  void by_threes(Fn fn) {
+    const int64_t n = s_.n;
     int64_t i = 0;
-    for (; i + 3 <= n; i += 3) rows_of<3>(i, loss, inv_n);
-    if (i + 2 <= n) rows_of<2>(i, loss, inv_n), i += 2;
-    if (i < n) rows_of<1>(i, loss, inv_n);
-    if (!rows_only) matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
+    for (; i + 3 <= n; i += 3) fn(i, std::integral_constant<int, 3>{});
+    if (i + 2 <= n) fn(i, std::integral_constant<int, 2>{}), i += 2;
+    if (i < n) fn(i, std::integral_constant<int, 1>{});
   }
 
-  // gradient()'s rows r_i of the P sequences i0..i0+P-1 from their queries q_i: the logits X_i q_i,
-  // the attention (exp_logits, forward_linear), a_i = dL/df_i = Y_i l'(Y_i f_i) / n, dL/dlogits and
-  // r_i = X_i^T dL/dlogits, each value the same chain of operations as those stages compute it.
+  // The linear head's forward pass for the P sequences i0..i0+P-1 from their queries q_i: the
+  // logits X_i q_i, the attention s into e_ (causal: over the tokens query i sees, 0 for the others),
+  // its largest entry into seq_[2n + i], h at the most-attended token into h_ref[p] and
+  // sum_t s_it (h_it - h_ref) into sd[p] (the prediction f_i = h_ref + sd).
   template <int P>
-  void rows_of(int64_t i0, int64_t loss, double inv_n) {
-    const int64_t T = s_.T, d = s_.d;
+  void attend_linear(int64_t i0, vd* h_ref, vd* sd) {
+    const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* e[P];
     const vd* h[P];
-    vd mx[P], sum[P], best[P], h_ref[P], sd[P], a[P];
+    vd mx[P], sum[P], best[P];
     int64_t seen[P];                                                      // causal: tokens 0..k of query k
     for (int p = 0; p < P; ++p) {
       const int64_t i = i0 + p;
@@ -345,15 +304,48 @@ class Group {
         best[p] = better ? st : best[p];
         h_ref[p] = better ? h[p][t] : h_ref[p];
       }
-    for (int p = 0; p < P; ++p) sd[p] = splat(0.0);
+    for (int p = 0; p < P; ++p) sd[p] = splat(0.0), seq_[2 * n + i0 + p] = best[p];
     for (int64_t t = 0; t < T; ++t)
       for (int p = 0; p < P; ++p) sd[p] = fmadd(e[p][t], h[p][t] - h_ref[p], sd[p]);
-    for (int p = 0; p < P; ++p)                                           // a_i = dL/df_i
-      a[p] = Y_[i0 + p] * loss_derivative(loss, Y_[i0 + p] * (h_ref[p] + sd[p])) * inv_n;
-    for (int64_t t = 0; t < T; ++t)                                       // dL/dlogits
-      for (int p = 0; p < P; ++p) e[p][t] = e[p][t] * fmadd(a[p], h[p][t] - h_ref[p], -(a[p] * sd[p]));
-    for (int p = 0; p < P; ++p)                                           // r_i = X_i^T dL/dlogits
-      matvec(&R_[(i0 + p) * d], &X_[(i0 + p) * T * d], 1, d, e[p], 1, d, T);
+  }
+
+  // The linear head's forward pass at the current W_ (q_ = W z_i computed here unless have_q): the
+  // attention s in e_ (n,T), its largest entry of every sequence in seq_[2n + i] and the
+  // predictions f_i = h_ref + sum_t s_it (h_it - h_ref) in f[i].
+  void forward_linear(vd* f, bool have_q = false) {
+    const int64_t n = s_.n, d = s_.d;
+    if (!have_q) matmul(q_.data(), d, 1, Z_.data(), d, 1, W_.data(), 1, d, n, d, d);   // q_i = W z_i
+    by_threes([&](int64_t i0, auto chunk) {
+      constexpr int P = decltype(chunk)::value;
+      vd h_ref[P], sd[P];
+      attend_linear<P>(i0, h_ref, sd);
+      for (int p = 0; p < P; ++p) f[i0 + p] = h_ref[p] + sd[p];
+    });
+  }
+
+  // dL/dW into G_ at the current W_ (docs/science.md section 4): the rows r_i = X_i^T dL/dlogits_i
+  // into R_, and G = sum_i r_i z_i^T into G_ unless rows_only (then q_ holds the queries already:
+  // (K, Q)'s step through Q^T z_i, and the anchored W step). Per sequence, after attend_linear:
+  // a_i = dL/df_i = Y_i l'(Y_i f_i) / n, dL/dlogits and r_i.
+  void gradient(int64_t loss, bool rows_only = false) {
+    const int64_t n = s_.n, T = s_.T, d = s_.d;
+    const double inv_n = 1.0 / static_cast<double>(n);
+    if (!rows_only) matmul(q_.data(), d, 1, Z_.data(), d, 1, W_.data(), 1, d, n, d, d);   // q_i = W z_i
+    by_threes([&](int64_t i0, auto chunk) {
+      constexpr int P = decltype(chunk)::value;
+      vd h_ref[P], sd[P], a[P];
+      attend_linear<P>(i0, h_ref, sd);
+      for (int p = 0; p < P; ++p)                                         // a_i = dL/df_i
+        a[p] = Y_[i0 + p] * loss_derivative(loss, Y_[i0 + p] * (h_ref[p] + sd[p])) * inv_n;
+      for (int64_t t = 0; t < T; ++t)                                     // dL/dlogits
+        for (int p = 0; p < P; ++p) {
+          vd* e = &e_[(i0 + p) * T];
+          e[t] = e[t] * fmadd(a[p], h_[(i0 + p) * T + t] - h_ref[p], -(a[p] * sd[p]));
+        }
+      for (int p = 0; p < P; ++p)                                         // r_i = X_i^T dL/dlogits
+        matvec(&R_[(i0 + p) * d], &X_[(i0 + p) * T * d], 1, d, &e_[(i0 + p) * T], 1, d, T);
+    });
+    if (!rows_only) matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
   }
 
   // dL/dW into G_ at the current W_ with a head on the pooled token
@@ -418,7 +410,7 @@ class Group {
     for (int64_t k = 0; k < d; ++k) out[k] = ref[k] + out[k];
   }
 
-  // Every stage over all n sequences before the next (as gradient's rows_of): a sequence's stages
+  // Every stage over all n sequences before the next (unlike by_threes, here): a sequence's stages
   // are a chain (its prediction, dL/df through an exp and a division, g, dL/dlogits), and its
   // sequences' chains overlap in the core only when they sit side by side (one sequence after the
   // other: 12% slower at E5's sizes). The same operations on every value.
