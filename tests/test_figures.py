@@ -8,6 +8,9 @@ Checked:
   * E1 (paths_2d, cheap settings) with --figure_format=png,pdf writes paths.png and paths.pdf;
     a bad --figure_format is refused at flag parsing: non-zero exit, a message naming the flag,
     no traceback, nothing trained.
+  * plots.warm_up (reproduce runs it before forking its experiments) leaves figures as they were:
+    a figure drawn after it is the same PNG bytes as in a process without it; and it draws nothing
+    once pyplot has been handed out (a figure may then be in progress on another thread).
 """
 import glob
 import os
@@ -104,3 +107,34 @@ def test_a_caption_is_written_under_figures_saved_within_it(tmp_path):
     plots.set_formats(["png"])
   assert "sweep cell lr=0.1" in (tmp_path / "a.svg").read_text()
   assert "sweep cell" not in (tmp_path / "b.svg").read_text()
+
+
+_DRAW = """
+import sys
+from svmattn.io import plots
+if sys.argv[2] == "warm":
+  plots.warm_up()
+fig, (ax,) = plots.figure()
+ax.plot([1, 10, 100, 1000], [1.0, 0.3, 1e-2, 1e-4], label="$1 - corr$")
+ax.set_xscale("log"); ax.set_yscale("log"); ax.set_title("$W$ vs $W^{mm}$"); ax.legend()
+plots.save(fig, sys.argv[1])
+"""
+
+
+def test_warm_up_leaves_figures_the_same_bytes(tmp_path):
+  for mode in ("cold", "warm"):
+    subprocess.run([sys.executable, "-c", _DRAW, str(tmp_path / f"{mode}.png"), mode], env=ENV, check=True,
+                   timeout=120)
+  cold, warm = ((tmp_path / f"{m}.png").read_bytes() for m in ("cold", "warm"))
+  assert len(cold) > 1000 and cold == warm
+
+
+def test_warm_up_draws_nothing_once_pyplot_was_handed_out(monkeypatch):
+  plt = plots.pyplot()
+  before = plt.get_fignums()
+  monkeypatch.setattr(plots, "_STATE", {"handed_out": True, "warmed": False})
+  plots.warm_up()
+  assert plots._STATE["warmed"] is False
+  monkeypatch.setattr(plots, "_STATE", {"handed_out": False, "warmed": False})
+  plots.warm_up()                     # not handed out: it draws (and closes) its figure
+  assert plots._STATE == {"handed_out": False, "warmed": True} and plt.get_fignums() == before

@@ -63,7 +63,8 @@ def preload() -> str | None:
         for module in (f"svmattn.studies.{experiment.name}", f"svmattn.figures.{experiment.name}"):
           if importlib.util.find_spec(module) is not None:
             importlib.import_module(module)
-      plots.pyplot()                       # matplotlib with the Agg backend, as every binary sets it
+      plots.warm_up()                      # matplotlib with the Agg backend, as every binary sets it, and
+                                           # its one-time work (fonts, mathtext), once for every fork
       from jax._src import xla_bridge
       if getattr(xla_bridge, "_backends", None):
         why = "a JAX backend started while importing (forking it is unsafe)"
