@@ -1,6 +1,6 @@
 """E8: sequence-to-sequence and causal attention, GD versus their SVMs (docs/science.md sections 7-8), as a study.
 
-One cell of ``runs`` seq2seq data sets (``svm.seq2seq.generate``: every position k of
+One cell of ``runs`` seq2seq data sets (``svm.seq2seq.unit_gaussian``: every position k of
 sequence i is a query z_ik = x_ik with its own label Y_ik; or the rows of a data file). The
 modes are device stages: for each mode (seq2seq: all tokens visible; causal: position k sees
 t <= k) and parameterization P, a ``stages.Train`` named "{mode}_{P}" trains P with
@@ -87,7 +87,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     if file_data is not None:
       batch = data_lib.take(file_data, runs)
     else:   # drawn in the run's precision, as the E8 binary always did
-      batch = s2s.generate(spec, fl["seed"], runs, dtype=dtype)
+      batch = data_lib.generate_host(spec, fl["seed"], runs, sampler=s2s.unit_gaussian, dtype=dtype)
     batch = data_lib.Dataset(*(np.asarray(a) for a in batch))
     return {**batch._asdict(), "gamma": token_scores(batch)}
 
