@@ -89,6 +89,35 @@ def test_one_program_for_every_shape(native, monkeypatch):
   assert rng._draw_fn.cache_info().misses + rng._erfinv_fn.cache_info().misses == (0 if native else 1)
 
 
+_NO_BACKEND = """
+import numpy as np
+from svmattn import rng_native
+from svmattn.data import datasets as data_lib
+from svmattn.svm import seq2seq
+print("native:", rng_native.available())
+data_lib.generate_host(data_lib.DataSpec(3, 4, 5), 0, np.arange(3))
+data_lib.generate_host(seq2seq.Seq2SeqSpec(2, 3, 4), 0, np.arange(2), sampler=seq2seq.unit_gaussian)
+from jax._src import xla_bridge
+print("backends started:", sorted(xla_bridge._backends))
+"""
+
+
+def test_host_draws_start_no_jax_backend():
+  """float64 draws of the paper's generator and of a host sampler, where rng_native computes them,
+  touch nothing of JAX: the data stage does not pay for starting its backend (the first stage that
+  uses JAX does; ``datasets._drawing_on_host``). A fresh process, so that no other test started it."""
+  import subprocess
+  import sys
+  from conftest import REPO_ROOT
+  env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS="cpu")
+  out = subprocess.run([sys.executable, "-c", _NO_BACKEND], env=env, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr
+  if "native: True" in out.stdout:
+    assert "backends started: []" in out.stdout
+  else:                               # (no C++ compiler: XLA's programs draw, on the host CPU device)
+    assert "backends started: ['cpu']" in out.stdout
+
+
 def test_flat_draws_are_each_runs_own_draws():
   """The draw program draws, for every run, the values of that run's own flat draws (jax.random on
   its keys, one run at a time): the random values of numerics versions 2 onwards. X's 300 values
