@@ -128,10 +128,12 @@ E2 = dict(n=6, T=8, d=10)
 _BETWEEN = None
 
 
-def best_time(fn, repeats):
+def best_time(fn, repeats, between=True):
+  """The shortest of ``repeats`` timed calls of fn (``_BETWEEN`` before each, where set and
+  ``between``)."""
   times = []
   for _ in range(repeats):
-    if _BETWEEN is not None:
+    if between and _BETWEEN is not None:
       _BETWEEN()
     t0 = time.perf_counter()
     jax.block_until_ready(fn())
@@ -295,12 +297,7 @@ def matmul_rate(repeats=5):
   a = jnp.ones((1024, 1024), jnp.float64)
   mm = jax.jit(lambda x: x @ x)
   jax.block_until_ready(mm(a))
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(mm(a))
-    times.append(time.perf_counter() - t0)
-  return 2 * 1024 ** 3 / min(times)
+  return 2 * 1024 ** 3 / best_time(lambda: mm(a), repeats, between=False)   # (it is what _BETWEEN runs)
 
 
 def machine_peaks():

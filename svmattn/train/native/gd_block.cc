@@ -232,6 +232,12 @@ class Group {
     }
   }
 
+  // q_ (n,d): the queries q_i = W z_i from W_
+  void queries() {
+    const int64_t n = s_.n, d = s_.d;
+    matmul(q_.data(), d, 1, Z_.data(), d, 1, W_.data(), 1, d, n, d, d);   // q_i = W z_i
+  }
+
   // e_ (n,T) = exp(logit_it - max_t logit_it) with the logits X_i q_i, q_i = W z_i (computed from W_
   // here unless have_q: (K, Q)'s step computes q_ itself); seq_[n + i] = sum_t e_it
   // (the softmax's numerator and denominator). For the pooled heads (the linear head's softmax,
@@ -240,7 +246,7 @@ class Group {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* mx = &seq_[0];
     vd* sum = &seq_[n];
-    if (!have_q) matmul(q_.data(), d, 1, Z_.data(), d, 1, W_.data(), 1, d, n, d, d);   // q_i = W z_i
+    if (!have_q) queries();
     for (int64_t i = 0; i < n; ++i)                                       // logits X_i q_i
       matvec(&e_[i * T], &X_[i * T * d], d, 1, &q_[i * d], 1, T, d);
     for (int64_t i = 0; i < n; ++i) mx[i] = splat(-INFINITY), sum[i] = splat(0.0);
@@ -309,12 +315,11 @@ class Group {
       for (int p = 0; p < P; ++p) sd[p] = fmadd(e[p][t], h[p][t] - h_ref[p], sd[p]);
   }
 
-  // The linear head's forward pass at the current W_ (q_ = W z_i computed here unless have_q): the
+  // The linear head's forward pass at the current W_ (its queries q_ = W z_i computed here): the
   // attention s in e_ (n,T), its largest entry of every sequence in seq_[2n + i] and the
   // predictions f_i = h_ref + sum_t s_it (h_it - h_ref) in f[i].
-  void forward_linear(vd* f, bool have_q = false) {
-    const int64_t n = s_.n, d = s_.d;
-    if (!have_q) matmul(q_.data(), d, 1, Z_.data(), d, 1, W_.data(), 1, d, n, d, d);   // q_i = W z_i
+  void forward_linear(vd* f) {
+    queries();
     by_threes([&](int64_t i0, auto chunk) {
       constexpr int P = decltype(chunk)::value;
       vd h_ref[P], sd[P];
@@ -330,7 +335,7 @@ class Group {
   void gradient(int64_t loss, bool rows_only = false) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     const double inv_n = 1.0 / static_cast<double>(n);
-    if (!rows_only) matmul(q_.data(), d, 1, Z_.data(), d, 1, W_.data(), 1, d, n, d, d);   // q_i = W z_i
+    if (!rows_only) queries();
     by_threes([&](int64_t i0, auto chunk) {
       constexpr int P = decltype(chunk)::value;
       vd h_ref[P], sd[P], a[P];
