@@ -123,21 +123,37 @@ E2_BINARY = "svmattn.cli, svmattn.config.flags_front, svmattn.studies.local_conv
 E2 = dict(n=6, T=8, d=10)
 
 
-# Called (untimed) before every timed repeat of best_time when set: the floor suite measures the
-# machine's matmul rate there, so a kernel and its floor are measured in the same minutes.
-_BETWEEN = None
+class Paired:
+  """What the floor suite measures around every timed repeat of best_time (``_BETWEEN``): the
+  machine's matmul rate just before it (untimed) and the repeat's seconds just after, so that a
+  kernel and its floor are measured in the same minutes, repeat by repeat."""
+
+  def __init__(self):
+    self.rates, self.seconds = [], []
+
+  def before(self):
+    self.rates.append(matmul_rate(2))
+
+  def after(self, seconds):
+    self.seconds.append(seconds)
+
+
+_BETWEEN: Paired | None = None
 
 
 def best_time(fn, repeats, between=True):
-  """The shortest of ``repeats`` timed calls of fn (``_BETWEEN`` before each, where set and
+  """The shortest of ``repeats`` timed calls of fn (each measured with ``_BETWEEN``, where set and
   ``between``)."""
+  paired = _BETWEEN if between else None
   times = []
   for _ in range(repeats):
-    if between and _BETWEEN is not None:
-      _BETWEEN()
+    if paired is not None:
+      paired.before()
     t0 = time.perf_counter()
     jax.block_until_ready(fn())
     times.append(time.perf_counter() - t0)
+    if paired is not None:
+      paired.after(times[-1])
   return min(times)
 
 
@@ -339,8 +355,7 @@ def floor_row(B, param, peak_flops, bandwidth, kernel="native"):
   block_kernel.ENABLED = kernel != "vmapped"
   native_kernel.ENABLED = kernel == "native"
   train_lib._JIT_CACHE.clear()
-  rates = []
-  _BETWEEN = lambda: rates.append(matmul_rate(2))  # noqa: E731
+  paired = _BETWEEN = Paired()
   try:
     _, run_s, trainer, state, batch = gd_kernel(B, E2["n"], E2["T"], E2["d"], FLAGS.gd_steps, param=param)
     state, batch = (x.parts[0] if isinstance(x, train_lib.Split) else x for x in (state, batch))
@@ -351,6 +366,7 @@ def floor_row(B, param, peak_flops, bandwidth, kernel="native"):
     _BETWEEN = None
     block_kernel.ENABLED = native_kernel.ENABLED = True
     train_lib._JIT_CACHE.clear()
+  rates = paired.rates
   peak_flops = max(rates, default=peak_flops)
   # DRAM traffic the engine cannot avoid: each call reads every data set and its state once and
   # writes the state once (a block stays in cache for all --gd_steps steps of the call); the
@@ -363,6 +379,11 @@ def floor_row(B, param, peak_flops, bandwidth, kernel="native"):
   achieved = run_s / (B * FLAGS.gd_steps)
   compute_floor, memory_floor = flops_per / peak_flops, min_bytes_per / bandwidth
   floor = max(compute_floor, memory_floor)
+  # repeat by repeat: each repeat's time against the floor at the rate measured just before it (the
+  # best against the best, above, pairs the fastest minute of each; the median of these pairs is
+  # the figure that the host's wandering speed moves least)
+  paired_ratios = [(s / (B * FLAGS.gd_steps)) / max(flops_per / rate, memory_floor)
+                   for rate, s in zip(rates, paired.seconds)]
   return {"batch": B, "param": param, "steps_per_call": FLAGS.gd_steps, "devices": len(jax.local_devices()),
           "kernel": ran,
           "flops_per_dataset_step": flops_per, "xla_bytes_accessed_per_dataset_step": xla_bytes_per,
@@ -374,6 +395,8 @@ def floor_row(B, param, peak_flops, bandwidth, kernel="native"):
           "streaming_floor_s": streaming_bytes_per / bandwidth,
           "floor_s_per_dataset_step": floor, "achieved_s_per_dataset_step": achieved,
           "achieved_over_floor": achieved / floor,
+          "repeat_seconds": paired.seconds, "paired_over_floor": paired_ratios,
+          "paired_over_floor_median": float(np.median(paired_ratios)) if paired_ratios else float("nan"),
           "bound": "compute" if compute_floor >= memory_floor else "memory"}
 
 
@@ -394,12 +417,15 @@ def suite_floor(report):
         f"state cross DRAM once per {FLAGS.gd_steps}-step call ({f['min_bytes_per_dataset_step']:.0f} bytes per "
         f"data-set-step for W; {f['streaming_bytes_per_dataset_step']:.0f} if nothing stayed in cache)", flush=True)
   print(f"{'param':<6}{'batch':>9}{'kernel':>14}{'flops':>8}{'GFLOP/s':>9}{'floor ns':>10}{'achieved ns':>13}{'x floor':>9}"
-        "  bound  (GFLOP/s: the matmul rate measured between the row's repeats)")
+        f"{'paired':>8}  bound  (GFLOP/s: the best matmul rate measured between the row's repeats; x floor: the "
+        "best repeat against that best rate; paired: the median over the repeats of each against the rate "
+        "measured just before it)")
   for r in rows:
     print(f"{r['param']:<6}{r['batch']:>9}{r['kernel']:>14}"
           f"{r['flops_per_dataset_step']:>8.0f}{r['machine_float64_matmul_flops'] / 1e9:>9.1f}"
           f"{1e9 * r['floor_s_per_dataset_step']:>10.1f}"
-          f"{1e9 * r['achieved_s_per_dataset_step']:>13.0f}{r['achieved_over_floor']:>9.2f}  {r['bound']}", flush=True)
+          f"{1e9 * r['achieved_s_per_dataset_step']:>13.0f}{r['achieved_over_floor']:>9.2f}"
+          f"{r['paired_over_floor_median']:>8.2f}  {r['bound']}", flush=True)
 
 
 def naive_svm(X, Z, alpha, norm, solver="SCS"):

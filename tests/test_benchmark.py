@@ -45,3 +45,24 @@ def test_gd_and_floor_suites(tmp_path):
   for row in report["floor_table"]:   # the floor measured between the kernel's timed repeats (--repeats=1)
     assert len(row["matmul_rates_between_repeats"]) == 1
     assert row["machine_float64_matmul_flops"] == row["matmul_rates_between_repeats"][0] > 0
+    # one repeat: its time is the best, its rate the best, so the pair is the row's ratio
+    assert len(row["repeat_seconds"]) == len(row["paired_over_floor"]) == 1
+    np.testing.assert_allclose(row["repeat_seconds"][0], row["achieved_s_per_dataset_step"] * row["batch"] * 5)
+    np.testing.assert_allclose(row["paired_over_floor"][0], row["achieved_over_floor"])
+    assert row["paired_over_floor_median"] == row["paired_over_floor"][0]
+
+
+def test_best_time_pairs_each_repeat_with_the_measurement_before_it(monkeypatch):
+  """The floor suite's pairs: one rate measured before each timed repeat, that repeat's seconds
+  after it, in order; best_time returns the shortest, and between=False measures nothing."""
+  from benchmarks import benchmark as bm
+  events = []
+  monkeypatch.setattr(bm, "matmul_rate", lambda repeats=5: events.append("rate") or float(len(events)))
+  paired = bm.Paired()
+  monkeypatch.setattr(bm, "_BETWEEN", paired)
+  best = bm.best_time(lambda: events.append("call") or 0, 3)
+  assert events == ["rate", "call"] * 3        # each timed call right after its own rate
+  assert paired.rates == [1.0, 3.0, 5.0] and len(paired.seconds) == 3
+  assert best == min(paired.seconds)
+  bm.best_time(lambda: 0, 2, between=False)
+  assert len(paired.rates) == len(paired.seconds) == 3
