@@ -40,7 +40,7 @@ def _matrix(kind: str, keys: np.ndarray, shape: tuple[int, ...], dtype, bound=No
   B, count = len(keys), int(np.prod(shape))
   if kind == "zero":
     return np.zeros((B,) + shape, dtype)
-  return _draw(kind, keys, count, bound, scale).reshape((B,) + shape).astype(dtype)
+  return _draw(kind, keys, count, bound, scale).reshape((B,) + shape).astype(dtype, copy=False)
 
 
 def init_params(param: str, scheme: str, keys: np.ndarray, d: int, m: int, dtype) -> dict:

@@ -143,8 +143,11 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
   shares = [_Share(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:])]
   names = sorted(state.params)
   kernel_names = ("W",) if param.name == "W" else ("K", "Q")
-  # the parameters, trained in place (a copy: the caller's start is left as it was)
-  held = {k: np.array(state.params[k], np.float64, order="C", copy=True) for k in names}
+  # the parameters, trained in place: those drawn here as they are, a copy of a caller's start or of
+  # a checkpoint's (left as they were)
+  drawn = start is None and found is None
+  held = {k: np.require(state.params[k], np.float64, ["C", "W"]) if drawn
+          else np.array(state.params[k], np.float64, order="C", copy=True) for k in names}
   X, Z, Y, head = (np.ascontiguousarray(a, np.float64) for a in (data.X, data.Z, data.Y, data.v))
   compile_seconds = time.perf_counter() - t0
 
