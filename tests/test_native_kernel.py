@@ -499,6 +499,27 @@ def test_training_without_xla_does_not_depend_on_the_shares(monkeypatch):
       np.testing.assert_array_equal(getattr(one, name)[sl], getattr(a, name))
 
 
+def test_training_without_xla_leaves_a_callers_start_as_it_was():
+  """The parameters drawn inside train() are trained in place; a caller's start is copied first:
+  after training from it, its arrays hold the start still, and the run equals the one that drew
+  the same start itself, bit for bit."""
+  data = data_lib.generate_host(data_lib.DataSpec(n=3, T=4, d=5), 3, np.arange(5))
+  for param in ("W", "KQ"):
+    config = train_lib.TrainConfig(param=param, lr=0.1, steps=6, snapshot_every=3, chunk_steps=6).validate()
+    keys = train_lib.init_keys(3, np.arange(5))
+    trainer = train_lib.make_trainer(config)
+    params = host_init.init_params_of(config, keys, data)
+    kept = {k: v.copy() for k, v in params.items()}
+    given = train_lib.train(config, data, keys, start=(0, train_lib.State(params, jax.vmap(trainer.optimizer.init)(params))))
+    for k in params:
+      np.testing.assert_array_equal(params[k], kept[k], err_msg=f"{param}: the caller's {k} was written")
+    drawn = train_lib.train(config, data, keys)
+    for k in params:
+      np.testing.assert_array_equal(given.params[k], drawn.params[k])
+      assert not np.array_equal(drawn.params[k], kept[k])                # (it trained)
+    np.testing.assert_array_equal(given.W, drawn.W)
+
+
 def test_training_without_xla_refuses_a_start_of_the_wrong_shape():
   """A starting state whose leaves do not match the batch (here for 4 data sets, the batch holds 6)
   is refused with one error naming the array, before the kernel reads or writes by those sizes."""
