@@ -13,6 +13,7 @@ normalizes on the host (see ``_unit_gaussian_flat``).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -280,7 +281,6 @@ def _drawing_on_host(sampler, head: heads.Head, dtype):
       sampler is unit_gaussian or getattr(sampler, "on_host", False)):
     from svmattn import rng_native
     if rng_native.available():
-      import contextlib
       return contextlib.nullcontext()
   return jax.default_device(_host_device())
 
