@@ -7,17 +7,20 @@ that runs on a CPU with a C++ compiler, that it agrees with the XLA block kernel
 that it keeps XLA:CPU's flush of subnormals, and that training falls back to XLA, saying why,
 when it cannot be built.
 """
+import ctypes
 import dataclasses
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from svmattn import native_build
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.train import block_kernel
@@ -596,3 +599,68 @@ def test_the_kernel_refuses_a_causal_split_that_does_not_fit():
       native_kernel.run_chunk_rows([W], X, Z, Y, h, [W.copy()], obs, causal=K, **common)
   native_kernel.run_chunk_rows([W], X, Z, Y, h, [W.copy()], obs, causal=3, **common)
   assert np.all(obs["attention"][:, 0, 1:] == 0.0) and np.all(obs["attention"][:, 2, 3:] == 0.0)
+
+
+_LANE_OPS = r"""
+#include "lanes.h"
+// y[i], out of the lane arithmetic's exps, max and scaling, with subnormals flushed as in the kernels
+extern "C" void lane_ops(const double* x, const double* b, double* y, long n, int which) {
+  FlushDenormals flush;
+  for (long i = 0; i + L <= n; i += L) {
+    vd v, w;
+    for (int j = 0; j < L; ++j) v[j] = x[i + j], w[j] = b[i + j];
+    vd r = which == 0 ? vexp_nonpositive(v) : which == 1 ? vexp(v) : which == 2 ? loss_derivative(kLogistic, v)
+         : which == 3 ? vmax(v, w) : fnmadd(v, w, v);
+    for (int j = 0; j < L; ++j) y[i + j] = r[j];
+  }
+}
+"""
+
+
+def _lane_ops(tmp_path, lanes):
+  """The exps, max and fnmadd of lanes.h built with ``lanes`` data sets per vector, as a function of
+  (which, x, b)."""
+  cxx = native_build.compiler()
+  if cxx is None:
+    pytest.skip("no C++ compiler")
+  src = tmp_path / f"ops{lanes}.cc"
+  src.write_text(_LANE_OPS)
+  lib = tmp_path / f"ops{lanes}.so"
+  include = Path(native_kernel.SOURCE).parent
+  subprocess.run([cxx, *native_build.FLAGS, f"-DLANES={lanes}", "-I", str(include), str(src), "-o", str(lib)],
+                 check=True, capture_output=True)
+  fn = ctypes.CDLL(str(lib)).lane_ops
+  P = ctypes.POINTER(ctypes.c_double)
+
+  def run(which, x, b):
+    y = np.empty_like(x)
+    fn(x.ctypes.data_as(P), b.ctypes.data_as(P), y.ctypes.data_as(P), ctypes.c_long(len(x)), ctypes.c_int(which))
+    return y
+  return run
+
+
+def test_the_lane_arithmetic_is_the_same_bits_at_every_vector_width(tmp_path):
+  """lanes.h's exp (general and for the softmax's x <= 0), the logistic loss's derivative, max and
+  fnmadd give the same bits with 8 lanes (with AVX-512: the scaling and max instructions, one
+  operation each) as with 1 (scalar code: 2^k built from its bits, selects by comparison), over the
+  whole range of exp, its underflow and overflow edges, zeros of both signs, infinities and quiet
+  NaNs of both signs with payloads; and the softmax's exp equals the general one for x <= 0."""
+  rng = np.random.default_rng(0)
+  edges = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 5e-324, -5e-324, 1e-310, -745.2, -745.1332191019412,
+           -708.3964185322641, -708.39641853226408, -709.0895657128241, 709.78, 709.8, 709.9, 1e308, -1e308]
+  nans = (rng.integers(0, 2**51, 64, dtype=np.uint64) | np.uint64(0x7FF8 << 48)).view(np.float64)
+  x = np.concatenate([np.linspace(-800, 0, 400_000), -rng.exponential(60, 200_000), np.linspace(-760, 760, 200_000),
+                      rng.uniform(-1e300, 1e300, 20_000), np.repeat(edges, 8), nans, -nans])
+  x = x[: len(x) // 8 * 8].copy()
+  b = rng.permutation(x)
+  b[::7] = x[::7]                                           # equal operands, zeros of both signs included
+  wide = _lane_ops(tmp_path, 8)
+  nonpositive = (x <= 0) | np.isnan(x)                     # (the softmax's exp: its domain)
+  for lanes in (4, 1):
+    other = _lane_ops(tmp_path, lanes)
+    for which in range(5):
+      got, want = wide(which, x, b), other(which, x, b)
+      differ = (got.view(np.uint64) != want.view(np.uint64)) & (nonpositive if which == 0 else True)
+      assert not differ.any(), (which, lanes, x[differ][:4], b[differ][:4], got[differ][:4], want[differ][:4])
+  assert (wide(0, x, b)[nonpositive].view(np.uint64) == wide(1, x, b)[nonpositive].view(np.uint64)).all()
+  assert wide(0, x, b)[x == -800.0][0] == 0.0 and wide(1, x, b)[np.isnan(x)].size and np.isnan(wide(1, x, b)[np.isnan(x)]).all()

@@ -43,15 +43,20 @@ using Out = View<double>;
 inline In last(const double* p, int64_t b) { return In{p, b, 1, 0}; }
 inline Out last(double* p, int64_t count, int64_t b) { return Out{p, b, 1, count * b}; }
 
+// |a| with its sign bit cleared, one instruction (vabs keeps -0 and a negative NaN as they are; the
+// largest magnitude below is the same with either: a zero or a NaN never exceeds the running max)
+inline vd magnitude(vd a) { return (vd)((vl)a & (vl{} + INT64_MAX)); }
+
 // The normalized step p <- p - lr g / ||g||_F, with ||g||_F through u = g / max|g| and no step where g
 // is 0 (optim.optimizers.normalize_by_leaf_norm): p + c g with c = -lr / max|g| / ||u|| (a product of
 // reciprocals, normalized_coefficient) in one pass (g is left as it was)
 vd normalized_coefficient(const vd* g, int64_t size, double lr) {
-  vd pk[4] = {}, sq[4] = {};                              // four independent chains each
+  vd pk[8] = {}, sq[4] = {};                              // independent chains (a max in any order)
   int64_t i = 0;
-  for (; i + 4 <= size; i += 4)
-    for (int j = 0; j < 4; ++j) pk[j] = vmax(vabs(g[i + j]), pk[j]);
-  for (; i < size; ++i) pk[0] = vmax(vabs(g[i]), pk[0]);
+  for (; i + 8 <= size; i += 8)
+    for (int j = 0; j < 8; ++j) pk[j] = vmax(magnitude(g[i + j]), pk[j]);
+  for (; i < size; ++i) pk[0] = vmax(magnitude(g[i]), pk[0]);
+  for (int j = 0; j < 4; ++j) pk[j] = vmax(pk[j], pk[j + 4]);
   vd peak = vmax(vmax(pk[0], pk[1]), vmax(pk[2], pk[3]));
   vd inv = 1.0 / (peak > 0 ? peak : splat(1.0));
   for (i = 0; i + 4 <= size; i += 4)
@@ -512,8 +517,8 @@ class Group {
 
   void anchored_step(const Options& o) {
     const int64_t n = s_.n, d = s_.d;
-    matmul(q_.data(), d, 1, C_.data(), n, 1, A_.data(), 1, n, n, d, n);   // A (Z z_i), in the order of j
-    for (int64_t i = 0; i < n * d; ++i) q_[i] = q0_[i] + q_[i];            // q_i = W0 z_i + A (Z z_i)
+    matmul(q_.data(), d, 1, C_.data(), n, 1, A_.data(), 1, n, n, d, n,     // q_i = W0 z_i + A (Z z_i), the
+           q0_.data());                                                   // second a chain in the order of j
     if (pooled_) gradient_pooled(o.loss, true);
     else gradient(o.loss, true);                                          // the rows r_i into R_
     vd c = splat(-o.lr);

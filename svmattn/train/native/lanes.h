@@ -54,7 +54,24 @@ inline vd fmadd(vd a, vd b, vd c) {
 #endif
 }
 
-inline vd vmax(vd a, vd b) { return a > b ? a : b; }     // a where a > b, else b (lanewise)
+// -(a * b) + c rounded once: fmadd(-a, b, c) bit for bit (the negation is exact), in one instruction
+inline vd fnmadd(vd a, vd b, vd c) {
+#if defined(__AVX512F__) && LANES == 8
+  return (vd)_mm512_fnmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#else
+  return fmadd(-a, b, c);
+#endif
+}
+
+// a where a > b, else b (lanewise; b where either is NaN or both are zeros): with AVX-512 the max
+// instruction, which is defined so, in one operation (the compiler's select took two in places)
+inline vd vmax(vd a, vd b) {
+#if defined(__AVX512F__) && LANES == 8
+  return (vd)_mm512_max_pd((__m512d)a, (__m512d)b);
+#else
+  return a > b ? a : b;
+#endif
+}
 inline vd vabs(vd a) { return a < 0 ? -a : a; }
 
 inline vd vsqrt(vd a) {
@@ -63,13 +80,45 @@ inline vd vsqrt(vd a) {
   return r;
 }
 
+// p 2^k for p = exp(r) in [0.7, 1.42] (or NaN) and integral k (or infinite or NaN): 0 where
+// k < -1022, else p times the double 2^k, bit for bit. With AVX-512 that is one exact scaling
+// (vscalefpd; a result below 2^-1022 is flushed to zero there too, FlushDenormals) in place of
+// building 2^k from its bits: 2 operations instead of 5 in every numerator of the softmax.
+inline vd scale2k(vd p, vd k) {
+#if defined(__AVX512F__) && LANES == 8
+  __mmask8 keep = _mm512_cmp_pd_mask((__m512d)k, _mm512_set1_pd(-1022.0), _CMP_NLT_UQ);
+  return (vd)_mm512_maskz_scalef_pd(keep, (__m512d)p, (__m512d)k);
+#else
+  const vd two52 = splat(0x1p52);
+  vl b = ((vl)(k + (two52 + 1023.0)) - (vl)two52) << 52;
+  return k < -1022.0 ? splat(0.0) : p * (vd)b;
+#endif
+}
+
+// p 2^k for p = exp(r) in [0.7, 1.42] (or NaN) and integral k in [-1075, 1024], rounded once: with
+// AVX-512 one scaling, elsewhere 2^k in two factors (each a double: k = k1 + k2, both in
+// [-538, 513]), the first product exact; a result below 2^-1022 is flushed to zero in both
+// (FlushDenormals), so the same bits
+inline vd scale2k_wide(vd p, vd k) {
+#if defined(__AVX512F__) && LANES == 8
+  return (vd)_mm512_scalef_pd((__m512d)p, (__m512d)k);
+#else
+  const vd shifter = splat(0x1.8p52), two52 = splat(0x1p52);
+  vd k1 = (k * 0.5 + shifter) - shifter;
+  vd k2 = k - k1;
+  vl b1 = ((vl)(k1 + (two52 + 1023.0)) - (vl)two52) << 52;
+  vl b2 = ((vl)(k2 + (two52 + 1023.0)) - (vl)two52) << 52;
+  return p * (vd)b1 * (vd)b2;
+#endif
+}
+
 // exp(r) for x = k ln2 + r, |r| <= ln2 / 2, by its Taylor polynomial of degree 13 (truncation below
 // 1e-17 relative), and k = round(x / ln 2): the part of vexp and vexp_nonpositive they share
 inline vd exp_reduced(vd x, vd& k) {
   const vd shifter = splat(0x1.8p52);
   k = fmadd(x, splat(1.4426950408889634), shifter) - shifter;        // round(x / ln 2)
-  vd r = fmadd(-k, splat(0.693147180559945286226764), x);            // ln 2, high part
-  r = fmadd(-k, splat(2.319046813846299558e-17), r);                 // ln 2, low part
+  vd r = fnmadd(k, splat(0.693147180559945286226764), x);            // ln 2, high part
+  r = fnmadd(k, splat(2.319046813846299558e-17), r);                 // ln 2, low part
   vd p = splat(1.0 / 6227020800.0);                                  // 1/13!
   const double c[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
                       1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
@@ -77,34 +126,25 @@ inline vd exp_reduced(vd x, vd& k) {
   return p;
 }
 
-// exp(x), lanewise: exp_reduced's polynomial times 2^k built from its bits in two factors (k down
-// to -1075).
+// exp(x), lanewise: exp_reduced's polynomial times 2^k (scale2k_wide: k down to -1075).
 inline vd vexp(vd x) {
-  const vd shifter = splat(0x1.8p52);
   vd xc = x < -745.2 ? splat(-745.2) : x;
   xc = xc > 709.8 ? splat(709.8) : xc;
   vd k;
   const vd p = exp_reduced(xc, k);
-  vd k1 = (k * 0.5 + shifter) - shifter;                             // k = k1 + k2, both in [-538, 513]
-  vd k2 = k - k1;
-  const vd two52 = splat(0x1p52);
-  vl b1 = ((vl)(k1 + (two52 + 1023.0)) - (vl)two52) << 52;
-  vl b2 = ((vl)(k2 + (two52 + 1023.0)) - (vl)two52) << 52;
-  vd y = p * (vd)b1 * (vd)b2;
+  vd y = scale2k_wide(p, k);
   y = x > 709.8 ? splat(INFINITY) : y;
   y = x < -745.2 ? splat(0.0) : y;
   return x != x ? x : y;
 }
 
 // vexp(x) for x <= 0 (or NaN), as the softmax's numerators need it: the same value bit for bit.
-// There 2^k is one factor, and k < -1022 gives 0: vexp's two factors give a subnormal result
-// there, which the kernel flushes to zero (FlushDenormals), as it does for p 2^k below 2^-1022.
+// There k < -1022 gives 0 (scale2k) without the clamps: vexp gives a subnormal result there, which
+// the kernel flushes to zero (FlushDenormals), as it does for p 2^k below 2^-1022.
 inline vd vexp_nonpositive(vd x) {
   vd k;
   const vd p = exp_reduced(x, k);
-  const vd two52 = splat(0x1p52);
-  vl b = ((vl)(k + (two52 + 1023.0)) - (vl)two52) << 52;
-  vd y = k < -1022.0 ? splat(0.0) : p * (vd)b;
+  vd y = scale2k(p, k);
   return x != x ? x : y;
 }
 
@@ -148,7 +188,7 @@ inline void matvec(vd* out, const vd* a, int64_t ao, int64_t ak, const vd* x, in
 template <int R, int C>
 __attribute__((always_inline)) inline void matmul_tile(vd* out, int64_t orr, int64_t oc, const vd* A, int64_t ar,
                                                        int64_t ak, const vd* B, int64_t bk, int64_t bc, int64_t r0,
-                                                       int64_t c0, int64_t K) {
+                                                       int64_t c0, int64_t K, const vd* add = nullptr) {
   vd acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = vd{};
@@ -160,18 +200,23 @@ __attribute__((always_inline)) inline void matmul_tile(vd* out, int64_t orr, int
       for (int c = 0; c < C; ++c) acc[r][c] = fmadd(b[c], a, acc[r][c]);
     }
   }
+  if (add) {
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) out[(r0 + r) * orr + (c0 + c) * oc] = add[(r0 + r) * orr + (c0 + c) * oc] + acc[r][c];
+    return;
+  }
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) out[(r0 + r) * orr + (c0 + c) * oc] = acc[r][c];
 }
 
 template <int C>
 inline void matmul_cols(vd* out, int64_t orr, int64_t oc, const vd* A, int64_t ar, int64_t ak, const vd* B,
-                        int64_t bk, int64_t bc, int64_t Rn, int64_t c0, int64_t K) {
+                        int64_t bk, int64_t bc, int64_t Rn, int64_t c0, int64_t K, const vd* add) {
   constexpr int TR = C > 4 ? 2 : 4;                       // (accumulators, B's and one A in 32 registers)
   int64_t r = 0;
-  for (; r + TR <= Rn; r += TR) matmul_tile<TR, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K);
-  for (; r + 2 <= Rn; r += 2) matmul_tile<2, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K);
-  if (r < Rn) matmul_tile<1, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K);
+  for (; r + TR <= Rn; r += TR) matmul_tile<TR, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K, add);
+  for (; r + 2 <= Rn; r += 2) matmul_tile<2, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K, add);
+  if (r < Rn) matmul_tile<1, C>(out, orr, oc, A, ar, ak, B, bk, bc, r, c0, K, add);
 }
 
 // out[r * orr + c * oc] = sum over k < K, in the order of k, of A[r * ar + k * ak] * B[k * bk + c * bc]
@@ -179,19 +224,24 @@ inline void matmul_cols(vd* out, int64_t orr, int64_t oc, const vd* A, int64_t a
 // registers as 2-D tiles, with fewer loads per fused multiply-add (W 151 -> 140 ns, (K,Q) 259 -> 229 ns
 // per data-set-step at E2's sizes on one Zen 5 core); with AVX2's 16 the tiles' accumulators and
 // operands do not fit, and they measured 3-10% slower than a matvec per row, which runs there.
+// With add (laid out as out): add + the sum, in that order, each entry once its chain is complete.
 inline void matmul(vd* out, int64_t orr, int64_t oc, const vd* A, int64_t ar, int64_t ak, const vd* B, int64_t bk,
-                   int64_t bc, int64_t Rn, int64_t Cn, int64_t K) {
+                   int64_t bc, int64_t Rn, int64_t Cn, int64_t K, const vd* add = nullptr) {
 #if !defined(__AVX512F__)
   if (oc == 1) {
-    for (int64_t r = 0; r < Rn; ++r) matvec(&out[r * orr], B, bc, bk, &A[r * ar], ak, Cn, K);
+    for (int64_t r = 0; r < Rn; ++r) {
+      matvec(&out[r * orr], B, bc, bk, &A[r * ar], ak, Cn, K);
+      if (add)
+        for (int64_t c = 0; c < Cn; ++c) out[r * orr + c] = add[r * orr + c] + out[r * orr + c];
+    }
     return;
   }
 #endif
   int64_t c = 0;
-  for (; c + 8 <= Cn; c += 8) matmul_cols<8>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K);
-  if (c + 4 <= Cn) matmul_cols<4>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K), c += 4;
-  if (c + 2 <= Cn) matmul_cols<2>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K), c += 2;
-  if (c < Cn) matmul_cols<1>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K);
+  for (; c + 8 <= Cn; c += 8) matmul_cols<8>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K, add);
+  if (c + 4 <= Cn) matmul_cols<4>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K, add), c += 4;
+  if (c + 2 <= Cn) matmul_cols<2>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K, add), c += 2;
+  if (c < Cn) matmul_cols<1>(out, orr, oc, A, ar, ak, B, bk, bc, Rn, c, K, add);
 }
 
 // Subnormal inputs and results read and round to zero during a call, as in XLA:CPU's own
