@@ -187,7 +187,6 @@ class Group {
       C_.resize(s.n * s.n);
       Rz_.resize(s.n * s.n);
       Hm_.resize(s.d * s.n);
-      Pn_.resize(s.n * s.d);
     }
     if (kq) {
       P_.resize(s.n * s.m);
@@ -280,9 +279,11 @@ class Group {
   // The linear head's forward pass for the P sequences i0..i0+P-1 from their queries q_i: the
   // logits X_i q_i, the attention s into e_ (causal: over the tokens query i sees, 0 for the others),
   // its largest entry into seq_[2n + i], h at the most-attended token into h_ref[p] and
-  // sum_t s_it (h_it - h_ref) into sd[p] (the prediction f_i = h_ref + sd).
+  // sum_t s_it (h_it - h_ref) into sd[p] (the prediction f_i = h_ref + sd). The attention of
+  // sequence i0 + p goes to row p of `rows` (T each) where given: a step's chunks share rows 0..2
+  // of e_, whose values no one reads after the step (a smaller footprint in the level-1 cache).
   template <int P>
-  void attend_linear(int64_t i0, vd* h_ref, vd* sd) {
+  void attend_linear(int64_t i0, vd* h_ref, vd* sd, vd* rows = nullptr) {
     const int64_t n = s_.n, T = s_.T, d = s_.d;
     vd* e[P];
     const vd* h[P];
@@ -290,7 +291,7 @@ class Group {
     int64_t seen[P];                                                      // causal: tokens 0..k of query k
     for (int p = 0; p < P; ++p) {
       const int64_t i = i0 + p;
-      e[p] = &e_[i * T], h[p] = &h_[i * T];
+      e[p] = rows ? &rows[p * T] : &e_[i * T], h[p] = &h_[i * T];
       matvec(e[p], &X_[i * T * d], d, 1, &q_[i * d], 1, T, d);           // logits X_i q_i
       seen[p] = causal_ > 0 ? i % causal_ + 1 : T;
       mx[p] = splat(-INFINITY), sum[p] = splat(0.0);
@@ -344,16 +345,16 @@ class Group {
     by_threes([&](int64_t i0, auto chunk) {
       constexpr int P = decltype(chunk)::value;
       vd h_ref[P], sd[P], a[P];
-      attend_linear<P>(i0, h_ref, sd);
+      attend_linear<P>(i0, h_ref, sd, e_.data());                        // (dL/dlogits in rows 0..P-1 of e_)
       for (int p = 0; p < P; ++p)                                         // a_i = dL/df_i
         a[p] = Y_[i0 + p] * loss_derivative(loss, Y_[i0 + p] * (h_ref[p] + sd[p])) * inv_n;
       for (int64_t t = 0; t < T; ++t)                                     // dL/dlogits
         for (int p = 0; p < P; ++p) {
-          vd* e = &e_[(i0 + p) * T];
+          vd* e = &e_[p * T];
           e[t] = e[t] * fmadd(a[p], h_[(i0 + p) * T + t] - h_ref[p], -(a[p] * sd[p]));
         }
       for (int p = 0; p < P; ++p)                                         // r_i = X_i^T dL/dlogits
-        matvec(&R_[(i0 + p) * d], &X_[(i0 + p) * T * d], 1, d, &e_[(i0 + p) * T], 1, d, T);
+        matvec(&R_[(i0 + p) * d], &X_[(i0 + p) * T * d], 1, d, &e_[p * T], 1, d, T);
     });
     if (!rows_only) matmul(G_.data(), d, 1, R_.data(), 1, d, Z_.data(), d, 1, d, d, n);   // G = sum_i r_i z_i^T
   }
@@ -523,10 +524,11 @@ class Group {
     else gradient(o.loss, true);                                          // the rows r_i into R_
     vd c = splat(-o.lr);
     if (o.normalized) {
-      for (int64_t j = 0; j < n; ++j)                                     // P = Rz R (n,d): P_jk a chain over
-        matvec(&Pn_[j * d], &R_[j * d], 1, d, &Rz_[j * n + j], 1, d, n - j);   // i = j..n-1 in order
-      c = o.authors ? splat(-o.lr) / norm_plus_eps(Pn_.data(), n * d)     // -lr / (||G||_F + eps)
-                    : normalized_coefficient(Pn_.data(), n * d, o.lr);    // -lr / ||G||_F (-0 where G is 0)
+      vd* P = q_.data();                                                  // P = Rz R (n,d) in the queries' place
+      for (int64_t j = 0; j < n; ++j)                                     // (read: their next values come from A):
+        matvec(&P[j * d], &R_[j * d], 1, d, &Rz_[j * n + j], 1, d, n - j);   // P_jk a chain over i = j..n-1 in order
+      c = o.authors ? splat(-o.lr) / norm_plus_eps(P, n * d)              // -lr / (||G||_F + eps)
+                    : normalized_coefficient(P, n * d, o.lr);             // -lr / ||G||_F (-0 where G is 0)
     }
     for (int64_t k = 0; k < d; ++k)                                       // A <- A + c R^T
       for (int64_t i = 0; i < n; ++i) A_[k * n + i] = fmadd(c, R_[i * d + k], A_[k * n + i]);
@@ -615,7 +617,7 @@ class Group {
   }
 
   std::vector<vd> X_, Z_, Y_, h_, v_, W_, G_, q_, e_, R_, seq_, V_, PX_, u_, r_, g_, K_, Q_, gK_, gQ_, P_, RK_;
-  std::vector<vd> A_, W0_, q0_, C_, Rz_, Hm_, Pn_;                      // the anchored step's
+  std::vector<vd> A_, W0_, q0_, C_, Rz_, Hm_;                           // the anchored step's
 
  private:
   Sizes s_;
