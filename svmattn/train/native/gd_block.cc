@@ -524,8 +524,8 @@ class Group {
     else gradient(o.loss, true);                                          // the rows r_i into R_
     vd c = splat(-o.lr);
     if (o.normalized) {
-      vd* P = q_.data();                                                  // P = Rz R (n,d) in the queries' place
-      for (int64_t j = 0; j < n; ++j)                                     // (read: their next values come from A):
+      vd* P = q_.data();                                                  // P = Rz R (n,d) over the queries (the
+      for (int64_t j = 0; j < n; ++j)                                     // next step forms them anew from A):
         matvec(&P[j * d], &R_[j * d], 1, d, &Rz_[j * n + j], 1, d, n - j);   // P_jk a chain over i = j..n-1 in order
       c = o.authors ? splat(-o.lr) / norm_plus_eps(P, n * d)              // -lr / (||G||_F + eps)
                     : normalized_coefficient(P, n * d, o.lr);             // -lr / ||G||_F (-0 where G is 0)
