@@ -43,15 +43,12 @@ using Out = View<double>;
 inline In last(const double* p, int64_t b) { return In{p, b, 1, 0}; }
 inline Out last(double* p, int64_t count, int64_t b) { return Out{p, b, 1, count * b}; }
 
-// |a| with its sign bit cleared, one instruction (vabs keeps -0 and a negative NaN as they are; the
-// largest magnitude below is the same with either: a zero or a NaN never exceeds the running max)
-inline vd magnitude(vd a) { return (vd)((vl)a & (vl{} + INT64_MAX)); }
-
 // The normalized step p <- p - lr g / ||g||_F, with ||g||_F through u = g / max|g| and no step where g
 // is 0 (optim.optimizers.normalize_by_leaf_norm): p + c g with c = -lr / max|g| / ||u|| (a product of
 // reciprocals, normalized_coefficient) in one pass (g is left as it was)
 vd normalized_coefficient(const vd* g, int64_t size, double lr) {
-  vd pk[8] = {}, sq[4] = {};                              // independent chains (a max in any order)
+  vd pk[8] = {}, sq[4] = {};                              // independent chains (a max in any order;
+                                                          // magnitude or vabs: a zero or NaN never wins)
   int64_t i = 0;
   for (; i + 8 <= size; i += 8)
     for (int j = 0; j < 8; ++j) pk[j] = vmax(magnitude(g[i + j]), pk[j]);

@@ -73,11 +73,19 @@ inline vd vmax(vd a, vd b) {
 #endif
 }
 inline vd vabs(vd a) { return a < 0 ? -a : a; }
+// |a| with its sign bit cleared, one instruction (vabs keeps -0 and a negative NaN as they are)
+inline vd magnitude(vd a) { return (vd)((vl)a & (vl{} + INT64_MAX)); }
 
 inline vd vsqrt(vd a) {
   vd r;
   for (int j = 0; j < L; ++j) r[j] = std::sqrt(a[j]);
   return r;
+}
+
+// 2^k as a double built from its bits, for integral k in [-1022, 1023] (the portable scalings')
+inline vd pow2_bits(vd k) {
+  const vd two52 = splat(0x1p52);
+  return (vd)(((vl)(k + (two52 + 1023.0)) - (vl)two52) << 52);
 }
 
 // p 2^k for p = exp(r) in [0.7, 1.42] (or NaN) and integral k (or infinite or NaN): 0 where
@@ -89,9 +97,7 @@ inline vd scale2k(vd p, vd k) {
   __mmask8 keep = _mm512_cmp_pd_mask((__m512d)k, _mm512_set1_pd(-1022.0), _CMP_NLT_UQ);
   return (vd)_mm512_maskz_scalef_pd(keep, (__m512d)p, (__m512d)k);
 #else
-  const vd two52 = splat(0x1p52);
-  vl b = ((vl)(k + (two52 + 1023.0)) - (vl)two52) << 52;
-  return k < -1022.0 ? splat(0.0) : p * (vd)b;
+  return k < -1022.0 ? splat(0.0) : p * pow2_bits(k);
 #endif
 }
 
@@ -103,12 +109,9 @@ inline vd scale2k_wide(vd p, vd k) {
 #if defined(__AVX512F__) && LANES == 8
   return (vd)_mm512_scalef_pd((__m512d)p, (__m512d)k);
 #else
-  const vd shifter = splat(0x1.8p52), two52 = splat(0x1p52);
+  const vd shifter = splat(0x1.8p52);
   vd k1 = (k * 0.5 + shifter) - shifter;
-  vd k2 = k - k1;
-  vl b1 = ((vl)(k1 + (two52 + 1023.0)) - (vl)two52) << 52;
-  vl b2 = ((vl)(k2 + (two52 + 1023.0)) - (vl)two52) << 52;
-  return p * (vd)b1 * (vd)b2;
+  return p * pow2_bits(k1) * pow2_bits(k - k1);
 #endif
 }
 
