@@ -55,7 +55,7 @@ vd normalized_coefficient(const vd* g, int64_t size, double lr) {
   for (; i < size; ++i) pk[0] = vmax(magnitude(g[i]), pk[0]);
   for (int j = 0; j < 4; ++j) pk[j] = vmax(pk[j], pk[j + 4]);
   vd peak = vmax(vmax(pk[0], pk[1]), vmax(pk[2], pk[3]));
-  vd inv = 1.0 / (peak > 0 ? peak : splat(1.0));
+  vd inv = 1.0 / sel(gt(peak, 0.0), peak, splat(1.0));
   for (i = 0; i + 4 <= size; i += 4)
     for (int j = 0; j < 4; ++j) {
       vd u = g[i + j] * inv;
@@ -66,8 +66,8 @@ vd normalized_coefficient(const vd* g, int64_t size, double lr) {
     sq[0] = fmadd(u, u, sq[0]);
   }
   vd norm = vsqrt((sq[0] + sq[1]) + (sq[2] + sq[3]));
-  vd ninv = 1.0 / (norm > 0 ? norm : splat(1.0));
-  return splat(-lr) * (peak > 0 ? inv * ninv : splat(0.0));   // -lr / ||g||_F, and -0 where g is 0
+  vd ninv = 1.0 / sel(gt(norm, 0.0), norm, splat(1.0));
+  return splat(-lr) * sel(gt(peak, 0.0), inv * ninv, splat(0.0));   // -lr / ||g||_F, and -0 where g is 0
 }
 
 void normalized_step(vd* p, const vd* g, int64_t size, double lr) {
@@ -124,9 +124,14 @@ __attribute__((always_inline)) inline void diff_tile_k(vd* out, const vd* rows, 
   for (int j = 0; j < N; ++j) out[k0 + j] = c[j];
 }
 
+// (tiles of at most 4 outputs with lanes.h's register pairs, as matvec's)
 inline void diff_sum_over_t(vd* out, const vd* rows, const vd* ref, const vd* s, int64_t T, int64_t d) {
   int64_t k = 0;
+#ifdef SVMATTN_PAIRS
+  for (; k + 4 <= d; k += 4) diff_tile_k<4>(out, rows, ref, s, T, d, k);
+#else
   for (; k + 8 <= d; k += 8) diff_tile_k<8>(out, rows, ref, s, T, d, k);
+#endif
   if (k + 4 <= d) diff_tile_k<4>(out, rows, ref, s, T, d, k), k += 4;
   if (k + 2 <= d) diff_tile_k<2>(out, rows, ref, s, T, d, k), k += 2;
   if (k < d) diff_tile_k<1>(out, rows, ref, s, T, d, k);
@@ -147,7 +152,11 @@ __attribute__((always_inline)) inline void diff_tile_t(vd* g, const vd* rows, co
 
 inline void diff_sum_over_k(vd* g, const vd* rows, const vd* ref, const vd* p, int64_t T, int64_t d) {
   int64_t t = 0;
+#ifdef SVMATTN_PAIRS
+  for (; t + 4 <= T; t += 4) diff_tile_t<4>(g, rows, ref, p, d, t);
+#else
   for (; t + 8 <= T; t += 8) diff_tile_t<8>(g, rows, ref, p, d, t);
+#endif
   if (t + 4 <= T) diff_tile_t<4>(g, rows, ref, p, d, t), t += 4;
   if (t + 2 <= T) diff_tile_t<2>(g, rows, ref, p, d, t), t += 2;
   if (t < T) diff_tile_t<1>(g, rows, ref, p, d, t);
@@ -309,9 +318,9 @@ class Group {
       for (int p = 0; p < P; ++p) {
         vd st = e[p][t] * sum[p];
         e[p][t] = st;
-        vl better = st > best[p];
-        best[p] = better ? st : best[p];
-        h_ref[p] = better ? h[p][t] : h_ref[p];
+        vl better = gt(st, best[p]);
+        best[p] = sel(better, st, best[p]);
+        h_ref[p] = sel(better, h[p][t], h_ref[p]);
       }
     for (int p = 0; p < P; ++p) sd[p] = splat(0.0), seq_[2 * n + i0 + p] = best[p];
     for (int64_t t = 0; t < T; ++t)
@@ -401,13 +410,13 @@ class Group {
     for (int64_t t = 0; t < T; ++t) {                                     // s, and the first argmax
       vd st = e_[i * T + t] * sum[i];
       e_[i * T + t] = st;
-      vl better = st > best[i];
-      best[i] = better ? st : best[i];
-      at = better ? vl{} + t : at;
+      vl better = gt(st, best[i]);
+      best[i] = sel(better, st, best[i]);
+      at = sel(better, vl{} + t, at);
     }
     for (int64_t k = 0; k < d; ++k) {                                     // its row (0 where there is none)
       vd r = splat(0.0);
-      for (int64_t t = 0; t < T; ++t) r = at == t ? rows[t * d + k] : r;
+      for (int64_t t = 0; t < T; ++t) r = sel(eq(at, vl{} + t), rows[t * d + k], r);
       ref[k] = r;
     }
     if (authors_) {                                                       // rows^T s as written
@@ -436,7 +445,7 @@ class Group {
       vd* g = &g_[i * T];
       if (relu_) {
         vd* p = &u_[i * d];
-        for (int64_t j = 0; j < d; ++j) p[j] = p[j] > 0 ? a[i] : splat(0.0);   // a [p > 0]
+        for (int64_t j = 0; j < d; ++j) p[j] = sel(gt(p[j], 0.0), a[i], splat(0.0));   // a [p > 0]
         if (authors_) matvec(g, &PX_[i * T * d], d, 1, p, 1, T, d);      // g_t = P_t^T (a [p > 0])
         else diff_sum_over_k(g, &PX_[i * T * d], &r_[i * d], p, T, d);   // g_t = (P_t - P_ref)^T (a [p > 0])
       } else {                                                            // lambda: u = a (v - 2 lam r)
@@ -491,17 +500,17 @@ class Group {
     for (int64_t j = 0; j < n && j < d; ++j) {
       vd peak = splat(0.0), sq = splat(0.0);
       for (int64_t k = j; k < d; ++k) peak = vmax(vabs(M[k * n + j]), peak);
-      vd inv = 1.0 / (peak > 0 ? peak : splat(1.0));
+      vd inv = 1.0 / sel(gt(peak, 0.0), peak, splat(1.0));
       for (int64_t k = j; k < d; ++k) {
         vd u = M[k * n + j] * inv;
         sq = fmadd(u, u, sq);
       }
       vd norm = peak * vsqrt(sq);                                         // ||x||, x = M[j.., j]
       vd x0 = M[j * n + j];
-      vd alpha = x0 < 0 ? norm : -norm;                                   // H x = alpha e_1
+      vd alpha = sel(lt(x0, 0.0), norm, -norm);                           // H x = alpha e_1
       M[j * n + j] = x0 - alpha;                                          // v = x - alpha e_1
       vd vtv = 2.0 * norm * (norm + vabs(x0));                            // ||v||^2
-      vd two_over = vtv > 0 ? 2.0 / (vtv > 0 ? vtv : splat(1.0)) : splat(0.0);
+      vd two_over = sel(gt(vtv, 0.0), 2.0 / sel(gt(vtv, 0.0), vtv, splat(1.0)), splat(0.0));
       for (int64_t c = j + 1; c < n; ++c) {                               // H = I - 2 v v^T / ||v||^2
         vd dot = splat(0.0);
         for (int64_t k = j; k < d; ++k) dot = fmadd(M[k * n + j], M[k * n + c], dot);
@@ -563,7 +572,7 @@ class Group {
     vd mp = splat(0.0);
     for (int64_t i = 0; i < n; ++i) {                                     // (the max is NaN where s is, as in XLA)
       vd best = seq_[2 * n + i];
-      for (int64_t t = 0; t < T; ++t) best = e_[i * T + t] != e_[i * T + t] ? e_[i * T + t] : best;
+      for (int64_t t = 0; t < T; ++t) best = sel(isnan(e_[i * T + t]), e_[i * T + t], best);
       mp += best;
     }
     *max_prob = mp / static_cast<double>(n);
