@@ -2,8 +2,8 @@
 
 XLA:CPU runs the block kernel's contractions of tiny matrices at a few GFLOP/s; the native kernel
 runs a whole training chunk (every step, and the observation after each snapshot's steps) for a
-vector register's worth of data sets at once (8 with AVX-512, 4 with AVX2), one per lane, with
-their data in the core's first-level cache. It computes the same gradient and step
+group of data sets at once (8 with AVX-512, or with AVX2 in two registers a value; else 4), one per
+lane, with their data in the core's first-level cache. It computes the same gradient and step
 (docs/science.md section 20) with its own rounding, and every lane does the same operations in
 the same order, so a data set's trajectory depends on nothing else in its block.
 
