@@ -33,8 +33,8 @@ constexpr int L = LANES;  // lanes: data sets computed together
 #define SVMATTN_PAIRS 1
 typedef double hd __attribute__((vector_size(4 * sizeof(double))));
 typedef int64_t hl __attribute__((vector_size(4 * sizeof(int64_t))));
-struct vd {
-  hd h[2];
+struct vd {                                              // lane j: h[j / 4][j % 4] (a GCC vector aliases
+  hd h[2];                                                // its elements, so a double* may write one)
   double& operator[](int j) { return ((double*)h)[j]; }
   double operator[](int j) const { return h[j >> 2][j & 3]; }
 };
