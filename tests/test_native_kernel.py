@@ -602,6 +602,7 @@ def test_the_kernel_refuses_a_causal_split_that_does_not_fit():
 
 
 _LANE_OPS = r"""
+#define SVMATTN_LANE_PAIRS
 #include "lanes.h"
 // y[i], out of the lane arithmetic's exps, max and scaling, with subnormals flushed as in the kernels
 extern "C" void lane_ops(const double* x, const double* b, double* y, long n, int which) {

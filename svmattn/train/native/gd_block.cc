@@ -21,6 +21,7 @@
 
 #include "xla/ffi/api/ffi.h"
 
+#define SVMATTN_LANE_PAIRS  // (8 lanes with AVX2 too: every vector comparison and select below is lanes.h's)
 #include "lanes.h"
 
 namespace ffi = xla::ffi;

@@ -11,12 +11,14 @@
 
 #include <immintrin.h>
 
-// Lanes: 8 with AVX-512 (one register) and with AVX2 (two registers per value, vd a pair of 4-lane
-// halves below: two groups of 4 data sets side by side, whose independent chains the core overlaps;
-// 5-25% faster than 4 lanes at E2's, E4's and E5's sizes on a Zen 3 core), else 4. The results do
-// not depend on it: every lane is its own data set.
+// Lanes: 8 with AVX-512 (one register); 8 with AVX2 where the includer defines SVMATTN_LANE_PAIRS
+// (gd_block.cc, whose comparisons and selects go through lanewise below: two registers per value,
+// vd a pair of 4-lane halves, two groups of 4 data sets side by side, whose independent chains the
+// core overlaps; 5-25% faster than 4 lanes at E2's, E4's and E5's sizes on a Zen 3 core); else 4
+// (reg_path.cc, written with the vector operators). The results do not depend on it: every lane is
+// its own data set.
 #ifndef LANES
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(SVMATTN_LANE_PAIRS))
 #define LANES 8
 #else
 #define LANES 4
@@ -26,7 +28,7 @@
 namespace {
 
 constexpr int L = LANES;  // lanes: data sets computed together
-#if LANES == 8 && !defined(__AVX512F__) && defined(__AVX2__)
+#if LANES == 8 && !defined(__AVX512F__) && defined(__AVX2__) && defined(SVMATTN_LANE_PAIRS)
 // 8 lanes in two AVX2 registers: a pair of 4-lane vectors with the arithmetic operators lanewise
 // (GCC carries a 64-byte vector type through memory and general registers where the processor has
 // no 64-byte registers: 4.5x slower). Comparisons and selects go through lanewise (below).
@@ -160,8 +162,12 @@ inline vd vsqrt(vd a) {
 // 2^k as a double built from its bits, for integral k in [-1022, 1023] (the portable scalings')
 inline vd pow2_bits(vd k) {
   const vd two52 = splat(0x1p52);
-  return lanewise([](auto x, auto t) { using I = decltype(x < x); return (decltype(x))(((I)(x + (t + 1023.0)) - (I)t) << 52); },
-                  k, two52);
+  return lanewise(
+      [](auto x, auto t) {
+        using I = decltype(x < x);                        // (the integer vector of x's width)
+        return (decltype(x))(((I)(x + (t + 1023.0)) - (I)t) << 52);
+      },
+      k, two52);
 }
 
 // p 2^k for p = exp(r) in [0.7, 1.42] (or NaN) and integral k (or infinite or NaN): 0 where

@@ -26,11 +26,6 @@
 #include <cstring>
 #include <vector>
 
-// 4 lanes with AVX2 (lanes.h's pairs of registers are for gd_block.cc, whose comparisons and selects
-// go through lanewise; this kernel's are written with the vector operators)
-#if !defined(LANES) && !defined(__AVX512F__)
-#define LANES 4
-#endif
 #include "lanes.h"
 
 namespace {
