@@ -643,8 +643,9 @@ def _lane_ops(tmp_path, lanes):
 def test_the_lane_arithmetic_is_the_same_bits_at_every_vector_width(tmp_path):
   """lanes.h's exp (general, and the softmax's on its domain x <= 0), the logistic loss's derivative,
   max and fnmadd give the same bits with 8 lanes (with AVX-512: the scaling and max instructions, one
-  operation each; with AVX2: a pair of 4-lane registers, its comparisons and selects on each) as with 4 (AVX2's registers and the portable code: 2^k built from its bits, selects
-  by comparison) and 1 (scalar code), over the whole range of exp, its underflow and overflow edges,
+  operation each; with AVX2: a pair of 4-lane registers, its comparisons and selects on each) as
+  with 4 (AVX2's registers and the portable code: 2^k built from its bits, selects by comparison)
+  and 1 (scalar code), over the whole range of exp, its underflow and overflow edges,
   zeros of both signs, infinities and quiet NaNs of both signs with payloads; and the softmax's exp
   equals the general one for x <= 0."""
   rng = np.random.default_rng(0)

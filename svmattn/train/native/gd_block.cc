@@ -56,7 +56,8 @@ vd normalized_coefficient(const vd* g, int64_t size, double lr) {
   for (; i < size; ++i) pk[0] = vmax(magnitude(g[i]), pk[0]);
   for (int j = 0; j < 4; ++j) pk[j] = vmax(pk[j], pk[j + 4]);
   vd peak = vmax(vmax(pk[0], pk[1]), vmax(pk[2], pk[3]));
-  vd inv = 1.0 / sel(gt(peak, 0.0), peak, splat(1.0));
+  const vl some = gt(peak, 0.0);                          // (g is not 0)
+  vd inv = 1.0 / sel(some, peak, splat(1.0));
   for (i = 0; i + 4 <= size; i += 4)
     for (int j = 0; j < 4; ++j) {
       vd u = g[i + j] * inv;
@@ -68,7 +69,7 @@ vd normalized_coefficient(const vd* g, int64_t size, double lr) {
   }
   vd norm = vsqrt((sq[0] + sq[1]) + (sq[2] + sq[3]));
   vd ninv = 1.0 / sel(gt(norm, 0.0), norm, splat(1.0));
-  return splat(-lr) * sel(gt(peak, 0.0), inv * ninv, splat(0.0));   // -lr / ||g||_F, and -0 where g is 0
+  return splat(-lr) * sel(some, inv * ninv, splat(0.0));   // -lr / ||g||_F, and -0 where g is 0
 }
 
 void normalized_step(vd* p, const vd* g, int64_t size, double lr) {
@@ -125,14 +126,9 @@ __attribute__((always_inline)) inline void diff_tile_k(vd* out, const vd* rows, 
   for (int j = 0; j < N; ++j) out[k0 + j] = c[j];
 }
 
-// (tiles of at most 4 outputs with lanes.h's register pairs, as matvec's)
 inline void diff_sum_over_t(vd* out, const vd* rows, const vd* ref, const vd* s, int64_t T, int64_t d) {
   int64_t k = 0;
-#ifdef SVMATTN_PAIRS
-  for (; k + 4 <= d; k += 4) diff_tile_k<4>(out, rows, ref, s, T, d, k);
-#else
-  for (; k + 8 <= d; k += 8) diff_tile_k<8>(out, rows, ref, s, T, d, k);
-#endif
+  for (; k + kWidestTile <= d; k += kWidestTile) diff_tile_k<kWidestTile>(out, rows, ref, s, T, d, k);
   if (k + 4 <= d) diff_tile_k<4>(out, rows, ref, s, T, d, k), k += 4;
   if (k + 2 <= d) diff_tile_k<2>(out, rows, ref, s, T, d, k), k += 2;
   if (k < d) diff_tile_k<1>(out, rows, ref, s, T, d, k);
@@ -153,11 +149,7 @@ __attribute__((always_inline)) inline void diff_tile_t(vd* g, const vd* rows, co
 
 inline void diff_sum_over_k(vd* g, const vd* rows, const vd* ref, const vd* p, int64_t T, int64_t d) {
   int64_t t = 0;
-#ifdef SVMATTN_PAIRS
-  for (; t + 4 <= T; t += 4) diff_tile_t<4>(g, rows, ref, p, d, t);
-#else
-  for (; t + 8 <= T; t += 8) diff_tile_t<8>(g, rows, ref, p, d, t);
-#endif
+  for (; t + kWidestTile <= T; t += kWidestTile) diff_tile_t<kWidestTile>(g, rows, ref, p, d, t);
   if (t + 4 <= T) diff_tile_t<4>(g, rows, ref, p, d, t), t += 4;
   if (t + 2 <= T) diff_tile_t<2>(g, rows, ref, p, d, t), t += 2;
   if (t < T) diff_tile_t<1>(g, rows, ref, p, d, t);
@@ -511,7 +503,8 @@ class Group {
       vd alpha = sel(lt(x0, 0.0), norm, -norm);                           // H x = alpha e_1
       M[j * n + j] = x0 - alpha;                                          // v = x - alpha e_1
       vd vtv = 2.0 * norm * (norm + vabs(x0));                            // ||v||^2
-      vd two_over = sel(gt(vtv, 0.0), 2.0 / sel(gt(vtv, 0.0), vtv, splat(1.0)), splat(0.0));
+      const vl reflect = gt(vtv, 0.0);
+      vd two_over = sel(reflect, 2.0 / sel(reflect, vtv, splat(1.0)), splat(0.0));
       for (int64_t c = j + 1; c < n; ++c) {                               // H = I - 2 v v^T / ||v||^2
         vd dot = splat(0.0);
         for (int64_t k = j; k < d; ++k) dot = fmadd(M[k * n + j], M[k * n + c], dot);

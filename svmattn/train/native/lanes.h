@@ -72,6 +72,14 @@ typedef int64_t vl __attribute__((vector_size(L * sizeof(int64_t))));
 
 inline vd splat(double x) { return vd{} + x; }
 
+// The most outputs a matrix-vector tile keeps in registers: 8 of one register each (AVX-512's 32,
+// AVX2's 16 at 4 lanes), 4 with the pairs (8 accumulators and 2 inputs of AVX2's 16 registers)
+#ifdef SVMATTN_PAIRS
+constexpr int kWidestTile = 4;
+#else
+constexpr int kWidestTile = 8;
+#endif
+
 // lanewise(f, a, b, ...) = f(a, b, ...) for f written with the vector operators (comparisons, the
 // select `m ? a : b`, integer and bit operations). Where 8 lanes span two AVX2 registers, GCC carries
 // such operations out one double at a time through memory; there f runs on each register's half (4
@@ -260,11 +268,7 @@ __attribute__((always_inline)) inline void matvec_tile(vd* out, const vd* a, int
 // out[o] = sum over k < K, in the order of k, of a[o * ao + k * ak] * x[k * xk], for o < O
 inline void matvec(vd* out, const vd* a, int64_t ao, int64_t ak, const vd* x, int64_t xk, int64_t O, int64_t K) {
   int64_t o = 0;
-#ifdef SVMATTN_PAIRS                                     // (pairs: 8 accumulators, 2 inputs of 16 registers)
-  for (; o + 4 <= O; o += 4) matvec_tile<4>(out, a, ao, ak, x, xk, o, K);
-#else
-  for (; o + 8 <= O; o += 8) matvec_tile<8>(out, a, ao, ak, x, xk, o, K);
-#endif
+  for (; o + kWidestTile <= O; o += kWidestTile) matvec_tile<kWidestTile>(out, a, ao, ak, x, xk, o, K);
   if (o + 4 <= O) matvec_tile<4>(out, a, ao, ak, x, xk, o, K), o += 4;
   if (o + 2 <= O) matvec_tile<2>(out, a, ao, ak, x, xk, o, K), o += 2;
   if (o < O) matvec_tile<1>(out, a, ao, ak, x, xk, o, K);
