@@ -16,7 +16,9 @@ Suites (--suites):
   floor  the physical floor of the GD step: flops and bytes per data-set-step from XLA's cost
          analysis of the compiled step, this machine's float64 matmul rate (measured again before
          every timed repeat of each kernel: a row's floor comes from the best rate of its own
-         minutes) and memory bandwidth measured in the same run, and achieved / floor.
+         minutes) and memory bandwidth measured in the same run, and achieved / floor; rows for
+         each kernel of --floor_kernels (--floor_kernels=native: the kernel training runs on the
+         CPU alone, about a minute).
   svm    Att-SVM solves per second, Frobenius (NNLS; and the on-device dual solver) and nuclear
          (SCS on the reduced problem), one at a time and as a batch on threads (svm.THREADS,
          one per core: the solvers release the GIL), against a naive baseline in the same run
@@ -77,6 +79,10 @@ flags.DEFINE_list("norms", ["fro", "nuc", "l1", "linf", "l1.75", "l3", "spectral
 flags.DEFINE_list("batch_sizes", ["1", "10", "100", "1000", "10000", "100000"], "GD batch sizes.")
 flags.DEFINE_integer("gd_steps", 200, "Steps per timed GD call.")
 flags.DEFINE_integer("floor_batch", 100_000, "Data sets in the achieved-vs-floor measurement.")
+FLOOR_KERNELS = ("vmapped", "block", "native")
+flags.DEFINE_list("floor_kernels", list(FLOOR_KERNELS),
+                  "The floor suite's kernels: vmapped (the per-data-set program), block (the XLA block "
+                  "kernel), native (the native CPU kernel, which training runs where it is built).")
 flags.DEFINE_integer("scaling_batch", 1000, "Data sets per point of the GD cost-vs-size curves.")
 flags.DEFINE_integer("block_size", train_lib.TrainConfig.block_size, "Data sets per vectorized block (the engine's).")
 flags.DEFINE_integer("naive_sets", 8, "Data sets in the naive GD baseline (times per data set are constant).")
@@ -93,7 +99,9 @@ for _name in ("gd_steps", "floor_batch", "scaling_batch", "block_size", "naive_s
   checks_lib.at_least(_name, 1, "an integer >= 1")
 checks_lib.check("batch_sizes", allowed.int_list(minimum=1))
 checks_lib.check("out", allowed.out_dir)
-checks_lib.distinct_lists("suites", "norms")
+checks_lib.distinct_lists("suites", "norms", "floor_kernels")
+flags.register_validator("floor_kernels", lambda v: bool(v) and all(x in FLOOR_KERNELS for x in v),
+                         message="must list kernels among " + ", ".join(FLOOR_KERNELS))
 flags.register_validator("suites", lambda v: bool(v) and all(x in ("gd", "floor", "svm", "norms", "models", "e2",
                                                                    "quick", "stages") for x in v),
                          message="must list suites among gd, floor, svm, norms, models, e2, quick, stages")
@@ -408,7 +416,7 @@ def suite_floor(report):
   peak_flops, bandwidth = machine_peaks()
   batches = sorted({min(10_000, FLAGS.floor_batch), FLAGS.floor_batch})
   rows = [floor_row(B, param, peak_flops, bandwidth, kernel) for param in ("W", "KQ") for B in batches
-          for kernel in ("vmapped", "block", "native")]
+          for kernel in FLAGS.floor_kernels]
   report["floor"] = next(r for r in rows if r["param"] == "W" and r["batch"] == FLAGS.floor_batch
                          and r["kernel"] == rows[-1]["kernel"])
   report["floor_table"] = rows

@@ -52,6 +52,19 @@ def test_gd_and_floor_suites(tmp_path):
     assert row["paired_over_floor_median"] == row["paired_over_floor"][0]
 
 
+def test_the_floor_suite_runs_the_kernels_asked_for(tmp_path):
+  """--floor_kernels=native: one row per parameterization and batch size (the default's three
+  kernels give three times as many), each against a floor measured in the same run (4 s)."""
+  proc = subprocess.run([sys.executable, "-m", "benchmarks.benchmark", f"--out={tmp_path}", "--suites=floor",
+                         "--floor_kernels=native", "--repeats=1", "--gd_steps=5", "--floor_batch=64"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = json.loads((tmp_path / "benchmark.json").read_text())["floor_table"]
+  assert [(r["param"], r["batch"]) for r in rows] == [("W", 64), ("KQ", 64)]
+  for r in rows:
+    assert r["floor_s_per_dataset_step"] > 0 and r["achieved_over_floor"] > 1
+
+
 # benchmarks.benchmark defines absl flags (--out, ...) that other modules of the suite define too, so
 # it is imported in a fresh interpreter
 _PAIRS_CHECK = """
