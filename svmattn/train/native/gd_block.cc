@@ -235,10 +235,19 @@ class Group {
     }
   }
 
-  // q_ (n,d): the queries q_i = W z_i from W_
+  // q_ (n,d): the queries q_i = W z_i from W_, in units of log2 (to_log2_units)
   void queries() {
     const int64_t n = s_.n, d = s_.d;
     matmul(q_.data(), d, 1, Z_.data(), d, 1, W_.data(), 1, d, n, d, d);   // q_i = W z_i
+    to_log2_units(q_.data(), n * d);
+  }
+
+  // q <- log2(e) q (numerics version 21): the queries in q_ carry the factor log2(e), so the logits
+  // X_i q_i are in units of log2 and the softmax's numerators are 2^(logit - max) (vexp2_nonpositive),
+  // whose reduction takes no multiply: n d products a step instead of three a numerator. The anchored
+  // step folds the factor into W0 z_i and C once per call (begin_call) and takes none a step.
+  static void to_log2_units(vd* q, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) q[i] = q[i] * kLog2e;
   }
 
   // e_ (n,T) = exp(logit_it - max_t logit_it) with the logits X_i q_i, q_i = W z_i (computed from W_
@@ -257,7 +266,7 @@ class Group {
       for (int64_t i = 0; i < n; ++i) mx[i] = vmax(e_[i * T + t], mx[i]);
     for (int64_t t = 0; t < T; ++t)                                       // softmax
       for (int64_t i = 0; i < n; ++i) {
-        e_[i * T + t] = vexp_nonpositive(e_[i * T + t] - mx[i]);
+        e_[i * T + t] = vexp2_nonpositive(e_[i * T + t] - mx[i]);
         sum[i] += e_[i * T + t];
       }
   }
@@ -303,7 +312,7 @@ class Group {
           e[p][t] = splat(0.0);
           continue;
         }
-        e[p][t] = vexp_nonpositive(e[p][t] - mx[p]);
+        e[p][t] = vexp2_nonpositive(e[p][t] - mx[p]);
         sum[p] += e[p][t];
       }
     for (int p = 0; p < P; ++p) sum[p] = 1.0 / sum[p], best[p] = splat(-INFINITY), h_ref[p] = splat(0.0);
@@ -477,6 +486,8 @@ class Group {
     for (int64_t i = 0; i < d * n; ++i) A_[i] = splat(0.0);
     matmul(q0_.data(), d, 1, Z_.data(), d, 1, W0_.data(), 1, d, n, d, d);   // W0 z_i, as exp_logits
     matmul(C_.data(), n, 1, Z_.data(), d, 1, Z_.data(), 1, d, n, n, d);     // C_ij = z_i . z_j
+    to_log2_units(q0_.data(), n * d);                                     // (the queries in units of log2)
+    to_log2_units(C_.data(), n * n);
     factor_queries();
     moved_ = false;
   }
@@ -594,6 +605,7 @@ class Group {
       // dQ = G^T K = sum_i z_i (K^T r_i), with neither W = K Q^T nor G formed
       matmul(P_.data(), m, 1, Z_.data(), d, 1, Q_.data(), m, 1, n, m, d);   // P_i = Q^T z_i
       matmul(q_.data(), d, 1, P_.data(), m, 1, K_.data(), 1, m, n, d, m);   // q_i = K P_i
+      to_log2_units(q_.data(), n * d);
       gradient(o.loss, true);
       matmul(gK_.data(), m, 1, R_.data(), 1, d, P_.data(), m, 1, d, m, n);  // dK = sum_i r_i P_i^T
       matmul(RK_.data(), m, 1, R_.data(), d, 1, K_.data(), m, 1, n, m, d);  // K^T r_i

@@ -241,6 +241,44 @@ inline vd vexp_nonpositive(vd x) {
   return sel(isnan(x), x, y);
 }
 
+// 2^x for x <= 0 (or NaN), as the GD kernel's softmax numerators need it with its logits in units
+// of log2 (numerics version 21: the queries carry the factor log2(e), gd_block.cc): k = round(x) by
+// the shifter and r = x - k, exact, |r| <= 1/2, so the reduction takes two additions and a
+// subtraction and no multiply (exp_reduced's takes a multiply-add and two), then 2^r by a polynomial
+// of degree 11 (two fewer terms than exp_reduced's Taylor polynomial, over the same range of the
+// exponent, r ln 2 in [-ln2/2, ln2/2]) times 2^k. Its coefficients: 1 (so 2^0 = 1 exactly), then a
+// weighted least-squares fit of (2^r - 1) / r on [-1/2, 1/2] in 50-digit arithmetic, reweighted
+// toward the minimax of the relative error (Lawson's iteration), each rounded once to a double: in
+// exact arithmetic those doubles give 2^r within 2.8e-17 relative (ln 2's own rounding, the
+// coefficient of r, is most of it); with Horner's roundings 2^x is within 1 ulp of the C library's
+// exp2 (tests/test_native_kernel.py checks 2 ulp). Below x = -1023 the value is taken at -1023,
+// where k = -1023 and 2^k built from its bits is 0 (exponent field 0); a result below 2^-1022 is
+// flushed to zero (FlushDenormals), as vexp_nonpositive's. NaN stays NaN.
+constexpr double kLog2e = 0x1.71547652b82fep0;                      // log2(e), rounded once
+inline vd vexp2_nonpositive(vd x) {
+  const vd shifter = splat(0x1.8p52);
+  x = vmax(splat(-1023.0), x);                                       // (NaN is kept: vmax's b)
+  const vd ks = x + shifter;                                         // round(x) in the low bits
+  const vd k = ks - shifter;
+  const vd r = x - k;                                                // exact
+  vd p = splat(0x1.e79bb38e19537p-32);
+  const double c[] = {0x1.e61b4fc363963p-28, 0x1.b5267ce24853ap-24, 0x1.62bfc79d3079cp-20,
+                      0x1.ffcbfba97fb42p-17, 0x1.4309130ed8d9ap-13, 0x1.5d87fe78cd6d4p-10,
+                      0x1.3b2ab6fba0119p-7,  0x1.c6b08d7049fe8p-5,  0x1.ebfbdff82c5a4p-3,
+                      0x1.62e42fefa39efp-1, 1.0};
+  for (double ci : c) p = fmadd(p, r, splat(ci));
+#if defined(__AVX512F__) && LANES == 8
+  return scale2k(p, k);
+#else
+  return p * lanewise(                                              // 2^k from round(x)'s low bits
+                 [](auto b) {
+                   using I = decltype(b < b);
+                   return (decltype(b))(((I)b + 1023) << 52);
+                 },
+                 ks);
+#endif
+}
+
 enum Loss : int64_t { kLogistic = 0, kExponential = 1, kCorrelation = 2 };
 
 // l'(u) of the named losses (models.attention.LOSS_DERIVATIVES)
