@@ -253,7 +253,10 @@ inline vd vexp_nonpositive(vd x) {
 // coefficient of r, is most of it); with Horner's roundings 2^x is within 1 ulp of the C library's
 // exp2 (tests/test_native_kernel.py checks 2 ulp). Below x = -1023 the value is taken at -1023,
 // where k = -1023 and 2^k built from its bits is 0 (exponent field 0); a result below 2^-1022 is
-// flushed to zero (FlushDenormals), as vexp_nonpositive's. NaN stays NaN.
+// flushed to zero (FlushDenormals), as vexp_nonpositive's. A NaN x comes back as itself, bit for
+// bit: every NaN on the way is x's (2^k's bits are masked to a finite power of two, which k in
+// [-1023, 0] never reaches past), so which operand's NaN an instruction passes on, an order the
+// compiler chooses, cannot change the result.
 constexpr double kLog2e = 0x1.71547652b82fep0;                      // log2(e), rounded once
 inline vd vexp2_nonpositive(vd x) {
   const vd shifter = splat(0x1.8p52);
@@ -273,7 +276,7 @@ inline vd vexp2_nonpositive(vd x) {
   return p * lanewise(                                              // 2^k from round(x)'s low bits
                  [](auto b) {
                    using I = decltype(b < b);
-                   return (decltype(b))(((I)b + 1023) << 52);
+                   return (decltype(b))((((I)b + 1023) << 52) & 0x3ff0000000000000);
                  },
                  ks);
 #endif
