@@ -640,7 +640,14 @@ def _lane_ops(tmp_path, lanes):
   return run
 
 
-def test_the_lane_arithmetic_is_the_same_bits_at_every_vector_width(tmp_path):
+@pytest.fixture(scope="module")
+def lane_ops(tmp_path_factory):
+  """_lane_ops at 8, 4 and 1 lanes, built once for the tests below: {lanes: run}."""
+  folder = tmp_path_factory.mktemp("lane_ops")
+  return {lanes: _lane_ops(folder, lanes) for lanes in (8, 4, 1)}
+
+
+def test_the_lane_arithmetic_is_the_same_bits_at_every_vector_width(lane_ops):
   """lanes.h's exp (general, and the softmax's on its domain x <= 0), the logistic loss's derivative,
   max and fnmadd give the same bits with 8 lanes (with AVX-512: the scaling and max instructions, one
   operation each; with AVX2: a pair of 4-lane registers, its comparisons and selects on each) as
@@ -657,10 +664,10 @@ def test_the_lane_arithmetic_is_the_same_bits_at_every_vector_width(tmp_path):
   x = x[: len(x) // 8 * 8].copy()
   b = rng.permutation(x)
   b[::7] = x[::7]                                           # equal operands, zeros of both signs included
-  wide = _lane_ops(tmp_path, 8)
+  wide = lane_ops[8]
   nonpositive = (x <= 0) | np.isnan(x)                     # (the softmax's exp: its domain)
   for lanes in (4, 1):
-    other = _lane_ops(tmp_path, lanes)
+    other = lane_ops[lanes]
     for which in range(5):
       got, want = wide(which, x, b), other(which, x, b)
       differ = (got.view(np.uint64) != want.view(np.uint64)) & (nonpositive if which == 0 else True)
@@ -671,14 +678,15 @@ def test_the_lane_arithmetic_is_the_same_bits_at_every_vector_width(tmp_path):
   assert np.isnan(exp[np.isnan(x)]).all() and np.isnan(x).sum() >= 128
 
 
-def test_the_softmax_exp2_is_2_to_the_x_within_2_ulp_at_every_vector_width(tmp_path):
+def test_the_softmax_exp2_is_2_to_the_x_within_2_ulp_at_every_vector_width(lane_ops):
   """vexp2_nonpositive, the softmax's numerator 2^x on its domain x <= 0 (numerics version 21: the
   logits in units of log2), gives the same bits with 8, 4 and 1 lanes, and 2^x within 2 ulp of
   NumPy's exp2: the reduction x - round(x) is exact, the Horner sum of its degree-11 polynomial on
   [0.7, 1.42] rounds to within about 1 ulp and the polynomial itself is within 2.8e-17 relative
-  (a quarter ulp), scaling by 2^k is exact, and the C library's exp2 is within 1 ulp. Below 2^-1022 the value is 0 (flushed, as the
-  kernels flush subnormals); 2^0 is 1 exactly, -inf gives 0, and a NaN gives itself, sign and
-  payload (whichever NaN operand an instruction passes on, each is x's)."""
+  (a quarter ulp), scaling by 2^k is exact, and the C library's exp2 is within 1 ulp. Below
+  2^-1022 the value is 0 (flushed, as the kernels flush subnormals); 2^0 is 1 exactly, -inf gives
+  0, and a NaN gives itself, sign and payload (whichever NaN operand an instruction passes on,
+  each is x's)."""
   rng = np.random.default_rng(1)
   edges = [0.0, -0.0, -np.inf, np.nan, -np.nan, -5e-324, -0.5, -1.5, -2.5, -1021.5, -1022.0, -1022.5,
            -1022.9, -1023.0, -1023.5, -1024.0, -1074.0, -1100.0, -1e308]
@@ -686,9 +694,9 @@ def test_the_softmax_exp2_is_2_to_the_x_within_2_ulp_at_every_vector_width(tmp_p
   x = np.concatenate([np.linspace(-1100, 0, 400_000), -rng.exponential(3, 200_000), -rng.uniform(0, 1, 200_000),
                       np.repeat(edges, 8), nans, -nans])
   x = x[: len(x) // 8 * 8].copy()
-  got = _lane_ops(tmp_path, 8)(5, x, x)
+  got = lane_ops[8](5, x, x)
   for lanes in (4, 1):
-    want = _lane_ops(tmp_path, lanes)(5, x, x)
+    want = lane_ops[lanes](5, x, x)
     assert (got.view(np.uint64) == want.view(np.uint64)).all(), lanes
   exact = np.exp2(x)
   normal = exact >= 2.0**-1022 * (1 + 1e-12)

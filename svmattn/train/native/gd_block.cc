@@ -250,8 +250,9 @@ class Group {
     for (int64_t i = 0; i < count; ++i) q[i] = q[i] * kLog2e;
   }
 
-  // e_ (n,T) = exp(logit_it - max_t logit_it) with the logits X_i q_i, q_i = W z_i (computed from W_
-  // here unless have_q: (K, Q)'s step computes q_ itself); seq_[n + i] = sum_t e_it
+  // e_ (n,T) = 2^(logit_it - max_t logit_it), the logits X_i q_i in units of log2 (q_i = log2(e) W z_i,
+  // to_log2_units), that is exp of the logits' differences in natural units; q_ computed from W_
+  // here unless have_q (the anchored step's and (K, Q)'s compute q_ themselves); seq_[n + i] = sum_t e_it
   // (the softmax's numerator and denominator). For the pooled heads (the linear head's softmax,
   // causal too, is attend_linear's).
   void exp_logits(bool have_q = false) {

@@ -256,7 +256,8 @@ inline vd vexp_nonpositive(vd x) {
 // flushed to zero (FlushDenormals), as vexp_nonpositive's. A NaN x comes back as itself, bit for
 // bit: every NaN on the way is x's (2^k's bits are masked to a finite power of two, which k in
 // [-1023, 0] never reaches past), so which operand's NaN an instruction passes on, an order the
-// compiler chooses, cannot change the result.
+// compiler chooses, cannot change the result. (2^k comes from round(x)'s bits, one addition fewer
+// than pow2_bits(k), and with the mask pow2_bits has no need of.)
 constexpr double kLog2e = 0x1.71547652b82fep0;                      // log2(e), rounded once
 inline vd vexp2_nonpositive(vd x) {
   const vd shifter = splat(0x1.8p52);
