@@ -52,9 +52,10 @@ def test_gd_and_floor_suites(tmp_path):
     assert row["paired_over_floor_median"] == row["paired_over_floor"][0]
 
 
+@pytest.mark.slow   # (its fast neighbours: test_gd_and_floor_suites, and --floor_kernels' validator in test_bad_input)
 def test_the_floor_suite_runs_the_kernels_asked_for(tmp_path):
   """--floor_kernels=native: one row per parameterization and batch size (the default's three
-  kernels give three times as many), each against a floor measured in the same run (4 s)."""
+  kernels give three times as many), each against a floor measured in the same run (6 s)."""
   proc = subprocess.run([sys.executable, "-m", "benchmarks.benchmark", f"--out={tmp_path}", "--suites=floor",
                          "--floor_kernels=native", "--repeats=1", "--gd_steps=5", "--floor_batch=64"],
                         cwd=ROOT, capture_output=True, text=True, timeout=600)

@@ -86,7 +86,7 @@ def test_without_replacement_each_sequence_once_per_epoch(n, m):
 
 @pytest.mark.parametrize("n, m, sampling, first", [
     (6, 4, "without", 5),            # batches that cross epochs, a window that starts mid-epoch
-    (6, 1, "without", 0),
+    pytest.param(6, 1, "without", 0, marks=pytest.mark.slow),
     pytest.param(5, 5, "without", 3, marks=pytest.mark.slow),
     pytest.param(5, 2, "with", 9, marks=pytest.mark.slow),
     pytest.param(5, 2, "cyclic", 4, marks=pytest.mark.slow)])

@@ -549,7 +549,8 @@ def _seq_data(runs, n=3, T=4, d=7):
   return data_lib.Dataset(*(np.asarray(a) for a in data))
 
 
-@pytest.mark.parametrize("model, param", [("seq2seq", "W"), ("causal", "W"), ("causal", "KQ"),
+@pytest.mark.parametrize("model, param", [("seq2seq", "W"), ("causal", "W"),
+                                          pytest.param("causal", "KQ", marks=pytest.mark.slow),
                                           pytest.param("seq2seq", "KQ", marks=pytest.mark.slow)])
 def test_seq_models_agree_with_the_autodiff_program_to_rounding(model, param):
   """E8's models through the kernel (``native_train._as_queries``, causal: query k sees t <= k)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from svmattn import startup_gc
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +49,7 @@ def test_a_binary_collects_nothing_while_it_imports(tmp_path):
   assert state["collections"][2] == 0         # the 2-4 full collections of its imports did not happen
 
 
+@pytest.mark.slow   # (its fast neighbour: test_a_binary_collects_nothing_while_it_imports, the same mechanism)
 def test_svm_workers_resume_too(tmp_path):
   records, _ = _records(tmp_path, "-m", "svmattn", "svm_rank", f"--out={tmp_path}/out", "--runs=4", "--ds=4",
                         "--svm_workers=2", "--noprogress")
