@@ -10,21 +10,8 @@ left alone): ``train.train`` splits the data sets over the devices, so training 
 every core of a CPU, with results bit for bit those of one device. It has no effect
 once JAX has created its CPU backend, and none on GPU/TPU devices.
 
-Layout (the data flow, one way; imports only point down this list):
-  rng        PRNG keys and flat random draws (ground floor)
-  startup_gc the garbage collector off while the svmattn command starts (ground floor)
-  xla_cache  the persistent compilation cache, one compiled program for all CPU devices (ground floor)
-  io/        atomic results files, the pipeline's work files, orbax checkpoints, progress display,
-             figures (ground floor)
-  models/    attention (parameterizations, pooled token, loss and gradient), heads, losses
-  optim/     normalized GD and optimizers by name (optax)
-  data/      datasets: the paper's generator, .npz files, validation
-  train/     device: the blocked lax.scan / vmap training loop, regularization paths
-  svm/       host: Att-SVM solvers, Gen-SVM, seq2seq SVMs, feasibility (NumPy, SciPy, cvxpy)
-  analysis/  metrics and comparisons of trained weights with the SVMs
-  study/     the pipeline every study runs on: batches, checkpoints, resume, workers, hosts, replay
-  studies/   one module per experiment (E1-E15): its study, per-batch analysis and reduction
-  cli        the `svmattn` command: one subcommand per binary of experiments/
+The package's layout is described once, in BUILD.md ("Layout"); README.md lists the public
+functions a user reaches for.
 """
 import logging
 import os

@@ -49,6 +49,8 @@ class Experiment:
   timing_names: dict | None = None     # the pipeline's timings under the experiment's own names
   cost_s: float = 0.0       # its wall at the paper's counts on a 2-core CPU beside another experiment (rounded
                             # seconds): reproduce starts the longest first, so the last to end are short
+  calibrated_for: tuple[str, ...] = ("runs", "steps")   # the size settings whose defaults (the paper's
+                            # counts) the checks' thresholds are calibrated at: see ``below_calibration``
   module: str = ""                     # filled in by ``experiments()``: where it is declared
 
   def config(self, **overrides):
@@ -57,6 +59,25 @@ class Experiment:
 
   def study_module(self):
     return importlib.import_module(self.module)
+
+  def below_calibration(self, values: dict) -> str | None:
+    """Where a run is smaller than the run size its checks were calibrated at, say so in words.
+
+    The checks' thresholds (``>= 0.99`` and the like) are the paper's, for the paper's run size: the
+    defaults of the fields named in ``calibrated_for``. For a run with fewer of any of them this returns,
+    e.g., ``"calibrated for 100 runs and 2000 steps; this run has 20 runs and 500 steps"``, which every
+    check line of that run carries (its ``note`` in summary.json); ``None`` at or above that size.
+    """
+    defaults = self.settings.defaults()
+    paper, this = [], []
+    for name in self.calibrated_for:
+      want, got = defaults.get(name), values.get(name)
+      if isinstance(want, int) and isinstance(got, int) and not isinstance(want, bool) and got < want:
+        paper.append(f"{want} {name}")
+        this.append(f"{got} {name}")
+    if not paper:
+      return None
+    return f"calibrated for {' and '.join(paper)}; this run has {' and '.join(this)}"
 
 
 class UnknownExperiment(ValueError):
@@ -91,7 +112,9 @@ def _load(module_name: str) -> Experiment | None:
 
 def get(name: str) -> Experiment:
   """An experiment by id (E2), name (local_convergence, or local-convergence) or module path
-  (mypackage.my_study, a module holding an EXPERIMENT of its own)."""
+  (my_study or mypackage.my_study: a module on the Python path holding an EXPERIMENT of its own).
+
+  Raises ``UnknownExperiment`` (one line naming the known ones) for anything else."""
   key = str(name).strip()
   module = key.replace("-", "_")
   if module.isidentifier():          # a name: import that study alone (not every study's module)
@@ -105,7 +128,7 @@ def get(name: str) -> Experiment:
   for e in every:
     if key in (e.id, e.name, e.name.replace("_", "-")) or key.upper() == e.id:
       return e
-  if "." in key:
+  if "." in key or (module.isidentifier() and _importable(key)):
     try:
       found = _load(key)
     except ImportError as err:
@@ -114,6 +137,15 @@ def get(name: str) -> Experiment:
       return found
   raise UnknownExperiment(f"unknown experiment {name!r}; known: "
                           + ", ".join(f"{e.id}={e.name}" for e in every))
+
+
+def _importable(name: str) -> bool:
+  """Whether ``name`` is a module on the path (a study module of the user's, outside the package)."""
+  import importlib.util
+  try:
+    return importlib.util.find_spec(name) is not None
+  except (ImportError, ValueError):
+    return False
 
 
 def lookup(summary: dict, path: str) -> Any:

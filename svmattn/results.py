@@ -378,7 +378,13 @@ def _named(chosen: dict, stage, label_cols) -> dict:
 
 
 def load(out: str) -> pd.DataFrame:
-  """The run in directory ``out`` as one row per (cell, data set, stage); see the module doc."""
+  """The run (or sweep) in directory ``out`` as a pandas DataFrame, one row per (cell, data set, stage).
+
+  Columns: ``cell`` and the cell's swept settings, ``run`` (the data set's index), ``param`` (the
+  parameterization or optimizer, where several are trained), then every per-run metric: a per-run
+  array ``x_<P>_y`` as the column ``x_y``, a per-snapshot array as its final value ``final_<name>``
+  (for E2: ``final_corr_fro``, ``final_corr_nuc``, ``convergence_type``, ``svm_fro_status``, ...).
+  Raises ``ResultsError`` with a one-line reason for a directory that holds no run results."""
   run = _Run(out)
   if run.study is None and not run.results():
     raise ResultsError(f"{run.out} holds no run results (no runs/study.json and no results.npz)")

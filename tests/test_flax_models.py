@@ -371,7 +371,7 @@ def test_the_readmes_module_tracks_the_builtin_model():
   built-in W model on the README's data sets, 2000 steps each from their own inits: the direction
   of its W/2 (the sown kq) converges to the built-in W's, and its correlation with the Frobenius
   Att-SVM of its selection keeps rising from step 1000 to 2000 (the textbook X^T s pooling lets it
-  drift once the softmax saturates: README, Numerics). Runs 0, 1, 4: data sets where both
+  drift once the softmax saturates: docs/science.md section 9). Runs 0, 1, 4: data sets where both
   models select the same tokens (on runs 2 and 3 of 0..7 the two inits end at different local
   selections, whose SVM directions differ).
 

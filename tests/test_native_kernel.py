@@ -272,7 +272,7 @@ def test_lambda_head_agrees_with_the_autodiff_program_to_rounding(lam):
   normalized GD only the first step is compared (measured 1.4e-15): the lambda head's best attention
   is inside the simplex, where the gradient vanishes and g / ||g|| turns a rounding difference in g
   into a different direction, so two correct implementations part after tens of steps (measured:
-  1e-9 after 5 steps, 1e-2 after 300 on some runs; README "Numerics version 7")."""
+  1e-9 after 5 steps, 1e-2 after 300 on some runs; CHANGELOG.md, version 7)."""
   head = heads.lambda_head(lam)
   config = train_lib.TrainConfig(param="W", head=head.name, optimizer="gd", lr=1.0, steps=300, snapshot_every=100,
                                  chunk_steps=300)

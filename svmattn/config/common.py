@@ -98,7 +98,7 @@ def _hosts_rule(v):
 
 
 def numerics() -> F.Settings:
-  """--numerics: exact (default) or authors (the paper's code; see README, Numerics)."""
+  """--numerics: exact (default) or authors (the paper's code; docs/science.md section 9)."""
   return F.Settings((F.Enum(
       "numerics", "exact", ["exact", "authors"],
       "exact: normalized GD as written (g / ||g||) with a pooled token free of cancellation; authors: as the "

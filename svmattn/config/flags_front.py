@@ -81,9 +81,31 @@ def values(experiment: registry.Experiment) -> dict:
   return experiment.settings.validate({n: FLAGS[n].value for n in experiment.settings.names})
 
 
+def quick_flags(experiment: registry.Experiment) -> list[str]:
+  """The experiment's small settings (its registry entry's ``quick``, what ``reproduce --quick`` runs)
+  as flags: ``svmattn E4 --quick --out=DIR`` runs E4 at that size in seconds to a minute or two."""
+  out = []
+  for name, value in experiment.quick.items():
+    if isinstance(value, (list, tuple)):
+      value = ",".join(str(v) for v in value)
+    out.append(f"--{name}={value}")
+  return out
+
+
+def expand_quick(experiment: registry.Experiment, argv: list[str]) -> list[str]:
+  """``argv`` with ``--quick`` replaced by ``quick_flags`` placed before the other flags, so that a
+  flag given on the command line still wins (absl keeps the last value of a flag)."""
+  if "--quick" not in argv[1:]:
+    return list(argv)
+  rest = [a for a in argv[1:] if a != "--quick"]
+  return [argv[0], *quick_flags(experiment), *rest]
+
+
 def main(name: str) -> None:
-  """Parse the flags of experiment ``name`` (defined by ``define``) and run it."""
+  """Parse the flags of experiment ``name`` (defined by ``define``) and run it; ``--quick`` stands
+  for the experiment's small settings (``quick_flags``)."""
   experiment = registry.get(name)
+  sys.argv = expand_quick(experiment, sys.argv)
 
   def run(argv):
     if len(argv) > 1:

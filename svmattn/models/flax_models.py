@@ -58,7 +58,7 @@ def attend(logits: jax.Array, X: jax.Array) -> tuple[jax.Array, jax.Array]:
   """(pooled tokens r, softmax s) of attention logits over X's tokens: s = softmax(logits) (see
   ``softmax``) and r = X^T s computed as ``models.attention.pooled_token`` does: around the most
   attended token, free of the cancellation of the textbook X^T s, which rounds the gradient away
-  once the softmax saturates (README, Numerics).
+  once the softmax saturates (docs/science.md section 9).
 
   logits (n,T) (one query per sequence) -> r (n,d); or (n,K,T) (K queries) -> r (n,K,d). X (n,T,d).
   """

@@ -19,7 +19,7 @@ def md(value) -> str:
 def _checks(record) -> list[str]:
   lines = ["| check | value | expected | as expected |", "|---|---|---|---|"]
   for c in record.get("checks") or []:
-    lines.append(f"| {md(c['name'])} | {md(records_lib.fmt(c['value']))} | {md(c['expected'])} | "
+    lines.append(f"| {md(c['name'])} | {md(records_lib.fmt(c['value']))} | {md(records_lib.expected(c))} | "
                  f"{'yes' if c.get('ok') else '**no**'} |")
   return lines
 

@@ -14,6 +14,11 @@ import re
 from svmattn import registry
 
 
+def expected(check: dict) -> str:
+  """A check's expectation, with its calibration note where the run is below the paper's size."""
+  return str(check["expected"]) + (f" ({check['note']})" if check.get("note") else "")
+
+
 def load(out: str) -> tuple[list[dict], dict]:
   """(records, meta) of the reproduce run in ``out`` (its reproduce.json)."""
   with open(os.path.join(out, "reproduce.json")) as f:

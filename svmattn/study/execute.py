@@ -302,6 +302,9 @@ def write_summary(experiment, summary: dict, values: dict, output, timer: Timer,
   t = output.timings
   names = experiment.timing_names or STAGE_TIMINGS
   summary = dict(summary)
+  note = experiment.below_calibration(values)
+  if note and summary.get("checks"):
+    summary["checks"] = [{**c, "note": note} for c in summary["checks"]]
   head = {"experiment": summary.pop("experiment"), "name": experiment.name, "id": experiment.id, "flags": values}
   if settings is not None:
     head["sweep_settings"] = settings
@@ -361,7 +364,8 @@ def print_report(lines: list[str], summary: dict, each_check: bool = True) -> No
     for c in summary.get("checks", []):
       v = c["value"]
       value = f"{v:.6g}" if isinstance(v, float) else str(v)
-      lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {value} (expected {c['expected']})")
+      note = f"; {c['note']}" if c.get("note") else ""
+      lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {value} (expected {c['expected']}{note})")
   else:
     lines.append(checks_line(summary))
   lines.append("  wall " + "  ".join(f"{k} {v:.2f}s" for k, v in summary["timings_s"].items()

@@ -13,7 +13,7 @@ Exactness within a version: every operation reduces over the axes of one data se
 and never over the block axis, and the block size is fixed, so a data set's trajectory does not
 depend on the other data sets of its block or on its position there (tests/test_block_kernel.py);
 replay, resume, any batch size and any device count stay bit for bit the same. The rounding
-differs from the vmapped program's (numerics version 3, README "Numerics version 3").
+differs from the vmapped program's (numerics version 3, CHANGELOG.md).
 """
 from __future__ import annotations
 

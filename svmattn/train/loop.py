@@ -83,7 +83,7 @@ class TrainConfig:
   model: str = "single_query"       # see model.MODELS
   block_size: int = 64              # data sets per vectorized block (see module docstring)
   loss_scale: float | str = 1.0     # a number multiplies the objective; "auto": see model.make_loss
-  numerics: str = "exact"           # "authors": X^T s pooling and g / (||g|| + eps) (see README, Numerics)
+  numerics: str = "exact"           # "authors": X^T s pooling and g / (||g|| + eps) (docs/science.md section 9)
   train_head: bool = False          # train the head's parameters v with the attention (from data.v)
   module: Any = None                # a flax linen module (models.flax_models' protocol): replaces param/model
   minibatch: int = 0                # sequences per step; 0: all n (full-batch GD, the default)
@@ -397,8 +397,16 @@ def make_trainer(config: TrainConfig) -> Trainer:
 
 
 def start_state(config: TrainConfig, params: dict) -> tuple[int, State]:
-  """``train``'s ``start`` from given parameters {name: (B, ...)} at step 0 (the optimizer's
-  state initialized for them): runs that start where a paper's code starts."""
+  """``train``'s ``start`` from given parameters, at step 0, with the optimizer's state initialized
+  for them: runs that start where a paper's code starts, or from a scale of your choosing.
+
+  config: the ``TrainConfig`` that will train them (its optimizer initializes the state).
+  params: {name: array (B, ...)} with a leading data-set axis B: ``{"W": (B, d, d)}`` for
+    ``param="W"``, ``{"K": (B, d, m), "Q": (B, d, m)}`` for ``param="KQ"``, or a flax module's
+    parameter tree with that leading axis.
+  Returns (0, state), to pass as ``train(config, batch, keys, start=start_state(config, params))``;
+  the keys then decide nothing about the start. ``--init=FILE.npz`` does the same from the command
+  line."""
   trainer = make_trainer(config)
   params = jax.tree_util.tree_map(jnp.asarray, params)      # flat, or a flax model's nested tree
   return 0, _host(State(params, jax.vmap(trainer.optimizer.init)(params)))
