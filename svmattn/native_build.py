@@ -11,7 +11,6 @@ the flags, the compiler's version, the CPU's model and flags and the jax version
 from __future__ import annotations
 
 import ctypes
-import fcntl
 import hashlib
 import os
 import platform
@@ -21,6 +20,15 @@ import tempfile
 from pathlib import Path
 
 import jax
+
+try:                       # POSIX file locks; where there are none (Windows) nothing native is built
+  import fcntl
+except ImportError:        # pragma: no cover (POSIX here)
+  fcntl = None
+
+# The processors the native sources are written for (SSE's control register for flushing subnormals,
+# AVX2 and AVX-512 lanes). Elsewhere (ARM: Apple Silicon, Graviton) the engine runs its JAX path.
+MACHINES = ("x86_64", "amd64", "i386", "i686")
 
 
 # The host libraries' flags (-ffp-contract=off: the compiler fuses no multiply-add of its own, so the
@@ -37,6 +45,16 @@ def why_off(env: str, cxx: str | None) -> str | None:
   """Why a native library is not to be used (``env`` set to 0, or no compiler), or None."""
   if os.environ.get(env, "1") == "0":
     return f"{env}=0"
+  return why_unbuildable(cxx)
+
+
+def why_unbuildable(cxx: str | None) -> str | None:
+  """Why this machine builds no native library (not x86-64, no file locks, no compiler), or None."""
+  machine = platform.machine().lower()
+  if machine not in MACHINES:
+    return f"the native code is written for x86-64; this machine is {machine or 'unknown'}"
+  if fcntl is None:
+    return "no POSIX file locks (fcntl) on this platform to build the native code safely"
   if cxx is None:
     return "no C++ compiler (g++) found"
   return None

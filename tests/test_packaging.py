@@ -4,8 +4,10 @@ and a 'svmattn' command that runs every experiment of the registry from any dire
 The wheel goes into a fresh virtual environment with --no-deps; the environment sees this
 environment's dependencies through a .pth file (the wheel's svmattn comes first on its path), so
 the test takes seconds instead of a full dependency install."""
-import os
 import glob
+import json
+import os
+import shutil
 import site
 import subprocess
 import sys
@@ -13,15 +15,19 @@ import sysconfig
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import NO_NATIVE, REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
 
 def test_wheel_installs_a_command_that_runs_from_anywhere(tmp_path):
   wheels = tmp_path / "wheels"
+  # built from a copy of the sources (no build/ or egg-info left by an earlier build can fill gaps)
+  source = tmp_path / "source"
+  shutil.copytree(REPO_ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "_build",
+                                                                   "__pycache__", "runs", "results", "out"))
   subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels),
-                  REPO_ROOT], check=True, capture_output=True, text=True, timeout=300)
+                  str(source)], check=True, capture_output=True, text=True, timeout=300)
   wheel = glob.glob(str(wheels / "svmattn-*.whl"))
   assert len(wheel) == 1
   env_dir = tmp_path / "venv"
@@ -42,7 +48,7 @@ def test_wheel_installs_a_command_that_runs_from_anywhere(tmp_path):
     assert os.path.isdir(os.path.join(purelib, "svmattn", package)), package
   elsewhere = tmp_path / "elsewhere"
   elsewhere.mkdir()
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SVMATTN_NATIVE_BUILD_DIR", "SVMATTN_NATIVE_KERNEL")}
   env["JAX_PLATFORMS"] = "cpu"
   where = subprocess.run([str(py), "-c", "import svmattn; print(svmattn.__file__)"], cwd=elsewhere, env=env,
                          check=True, capture_output=True, text=True).stdout
@@ -55,6 +61,15 @@ def test_wheel_installs_a_command_that_runs_from_anywhere(tmp_path):
                         "--nocompilation_cache"], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-3000:]
   assert (out / "results.npz").exists() and "corr" in run.stdout
+  # the wheel ships every native source with the headers it includes, and trains on the native kernel
+  for source in ("train/native/gd_block.cc", "train/native/lanes.h", "train/native/reg_path.cc"):
+    assert os.path.isfile(os.path.join(purelib, "svmattn", source)), f"the wheel lacks svmattn/{source}"
+  with open(out / "summary.json") as f:
+    kernel = json.load(f)["environment"]["gd_kernel"]
+  if NO_NATIVE is None:
+    assert kernel == "native-cpu", kernel
+  else:
+    assert kernel == "xla", kernel
   assert "Unable to initialize backend" not in run.stderr
   bad = subprocess.run([str(cmd), "no_such_experiment"], cwd=elsewhere, env=env, capture_output=True, text=True)
   assert bad.returncode != 0 and "unknown command" in bad.stderr and "Traceback" not in bad.stderr

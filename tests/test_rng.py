@@ -8,6 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import needs_native
+
 from svmattn import rng
 from svmattn.data import datasets as data_lib
 from svmattn.train import loop as train_lib
@@ -111,6 +113,7 @@ def test_randint_host_refuses_an_empty_span():
     rng.randint_host(rng.run_keys(0, [1]), 2, 3, 3)
 
 
+@needs_native
 def test_the_native_uniforms_equal_the_draw_program(monkeypatch):
   """Where the host's C++ draws are built (this machine, CI's), rng's float64 draws compute the
   uniforms there and apply erfinv in a program of their own: normals, scaled normals and uniforms
@@ -133,6 +136,7 @@ def test_the_native_uniforms_equal_the_draw_program(monkeypatch):
     np.testing.assert_array_equal(got.view(np.uint64), want.view(np.uint64), err_msg=f"{kind} of size {s}")
 
 
+@needs_native
 def test_the_native_unit_rows_equal_numpys(monkeypatch):
   """The generator's unit rows (datasets.unit_rows_host: Dot2 sums of squares, then a square root and
   a division) computed by rng_native's C loop are NumPy's bit for bit: Gaussian rows of lengths
@@ -175,6 +179,7 @@ def test_the_erfinv_program_gives_the_same_bits_at_every_size():
                                     err_msg=f"size {size} at {start}")
 
 
+@needs_native
 def test_the_native_normals_equal_the_erfinv_program():
   """rng_native's c erfinv(u) (the C source's copy of XLA's erfinv program) gives the program's bits:
   on 2^20 uniforms across (-1, 1), dense grids across the three places where the program switches
@@ -216,6 +221,7 @@ def test_normals_many_equal_one_draw_at_a_time(monkeypatch):
     np.testing.assert_array_equal(g.view(np.uint64), want.view(np.uint64))
 
 
+@needs_native
 def test_the_native_threefry_equals_numpys(monkeypatch):
   """The host's threefry2x32 in C (rng_native) computes NumPy's integers, on random keys and counters
   and with broadcasting (one key, many counters)."""

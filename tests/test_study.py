@@ -341,6 +341,20 @@ def test_a_resume_never_continues_another_numerics_versions_run(tmp_path, monkey
   np.testing.assert_array_equal(out.cells[0]["run"], np.arange(10))
 
 
+def test_a_resume_never_continues_on_another_gd_kernel(tmp_path, monkeypatch):
+  """The GD kernel decides a run's rounding, so it is part of the run's identity: a run started on
+  one kernel is not resumed on the other, and the refusal names both."""
+  from svmattn.train import native_kernel
+  monkeypatch.setattr(native_kernel, "kernel_name", lambda: "native-cpu")
+  pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)      # unfinished: work/ stays
+  monkeypatch.setattr(native_kernel, "kernel_name", lambda: "xla")
+  with pytest.raises(pipeline.StudyError, match="gd_kernel: the run in .* has 'native-cpu', this command has 'xla'"):
+    pipeline.run(_toy(3), str(tmp_path), resume=True, workers=0, show_progress=False)
+  monkeypatch.setattr(native_kernel, "kernel_name", lambda: "native-cpu")
+  out = pipeline.run(_toy(3), str(tmp_path), resume=True, workers=0, show_progress=False)
+  np.testing.assert_array_equal(out.cells[0]["run"], np.arange(10))
+
+
 def test_a_fresh_start_replaces_another_runs_work(tmp_path):
   """A failed run's work directory does not block the corrected command: a fresh start over
   another run's work replaces it; --resume with other settings says to drop --resume."""
@@ -593,3 +607,15 @@ def test_an_analysis_in_this_process_gets_the_arrays_a_read_back_would_give(tmp_
           (b.dtype, b.shape, b.flags.c_contiguous, b.flags.f_contiguous), k
       assert a.tobytes(order="A") == b.tobytes(order="A"), k
     assert read[k].flags.writeable and b.flags.writeable and not np.shares_memory(b, np.asarray(arrays[k])), k
+
+
+def test_a_replay_on_another_gd_kernel_is_refused_naming_both(monkeypatch):
+  from svmattn import studies
+  from svmattn.study import replay
+  from svmattn.train import native_kernel
+  monkeypatch.setattr(native_kernel, "kernel_name", lambda: "xla")
+  monkeypatch.setattr(native_kernel, "why_not", lambda: "SVMATTN_NATIVE_KERNEL=0")
+  with pytest.raises(replay.ReplayError, match="trained on the native-cpu GD kernel, this process has the xla one"):
+    studies._same_kernel({"gd_kernel": "native-cpu"}, "OUT/runs/study.json")
+  studies._same_kernel({"gd_kernel": "xla"}, "OUT/runs/study.json")          # the same kernel: no error
+  studies._same_kernel({}, "OUT/runs/study.json")                            # a record from before: no check

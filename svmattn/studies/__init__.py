@@ -40,9 +40,20 @@ def rebuild(out: str) -> tuple[pipeline.Study, str]:
         raise replay.ReplayError(f"{path}: unreadable run description ({e})") from None
       try:
         experiment = registry.get(name)
+        _same_kernel(saved, path)
         sweep = ident.pop("sweep", None)
         values = {**experiment.settings.defaults(), **ident}
         return execute.build_any(experiment, values, sweep, saved["identity"]), path
       except (ValueError, OSError, F.ConfigError) as e:
         raise replay.ReplayError(f"{path}: cannot rebuild study {name!r} ({e})") from None
   raise replay.ReplayError(f"{out} holds no study run (neither runs/study.json nor work/run.json)")
+
+
+def _same_kernel(saved: dict, path: str) -> None:
+  """A replay on another GD kernel than the run's would not give its bits: refuse it in one line."""
+  from svmattn.train import native_kernel
+  ran, here = saved.get("gd_kernel"), native_kernel.kernel_name()
+  if ran is not None and ran != here:
+    why = native_kernel.why_not()
+    raise replay.ReplayError(f"{path}: the run trained on the {ran} GD kernel, this process has the {here} one"
+                             + (f" ({why})" if why else "") + ": replay it where the same kernel is available")

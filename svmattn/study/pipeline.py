@@ -67,6 +67,7 @@ from svmattn.io import progress as progress_lib
 from svmattn.io import results as results_io
 from svmattn.io import work_files
 from svmattn.study import workers as workers_lib
+from svmattn.train import native_kernel
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,11 @@ def work_dir(out: str, process_index: int = 0, process_count: int = 1) -> str:
 
 
 def identity(study: Study, process_index: int = 0, process_count: int = 1) -> dict:
+  """What a run's work directory must match to be resumed: the study, its settings, the numerics
+  version and the GD kernel that trains it (``native_kernel.kernel_name``: the kernel decides the
+  rounding, so a resume on another kernel is refused, naming both)."""
   return ckpt_lib._normalize({"study": study.name, "numerics_version": svmattn.NUMERICS_VERSION,
+                              "gd_kernel": native_kernel.kernel_name(),
                               "identity": study.identity,
                               "cells": [[c.label, c.runs] for c in study.cells],
                               "batch_size": study.batch_size, "seed": study.seed,

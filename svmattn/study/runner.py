@@ -13,9 +13,11 @@ import dataclasses
 import os
 from typing import Callable
 
+import svmattn
 from svmattn.io import results as results_io
 from svmattn.study import hosts as hosts_lib
 from svmattn.study import pipeline
+from svmattn.train import native_kernel
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +46,8 @@ def write_record(out: str, study: pipeline.Study, output: pipeline.Output, keep_
     if keep_runs:
       results_io.write_npz(record_path(out, c), arrays)
   results_io.write_json(record_path(out, None), {"study": study.name, "identity": study.identity,
+                                              "numerics_version": svmattn.NUMERICS_VERSION,
+                                              "gd_kernel": native_kernel.kernel_name(),
                                               "cells": [{"label": c.label, "runs": c.runs} for c in study.cells],
                                               "batch_size": study.batch_size, "seed": study.seed,
                                               "runs_kept": bool(keep_runs)})

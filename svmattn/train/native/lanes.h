@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <cstring>
 
+#if !defined(__x86_64__) && !defined(__i386__)
+#error "svmattn's native kernel is written for x86-64 (svmattn/native_build.py declines elsewhere)"
+#endif
 #include <immintrin.h>
 
 // Lanes: 8 with AVX-512 (one register); 8 with AVX2 where the includer defines SVMATTN_LANE_PAIRS
