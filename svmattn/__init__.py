@@ -16,12 +16,7 @@ functions a user reaches for.
 import logging
 import os
 
-from svmattn import startup_gc
-
-if startup_gc.started_by_command():
-  startup_gc.pause()        # on again once the command's imports are done (startup_gc)
-
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_enable_x64", True)
 # JAX probes for TPU/GPU backends and logs each failure at INFO ("Unable to initialize backend

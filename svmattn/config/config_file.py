@@ -203,8 +203,7 @@ def main(argv: list[str]) -> None:
       fail(str(e))
     execute.run(experiment, checked, swept or None)
 
-  from svmattn.study import process_end
-  process_end.run_main(run, argv=sys.argv)      # the process ends here
+  app.run(run, argv=sys.argv)
 
 
 def _combinations(sweep: dict):

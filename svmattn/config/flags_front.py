@@ -19,7 +19,6 @@ from absl import flags
 
 from svmattn import registry
 from svmattn.config import fields as F
-from svmattn.study import process_end
 
 FLAGS = flags.FLAGS
 
@@ -117,5 +116,5 @@ def main(name: str) -> None:
       execute.fail(str(e))
     execute.run(experiment, got)
 
-  process_end.run_main(run, gc_paused=True)     # the process ends here, without the interpreter's teardown
+  app.run(run)
 

@@ -56,8 +56,6 @@ def write(out, records, meta):
 
 def main(argv=None) -> int:
   """``svmattn report OUT``: ``argv`` is the arguments after the command ([OUT])."""
-  from svmattn import startup_gc
-  startup_gc.resume()        # (python -m experiments.report started with the collector off)
   argv = list(sys.argv[1:] if argv is None else argv)
   if len(argv) != 1 or argv[0].startswith("-"):
     sys.exit(USAGE)

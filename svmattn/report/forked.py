@@ -15,6 +15,7 @@ does everywhere with SVMATTN_REPRODUCE_FORK=0.
 from __future__ import annotations
 
 import importlib
+import logging
 import importlib.util
 import os
 import signal
@@ -22,7 +23,6 @@ import subprocess
 import sys
 import time
 
-from svmattn.study import process_end
 
 ENV = "SVMATTN_REPRODUCE_FORK"      # 0: every experiment is its own fresh process
 
@@ -65,8 +65,7 @@ def preload() -> str | None:
             importlib.import_module(module)
       plots.warm_up()                      # matplotlib with the Agg backend, as every binary sets it, and
                                            # its one-time work (fonts, mathtext), once for every fork
-      from jax._src import xla_bridge
-      if getattr(xla_bridge, "_backends", None):
+      if backend_started():
         why = "a JAX backend started while importing (forking it is unsafe)"
       elif _flag_names() != before:
         why = f"importing defined flags {sorted(_flag_names() - before)}"
@@ -74,6 +73,29 @@ def preload() -> str | None:
       why = f"preloading failed: {e!r}"
   _state["why"] = why
   return why
+
+
+def backend_started() -> bool:
+  """Whether JAX has started a backend in this process. JAX refuses to change ``jax_num_cpu_devices``
+  once it has (a RuntimeError), so the setting is changed and put back."""
+  import jax
+  current = jax.config.jax_num_cpu_devices
+  try:
+    jax.config.update("jax_num_cpu_devices", 1 if current != 1 else 2)
+  except RuntimeError:
+    return True
+  jax.config.update("jax_num_cpu_devices", current)
+  return False
+
+
+def _status(code) -> int:
+  """The exit status ``sys.exit(code)`` gives, printing a message ``code`` to stderr as it does."""
+  if code is None:
+    return 0
+  if isinstance(code, int):
+    return code
+  sys.stderr.write(f"{code}\n")
+  return 1
 
 
 def forkable(cmd: list) -> bool:
@@ -157,12 +179,12 @@ def _child(cmd: list, out_fd: int, err_fd: int, env: dict) -> None:
       runpy.run_module("svmattn", run_name="__main__", alter_sys=True)
       code = 0
     except SystemExit as e:                # sys.exit(code) as the interpreter reads it
-      code = process_end.status_of(e.code)
+      code = _status(e.code)
     except BaseException:                  # noqa: BLE001  (a traceback, as the interpreter prints it)
       import traceback
       traceback.print_exc()
       code = 1
-    process_end.exit_steps()
+    logging.shutdown()                     # (a fork leaves by os._exit, as forks do: never the parent's exit)
   finally:
     try:
       sys.stdout.flush()

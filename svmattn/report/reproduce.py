@@ -40,7 +40,6 @@ from svmattn.config import allowed
 from svmattn.report import forked
 from svmattn.io import results as results_io
 from svmattn.study import execute
-from svmattn.study import process_end
 from svmattn.study import workers
 
 FLAGS = flags.FLAGS
@@ -303,7 +302,7 @@ def main(argv):
 def run(argv=None) -> None:
   """The command: parse the flags of ``argv`` (default sys.argv) and run ``main``."""
   app.call_after_init(execute.install_stop_handlers)
-  process_end.run_main(main, argv=argv)      # the process ends here, without the interpreter's teardown
+  app.run(main, argv=argv)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ import time
 import numpy as np
 
 import svmattn
-from svmattn import startup_gc
 from svmattn.config import fields as F
 
 
@@ -188,11 +187,6 @@ def _imports():
   import scipy.optimize  # noqa: F401  (the SVM solvers' NNLS)
 
 
-def _imports_then_collect():
-  try:
-    _imports()
-  finally:
-    startup_gc.resume()    # the process's imports are done: the collector on (if the command paused it)
 
 
 def import_in_background(*modules: str) -> None:
@@ -202,7 +196,7 @@ def import_in_background(*modules: str) -> None:
   import atexit
   import importlib
   import threading
-  target = (lambda: [importlib.import_module(m) for m in modules]) if modules else _imports_then_collect
+  target = (lambda: [importlib.import_module(m) for m in modules]) if modules else _imports
   thread = threading.Thread(target=target, name="svmattn-imports", daemon=True)
   thread.start()
   atexit.register(thread.join)

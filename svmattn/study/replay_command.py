@@ -27,7 +27,6 @@ from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import results as results_io
 from svmattn.study import execute
 from svmattn.study import pipeline
-from svmattn.study import process_end
 from svmattn.study import replay
 from svmattn.study import stages
 
@@ -105,7 +104,7 @@ def main(argv):
 
 
 def run() -> None:
-  process_end.run_main(main)      # the process ends here, without the interpreter's teardown
+  app.run(main)
 
 
 if __name__ == "__main__":

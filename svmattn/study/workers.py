@@ -16,7 +16,6 @@ import os
 import threading
 import time
 
-from svmattn import startup_gc
 
 WATCH_SECONDS = 0.25
 
@@ -83,7 +82,6 @@ def _start_worker(parent: int) -> None:
   svm_lib.THREADS = 1   # the workers already run in parallel
   _one_blas_thread()
   die_with_parent(parent)
-  startup_gc.resume()   # its imports are done: the collector on (off since the package's import)
 
 
 def pool(workers: int) -> concurrent.futures.ProcessPoolExecutor:
