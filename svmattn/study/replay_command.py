@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
+from absl import app
 from absl import flags
 
 from svmattn import studies
