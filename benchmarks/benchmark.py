@@ -725,4 +725,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  import svmattn
+  svmattn.configure()
   app.run(main)

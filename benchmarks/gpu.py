@@ -217,7 +217,8 @@ def gd_row(spec, steps, repeats):
 
 
 def child_gd():
-  import svmattn  # noqa: F401  (float64 on, as in every binary)
+  import svmattn
+  svmattn.configure()                # float64 on, as in every binary
   import jax
   dev = jax.devices()[0]
   out = {"device": getattr(dev, "device_kind", str(dev)), "platform": dev.platform, "jax": jax.__version__,
@@ -282,7 +283,7 @@ def left():
 
 def measure_peaks():
   """(float64 matrix rate, copy bandwidth) of device 0, in a child with XLA's autotuning on."""
-  code = "import svmattn; from benchmarks import gpu; print('PEAKS', *gpu.peaks())"
+  code = "import svmattn; svmattn.configure(); from benchmarks import gpu; print('PEAKS', *gpu.peaks())"
   p = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, XLA_FLAGS=PEAK_XLA_FLAGS),
                      capture_output=True, text=True, timeout=max(30, left()))
   line = next((l.split()[1:] for l in p.stdout.splitlines() if l.startswith("PEAKS ")), None)
@@ -534,4 +535,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  import svmattn
+  svmattn.configure()
   app.run(main)

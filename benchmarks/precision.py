@@ -346,4 +346,6 @@ def report(summary):
 checks_lib.distinct_lists("params", "variants", "figure_format")   # a repeated entry would compute the same thing twice
 
 if __name__ == "__main__":
+  import svmattn
+  svmattn.configure()
   app.run(main)

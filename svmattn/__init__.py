@@ -1,14 +1,14 @@
 """svmattn: experiments on the implicit bias of attention (arXiv 2308.16898).
 
-Importing the package turns on JAX float64 (``jax_enable_x64``); every function
-keeps the dtype of its inputs, so float32 runs pass float32 arrays.
+Importing the package changes no setting of JAX. The engine's programs (the ``svmattn`` command, the
+``python -m experiments.NAME`` binaries, ``reproduce``, the SVM workers) call ``configure()`` first,
+and a library user calls it once at the top of a script or notebook:
 
-It also gives JAX one CPU device per usable core (``cpu_devices()``; the environment
-variable SVMATTN_CPU_DEVICES=N overrides it, and an explicit
-``--xla_force_host_platform_device_count`` in XLA_FLAGS or ``jax_num_cpu_devices`` is
-left alone): ``train.train`` splits the data sets over the devices, so training uses
-every core of a CPU, with results bit for bit those of one device. It has no effect
-once JAX has created its CPU backend, and none on GPU/TPU devices.
+    import svmattn
+    svmattn.configure()          # float64, one CPU device per core, reproducible GPU compiles
+
+Float64 work without it is refused in one line that says so (``require_x64``). Every function keeps
+the dtype of its inputs, so float32 runs pass float32 arrays.
 
 The package's layout is described once, in BUILD.md ("Layout"); README.md lists the public
 functions a user reaches for.
@@ -18,11 +18,9 @@ import os
 
 import jax
 
-jax.config.update("jax_enable_x64", True)
-# JAX probes for TPU/GPU backends and logs each failure at INFO ("Unable to initialize backend
-# 'tpu' ... libtpu.so"), which absl prints on a CPU machine: a run's terminal shows progress and
-# results, not that. (--verbosity / python logging can turn it back on.)
-logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+
+class ConfigurationError(RuntimeError):
+  """JAX is not set up for what was asked (float64 without ``svmattn.configure()``)."""
 
 
 def usable_cores() -> int:
@@ -54,25 +52,41 @@ def cpu_devices() -> int:
   return usable_cores()
 
 
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "") and \
-    jax.config.jax_num_cpu_devices == -1:
-  try:
-    jax.config.update("jax_num_cpu_devices", cpu_devices())
-  except RuntimeError:   # the CPU backend already exists: keep its devices
-    pass
+def configure(x64: bool = True, devices: int | None = None) -> None:
+  """Set JAX up as the engine's programs run it. Call it once, before any JAX computation.
 
-# On a GPU, XLA times candidate kernels when it compiles a program (autotuning) and keeps the fastest,
-# so two compilations of one program can pick different kernels that round differently: a replay or
-# a resumed run compiled afresh would then not be bit-identical to the run it repeats (seen on an
-# H200: 12 of E2's 38 result arrays differed between two processes with empty compilation caches).
-# Level 0 takes XLA's default kernels: bit-identical across processes there, training 2-5% slower.
-# An explicit --xla_gpu_autotune_level in XLA_FLAGS is left alone; a CPU ignores the flag. Like the
-# device count, it has no effect once JAX has created its backends.
-if "xla_gpu_autotune_level" not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
+  x64: float64 on (``jax_enable_x64``), the engine's default precision (docs/science.md).
+  devices: CPU devices to ask JAX for; default SVMATTN_CPU_DEVICES, else one per usable core.
+    ``train.train`` splits the data sets over them, bit for bit the results of one device. An
+    explicit ``--xla_force_host_platform_device_count`` in XLA_FLAGS, or a ``jax_num_cpu_devices``
+    already set, is left alone, and once JAX has started its CPU backend the count cannot change.
+  It also sets XLA's GPU autotuning to level 0 unless XLA_FLAGS names a level: with autotuning, two
+  compilations of one program may pick kernels that round differently, so a replay or a resume
+  compiled afresh would not be bit-identical to its run (seen on an H200). It quiets JAX's INFO lines
+  about backends it probes and does not find. A CPU ignores the GPU flag.
+  """
+  jax.config.update("jax_enable_x64", bool(x64))
+  logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+  if "xla_gpu_autotune_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
+  if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "") and \
+      jax.config.jax_num_cpu_devices == -1:
+    try:
+      jax.config.update("jax_num_cpu_devices", devices if devices is not None else cpu_devices())
+    except RuntimeError:   # the CPU backend already exists: keep its devices
+      pass
+
+
+def require_x64(dtype) -> None:
+  """Refuse float64 work while JAX's x64 mode is off (JAX would silently compute in float32)."""
+  import numpy as np
+  if np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
+    raise ConfigurationError("float64 needs JAX's x64 mode: call svmattn.configure() first (or "
+                             "jax.config.update('jax_enable_x64', True)), or pass float32 data")
+
 
 __version__ = "0.1.0"
 # The engine's numerics version: bumped when a change moves results at the rounding level (history:
-# docs/results.md). Every summary records it, and it is part of a run's identity, so --resume never
+# CHANGELOG.md). Every summary records it, and it is part of a run's identity, so --resume never
 # continues a run that another version started.
 NUMERICS_VERSION = "21"

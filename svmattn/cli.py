@@ -38,6 +38,9 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+  """The command's entry point: JAX set up as every engine program runs it (``svmattn.configure``)."""
+  import svmattn
+  svmattn.configure()
   argv = list(sys.argv if argv is None else argv)
   if len(argv) < 2 or argv[1] in ("-h", "--help", "help", "list"):
     print(usage())

@@ -14,7 +14,9 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)
 
-import svmattn  # noqa: E402,F401  (float64 on)
+import svmattn  # noqa: E402
+
+svmattn.configure()        # float64 and one CPU device per core, as the engine's programs set JAX up
 from svmattn import native_build  # noqa: E402
 from svmattn.data import datasets as data_lib  # noqa: E402
 from svmattn.train import loop as train_lib  # noqa: E402

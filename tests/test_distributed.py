@@ -21,6 +21,7 @@ def test_four_forced_devices_equal_one(tmp_path):
   script = textwrap.dedent("""
       import sys, numpy as np, jax
       import svmattn
+      svmattn.configure()
       from svmattn.data import datasets as data_lib
       from svmattn.train import loop as train_lib
       assert len(jax.devices()) == 4, jax.devices()
@@ -72,7 +73,7 @@ def test_two_processes_equal_one(tmp_path):
 
 
 def _devices_in_subprocess(env):
-  script = "import jax, svmattn; print(len(jax.devices('cpu')))"
+  script = "import jax, svmattn; svmattn.configure(); print(len(jax.devices('cpu')))"
   env = dict({k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "SVMATTN_CPU_DEVICES")},
              PYTHONPATH=ROOT, JAX_PLATFORMS="cpu", **env)
   return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)

@@ -208,6 +208,7 @@ def test_without_a_compiler_training_runs_the_xla_kernel_and_says_why(tmp_path):
   script = textwrap.dedent("""
       import numpy as np
       import svmattn
+      svmattn.configure()
       from svmattn.data import datasets as data_lib
       from svmattn.train import block_kernel, native_kernel, loop as train_lib
       config = train_lib.TrainConfig(steps=4, snapshot_every=2, chunk_steps=4)

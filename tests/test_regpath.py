@@ -385,3 +385,12 @@ def test_the_c_paths_do_not_depend_on_the_vector_width(batch, problem, tmp_path,
         np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f"{f} with {lanes} lanes")
       for k in a.params:
         np.testing.assert_array_equal(a.params[k], b.params[k])
+
+
+def test_off_the_cpu_the_paths_are_solved_on_the_device(monkeypatch):
+  """On a GPU or TPU (JAX's default backend) the C solver is not used: the XLA solver runs there,
+  and the summary says why."""
+  from svmattn.train import regpath_native
+  monkeypatch.setattr(regpath_native.jax, "default_backend", lambda: "gpu")
+  assert not regpath_native.available()
+  assert regpath_native.report() == {"reg_paths": "xla", "reg_paths_why": "backend gpu"}

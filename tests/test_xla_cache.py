@@ -13,6 +13,7 @@ SCRIPT = r"""
 import json, os, sys
 import numpy as np
 import svmattn
+svmattn.configure()
 from svmattn import xla_cache
 if sys.argv[2] == "shared":
   xla_cache.enable(sys.argv[1])
@@ -67,12 +68,36 @@ def test_the_counter_tells_compiles_from_cache_loads(tmp_path):
     ("--xla_force_host_platform_device_count=2", "--xla_force_host_platform_device_count=2 --xla_gpu_autotune_level=0"),
     ("--xla_gpu_autotune_level=4", "--xla_gpu_autotune_level=4")])
 def test_gpu_autotuning_is_off_unless_asked_for(given, expected):
-  """Importing svmattn sets XLA's GPU autotuning to level 0 (a GPU program compiled twice must
+  """svmattn.configure() sets XLA's GPU autotuning to level 0 (a GPU program compiled twice must
   round the same: a replay or a resume may compile afresh), keeping every flag already given and
   an explicit level."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   if given is not None:
     env["XLA_FLAGS"] = given
-  out = subprocess.run([sys.executable, "-c", "import os, svmattn; print(os.environ['XLA_FLAGS'])"], env=env,
+  out = subprocess.run([sys.executable, "-c", "import os, svmattn; svmattn.configure(); print(os.environ['XLA_FLAGS'])"], env=env,
                        capture_output=True, text=True, check=True, timeout=120).stdout.strip()
   assert out == expected
+
+
+def test_importing_svmattn_changes_no_setting_of_jax():
+  """``import svmattn`` (and its training loop) leaves JAX's settings and XLA_FLAGS alone; float64 work
+  before ``svmattn.configure()`` is refused in one line that says what to call; after it, it runs."""
+  code = ("import os, jax, numpy as np\n"
+          "flags, devices = os.environ.get('XLA_FLAGS'), jax.config.jax_num_cpu_devices\n"
+          "import svmattn\n"
+          "from svmattn.train import loop\n"
+          "from svmattn.data import datasets\n"
+          "assert not jax.config.jax_enable_x64\n"
+          "assert os.environ.get('XLA_FLAGS') == flags and jax.config.jax_num_cpu_devices == devices\n"
+          "try:\n"
+          "  datasets.generate(datasets.DataSpec(3, 4, 6), 0, [0])\n"
+          "except svmattn.ConfigurationError as e:\n"
+          "  print('refused:', e)\n"
+          "svmattn.configure()\n"
+          "print(datasets.generate(datasets.DataSpec(3, 4, 6), 0, [0]).X.dtype)\n")
+  env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
+  out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = out.stdout.strip().splitlines()
+  assert lines[0].startswith("refused: float64 needs JAX's x64 mode: call svmattn.configure()"), lines
+  assert lines[-1] == "float64"

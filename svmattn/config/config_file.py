@@ -158,6 +158,8 @@ def sweep_of(experiment, sweep: dict, args: list[str]) -> dict:
 
 def main(argv: list[str]) -> None:
   """``svmattn run`` with ``argv`` (the arguments after "run")."""
+  import svmattn
+  svmattn.configure()
   from absl import app
   from absl import flags
   from ml_collections import config_flags

@@ -103,6 +103,8 @@ def expand_quick(experiment: registry.Experiment, argv: list[str]) -> list[str]:
 def main(name: str) -> None:
   """Parse the flags of experiment ``name`` (defined by ``define``) and run it; ``--quick`` stands
   for the experiment's small settings (``quick_flags``)."""
+  import svmattn
+  svmattn.configure()
   experiment = registry.get(name)
   sys.argv = expand_quick(experiment, sys.argv)
 

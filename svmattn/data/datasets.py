@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from svmattn.models import heads
+import svmattn
 from svmattn import rng
 from svmattn.rng import normal, run_key, split_run_key, uniform  # noqa: F401  (part of this module's API)
 
@@ -117,6 +118,7 @@ def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
   """``generate`` as NumPy arrays: what the studies load, store and analyze on the host
   (training moves them to its devices), without a round trip through device buffers."""
   spec.validate()
+  svmattn.require_x64(dtype)
   runs = np.asarray(runs, dtype=np.uint32).reshape(-1)
   with _drawing_on_host(sampler, head, dtype):   # drawn on the host CPU: the same bits on every backend
     if sampler is unit_gaussian and head.init in _FLAT_HEADS:

@@ -301,6 +301,7 @@ def main(argv):
 
 def run(argv=None) -> None:
   """The command: parse the flags of ``argv`` (default sys.argv) and run ``main``."""
+  svmattn.configure()
   app.call_after_init(execute.install_stop_handlers)
   app.run(main, argv=argv)
 

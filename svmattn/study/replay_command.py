@@ -105,6 +105,8 @@ def main(argv):
 
 
 def run() -> None:
+  import svmattn
+  svmattn.configure()
   app.run(main)
 
 

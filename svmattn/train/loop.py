@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+import svmattn
 from svmattn import rng
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
@@ -675,8 +676,9 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   Where ``buckets.plan`` says so (the XLA block kernel on a GPU or TPU), d is padded with zeros to
   its bucket for the chunks and the outputs are cut back: one program per bucket of d.
   """
-  trainer = make_trainer(config)
   data = data_lib.Dataset(*(np.asarray(a) for a in data))   # placed on the devices by place()
+  svmattn.require_x64(data.X.dtype)
+  trainer = make_trainer(config)
   B = data.X.shape[0]
   if keys.shape[0] != B:
     raise ValueError(f"train: {keys.shape[0]} keys for {B} data sets")

@@ -19,6 +19,7 @@ import ctypes
 import threading
 from pathlib import Path
 
+import jax
 import numpy as np
 
 from svmattn import native_build
@@ -40,8 +41,9 @@ def _load():
 
 
 def available() -> bool:
-  """True when the C solver is built and loaded."""
-  return _load() is not None
+  """True when JAX's default backend is the CPU and the C solver is built and loaded: on a GPU or
+  TPU the paths are solved there, by the XLA solver."""
+  return jax.default_backend() == "cpu" and _load() is not None
 
 
 def covers(config, dtype) -> bool:
@@ -92,4 +94,6 @@ def paths(config, X, Z, Y, v, R, x0, along, v0) -> dict:
 def report() -> dict:
   """What a summary records: {"reg_paths": "native-cpu"} where the C solver computes the paths it
   covers, {"reg_paths": "xla", "reg_paths_why": why} where the XLA one computes every path."""
+  if jax.default_backend() != "cpu":
+    return {"reg_paths": "xla", "reg_paths_why": f"backend {jax.default_backend()}"}
   return native_build.report(_state, ENV, "reg_paths", "native-cpu", "xla")
