@@ -56,19 +56,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import flag_checks as checks_lib
-from svmattn.data import datasets as data_lib
-from svmattn.io import plots
-from svmattn import report as report_lib
-from svmattn.config import allowed
-from svmattn.io import results as results_io
-from svmattn.svm import att_svm as svm_lib
-from svmattn.svm import dual as svm_dual
-from svmattn.study import execute
-from svmattn.train import block_kernel
-from svmattn.train import native_kernel
-from svmattn.train import native_train
-from svmattn.train import loop as train_lib
+import svmattn
+
+svmattn.configure()    # a program: float64 and the CPU devices before anything below starts JAX's backend
+
+from benchmarks import flag_checks as checks_lib  # noqa: E402
+from svmattn.data import datasets as data_lib  # noqa: E402
+from svmattn.io import plots  # noqa: E402
+from svmattn import report as report_lib  # noqa: E402
+from svmattn.config import allowed  # noqa: E402
+from svmattn.io import results as results_io  # noqa: E402
+from svmattn.svm import att_svm as svm_lib  # noqa: E402
+from svmattn.svm import dual as svm_dual  # noqa: E402
+from svmattn.study import execute  # noqa: E402
+from svmattn.train import block_kernel  # noqa: E402
+from svmattn.train import native_kernel  # noqa: E402
+from svmattn.train import native_train  # noqa: E402
+from svmattn.train import loop as train_lib  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Directory for benchmark.json and figures.")
@@ -725,6 +729,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  import svmattn
-  svmattn.configure()
   app.run(main)
