@@ -17,6 +17,7 @@ import logging
 import os
 
 import jax
+import numpy as np
 
 
 class ConfigurationError(RuntimeError):
@@ -66,7 +67,7 @@ def configure(x64: bool = True, devices: int | None = None) -> None:
   about backends it probes and does not find. A CPU ignores the GPU flag.
   """
   jax.config.update("jax_enable_x64", bool(x64))
-  logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)
+  logging.getLogger("jax").setLevel(logging.WARNING)
   if "xla_gpu_autotune_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_gpu_autotune_level=0").strip()
   if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "") and \
@@ -79,7 +80,6 @@ def configure(x64: bool = True, devices: int | None = None) -> None:
 
 def require_x64(dtype) -> None:
   """Refuse float64 work while JAX's x64 mode is off (JAX would silently compute in float32)."""
-  import numpy as np
   if np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
     raise ConfigurationError("float64 needs JAX's x64 mode: call svmattn.configure() first (or "
                              "jax.config.update('jax_enable_x64', True)), or pass float32 data")

@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+import svmattn
+
 # command -> (module, its entry point taking the arguments after the command, or None: absl main run())
 COMMANDS = {
     "run": ("svmattn.config.config_file", "main", "an experiment or a sweep from a config file"),
@@ -39,7 +41,6 @@ def usage() -> str:
 
 def main(argv: list[str] | None = None) -> None:
   """The command's entry point: JAX set up as every engine program runs it (``svmattn.configure``)."""
-  import svmattn
   svmattn.configure()
   argv = list(sys.argv if argv is None else argv)
   if len(argv) < 2 or argv[1] in ("-h", "--help", "help", "list"):

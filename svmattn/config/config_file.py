@@ -24,6 +24,7 @@ import os
 import runpy
 import sys
 
+import svmattn
 from svmattn import registry
 from svmattn.config import fields as F
 
@@ -158,7 +159,6 @@ def sweep_of(experiment, sweep: dict, args: list[str]) -> dict:
 
 def main(argv: list[str]) -> None:
   """``svmattn run`` with ``argv`` (the arguments after "run")."""
-  import svmattn
   svmattn.configure()
   from absl import app
   from absl import flags

@@ -17,6 +17,7 @@ import sys
 from absl import app
 from absl import flags
 
+import svmattn
 from svmattn import registry
 from svmattn.config import fields as F
 
@@ -103,7 +104,6 @@ def expand_quick(experiment: registry.Experiment, argv: list[str]) -> list[str]:
 def main(name: str) -> None:
   """Parse the flags of experiment ``name`` (defined by ``define``) and run it; ``--quick`` stands
   for the experiment's small settings (``quick_flags``)."""
-  import svmattn
   svmattn.configure()
   experiment = registry.get(name)
   sys.argv = expand_quick(experiment, sys.argv)

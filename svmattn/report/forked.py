@@ -15,8 +15,8 @@ does everywhere with SVMATTN_REPRODUCE_FORK=0.
 from __future__ import annotations
 
 import importlib
-import logging
 import importlib.util
+import logging
 import os
 import signal
 import subprocess
@@ -184,7 +184,7 @@ def _child(cmd: list, out_fd: int, err_fd: int, env: dict) -> None:
       import traceback
       traceback.print_exc()
       code = 1
-    logging.shutdown()                     # (a fork leaves by os._exit, as forks do: never the parent's exit)
+    logging.shutdown()                     # (a fork never runs its parent's exit: it ends below)
   finally:
     try:
       sys.stdout.flush()

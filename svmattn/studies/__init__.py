@@ -16,6 +16,7 @@ import os
 
 from svmattn.study import pipeline
 from svmattn.study import replay
+from svmattn.train import native_kernel
 from svmattn.study import runner
 
 
@@ -51,7 +52,6 @@ def rebuild(out: str) -> tuple[pipeline.Study, str]:
 
 def _same_kernel(saved: dict, path: str) -> None:
   """A replay on another GD kernel than the run's would not give its bits: refuse it in one line."""
-  from svmattn.train import native_kernel
   ran, here = saved.get("gd_kernel"), native_kernel.kernel_name()
   if ran is not None and ran != here:
     why = native_kernel.why_not()

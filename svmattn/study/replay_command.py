@@ -21,6 +21,7 @@ import sys
 from absl import app
 from absl import flags
 
+import svmattn
 from svmattn import studies
 from svmattn.config import common
 from svmattn.data import datasets as data_lib
@@ -105,7 +106,6 @@ def main(argv):
 
 
 def run() -> None:
-  import svmattn
   svmattn.configure()
   app.run(main)
 

@@ -16,6 +16,8 @@ import os
 import threading
 import time
 
+import svmattn
+
 
 WATCH_SECONDS = 0.25
 
@@ -77,7 +79,6 @@ def die_with_parent_from_env() -> None:
 
 def _start_worker(parent: int) -> None:
   import signal
-  import svmattn
   svmattn.configure()                # as the parent: float64 for what the analysis computes with JAX
   from svmattn.svm import att_svm as svm_lib
   signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole group: the parent decides (terminate)
