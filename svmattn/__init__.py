@@ -89,4 +89,4 @@ __version__ = "0.1.0"
 # The engine's numerics version: bumped when a change moves results at the rounding level (history:
 # CHANGELOG.md). Every summary records it, and it is part of a run's identity, so --resume never
 # continues a run that another version started.
-NUMERICS_VERSION = "21"
+NUMERICS_VERSION = "22"

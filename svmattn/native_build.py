@@ -1,7 +1,6 @@
 """Compiling the engine's C++ sources into shared libraries, once per source, flags, compiler and CPU.
 
-Used by the native GD kernel (``train/native_kernel.py``: ``train/native/gd_block.cc``) and the
-host-side random draws (``rng_native.py``: ``native/draws.cc``). A library is compiled with the
+Used by the native GD kernel (``train/native_kernel.py``: ``train/native/gd_block.cc``). A library is compiled with the
 given flags (the callers pass ``-O3 -march=native``, no fast-math, no contraction) into a
 ``_build`` folder beside its source (or, where that is read-only, the user's cache directory),
 under a file lock so that parallel processes build it once, and written whole or not at all. Its

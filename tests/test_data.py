@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import RUNS, SEED, SPEC, host, needs_native
+from conftest import RUNS, SEED, SPEC, host
 from svmattn import rng
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
@@ -69,55 +69,20 @@ def test_each_run_alone_equals_the_batch_bit_for_bit():
           assert np.array_equal(a, b[runs[-size:][::-1]])
 
 
-@pytest.mark.parametrize("native", [pytest.param(True, marks=needs_native), False])
-def test_one_program_for_every_shape(native, monkeypatch):
-  """The generator compiles one draw program (per dtype), not one per (n, T, d) or draw size, and
-  none where rng_native computes the draws on the host: ten shapes, draws of 1 to 1,600 values,
-  share it (the keys and the label bits need none: ``rng``'s host threefry)."""
-  from svmattn import rng_native
-  if native:
-    assert rng_native.available(), rng_native.why_not()
-  else:
-    monkeypatch.setattr(rng_native, "_state", {"fn": None, "why": "turned off by the test"})
+def test_programs_per_size_bucket_not_per_shape(monkeypatch):
+  """The generator's draws compile a program per kind and size bucket, not one per (n, T, d): ten
+  shapes, draws of 1 to 64 values, share four (the keys' fold_in and split, the normals of up to 128
+  values, the uniforms of the label bits); a draw of 1,600 values takes one more (its bucket, 2,048)."""
   shapes = [(4, 4, 4), (5, 3, 4), (4, 5, 3), (3, 4, 5), (5, 4, 3),
             (6, 2, 5), (2, 6, 5), (5, 5, 2), (10, 8, 20), (1, 2, 1)]
-  rng._draw_fn.cache_clear()
-  rng._erfinv_fn.cache_clear()
-  for i, (n, T, d) in enumerate(shapes):
+  monkeypatch.setattr(rng, "_PROGRAMS", {})
+  for i, (n, T, d) in enumerate(shapes[:8] + shapes[9:]):
     ds = data_lib.generate(data_lib.DataSpec(n, T, d), 0, np.arange(1 + i))
     assert ds.X.shape == (1 + i, n, T, d)
-  assert rng._draw_fn.cache_info().misses + rng._erfinv_fn.cache_info().misses == (0 if native else 1)
-
-
-_NO_BACKEND = """
-import numpy as np
-import svmattn
-svmattn.configure()
-from svmattn import rng_native
-from svmattn.data import datasets as data_lib
-from svmattn.svm import seq2seq
-print("native:", rng_native.available())
-data_lib.generate_host(data_lib.DataSpec(3, 4, 5), 0, np.arange(3))
-data_lib.generate_host(seq2seq.Seq2SeqSpec(2, 3, 4), 0, np.arange(2), sampler=seq2seq.unit_gaussian)
-from svmattn.report import forked
-print("backend started:", forked.backend_started())
-"""
-
-
-def test_host_draws_start_no_jax_backend():
-  """float64 draws of the paper's generator and of a host sampler, where rng_native computes them,
-  touch nothing of JAX: the data stage does not pay for starting its backend (the first stage that
-  uses JAX does; ``datasets._drawing_on_host``). A fresh process, so that no other test started it."""
-  import subprocess
-  import sys
-  from conftest import REPO_ROOT
-  env = dict(os.environ, PYTHONPATH=REPO_ROOT, JAX_PLATFORMS="cpu")
-  out = subprocess.run([sys.executable, "-c", _NO_BACKEND], env=env, capture_output=True, text=True, timeout=120)
-  assert out.returncode == 0, out.stderr
-  if "native: True" in out.stdout:
-    assert "backend started: False" in out.stdout
-  else:                               # (no C++ compiler: XLA's programs draw, on the host CPU device)
-    assert "backend started: True" in out.stdout
+  assert sorted((p[0], p[1]) for p in rng.programs()) == [("fold_in", 0), ("normal", 128), ("split", 4),
+                                                          ("uniform", 128)]
+  data_lib.generate(data_lib.DataSpec(*shapes[8]), 0, np.arange(3))        # 1,600 values: the 2,048 bucket
+  assert ("normal", 2048) in [(p[0], p[1]) for p in rng.programs()]
 
 
 def test_flat_draws_are_each_runs_own_draws():

@@ -1,6 +1,5 @@
 """Regularization paths (svmattn.train.regpath): feasibility, monotone loss, KKT conditions,
-convergence to the SVM direction, local paths, projections, vmap vs loop, bad input; the global
-paths' tests run with the C solver (train.regpath_native) and with the XLA one, and the two agree.
+convergence to the SVM direction, local paths, projections, vmap vs loop, bad input.
 
 One small seeded problem (the conftest batch: B=4 data sets, n=3, T=4, d=6, so every
 Att-SVM is feasible) and a few shared compiled configurations.
@@ -16,7 +15,6 @@ from svmattn.models import heads
 from svmattn.analysis import metrics
 from svmattn.models import attention as model_lib
 from svmattn.train import regpath
-from svmattn.train import regpath_native
 from svmattn.svm import att_svm as svm_lib
 from svmattn.train import loop as train_lib
 
@@ -45,35 +43,6 @@ def _unit(a):
   return a / np.linalg.norm(a)
 
 
-@pytest.fixture(scope="module", params=["native", "xla"])
-def solver(request):
-  """The global paths' tests run with the C solver (where a C++ compiler built it) and with XLA's."""
-  if request.param == "native" and not regpath_native.available():
-    pytest.skip(f"the C path solver is not built here: {regpath_native.report()}")
-  with pytest.MonkeyPatch.context() as mp:
-    if request.param == "xla":
-      mp.setattr(regpath_native, "available", lambda: False)
-    yield request.param
-
-
-_C_AVAILABLE = regpath_native.available
-
-
-@pytest.fixture
-def native(monkeypatch):
-  """The C solver for one test (whichever ``solver`` the module's fixtures hold); skips without it."""
-  if not _C_AVAILABLE():
-    pytest.skip(f"the C path solver is not built here: {regpath_native.report()}")
-  monkeypatch.setattr(regpath_native, "available", _C_AVAILABLE)
-
-
-def _xla(fn, *args, **kwargs):
-  """fn(*args, **kwargs) with the XLA solver."""
-  with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(regpath_native, "available", lambda: False)
-    return fn(*args, **kwargs)
-
-
 @pytest.fixture(scope="module")
 def problem(batch):
   """Host data, optimal tokens, and the Frobenius / nuclear SVMs of opt."""
@@ -88,8 +57,8 @@ def problem(batch):
 
 
 @pytest.fixture(scope="module")
-def paths(batch, problem, solver):
-  """{"W": PathResult, "KQ": PathResult} on the batch, candidates = the SVMs of opt (by ``solver``)."""
+def paths(batch, problem):
+  """{"W": PathResult, "KQ": PathResult} on the batch, candidates = the SVMs of opt."""
   _, _, _, svms = problem
   keys = train_lib.init_keys(SEED, np.arange(4))
   return {p: regpath.regularization_path(CFG[p], batch, GRID, keys, candidates=svms[OWN[p]]["W"])
@@ -167,7 +136,7 @@ def test_w_is_a_minimizer_on_the_smallest_ball(paths, problem):
 
 
 @pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
-def test_vmap_equals_loop(batch, paths, problem, solver):
+def test_vmap_equals_loop(batch, paths, problem):
   _, _, _, svms = problem
   keys = train_lib.init_keys(SEED, np.arange(4))
   for b in (0, 2):
@@ -176,74 +145,6 @@ def test_vmap_equals_loop(batch, paths, problem, solver):
     np.testing.assert_allclose(one.W[0], paths["W"].W[b], rtol=1e-12, atol=1e-12 * GRID[-1])  # bit-exact on CPU
     np.testing.assert_allclose(one.loss[0], paths["W"].loss[b], rtol=1e-12)
     np.testing.assert_array_equal(one.took_candidate[0], paths["W"].took_candidate[b])
-
-
-def test_the_c_solver_agrees_with_xla(batch, problem, native):
-  """The C solver runs the XLA solver's iterations with its own rounding. Both end each radius
-  within the solve's accuracy of the same minimizer (the KKT residual at the largest radius is
-  below 1e-8 for both), so their paths agree to far better than the 1e-6 asserted on corr and W
-  (measured here: W 5.5e-9 R_max, corr 8.8e-11, losses 3.9e-16 and constraints 1.2e-15 relative),
-  and every candidate decision is the same here (its threshold is 1e-12 relative; every gain here is 0
-  or at least 3,000 times above or below it). The losses agree to 1e-10 relative."""
-  _, _, _, svms = problem
-  keys = train_lib.init_keys(SEED, np.arange(4))
-  for p in ("W", "KQ"):
-    cand = svms[OWN[p]]["W"]
-    nat = regpath.regularization_path(CFG[p], batch, GRID, keys, candidates=cand)
-    xla = _xla(regpath.regularization_path, CFG[p], batch, GRID, keys, candidates=cand)
-    np.testing.assert_array_equal(nat.took_candidate, xla.took_candidate)
-    np.testing.assert_allclose(nat.loss, xla.loss, rtol=1e-10)
-    np.testing.assert_allclose(nat.W, xla.W, rtol=0, atol=1e-6 * GRID[-1])
-    corr = [metrics.corr(r.W, cand[:, None]) for r in (nat, xla)]
-    np.testing.assert_allclose(corr[0], corr[1], rtol=0, atol=1e-6)
-    np.testing.assert_allclose(nat.constraint, xla.constraint, rtol=1e-9)
-    assert np.all(np.isnan(nat.cone_cos))
-    for k in xla.params:
-      assert nat.params[k].shape == xla.params[k].shape
-
-
-def test_a_c_path_does_not_depend_on_its_batch(batch, problem, native):
-  """One data set per lane, every lane the same operations: a data set's path is the same bits
-  alone, in the batch, and at another position of a larger batch (a lane beside it or not)."""
-  _, _, _, svms = problem
-  keys = train_lib.init_keys(SEED, np.arange(4))
-  order = np.array([3, 1, 0, 2, 3, 1, 0, 2, 2, 0])                       # 10 data sets: two blocks of lanes
-  for p in ("W", "KQ"):
-    cand = svms[OWN[p]]["W"]
-    full = regpath.regularization_path(CFG[p], batch, GRID, keys, candidates=cand)
-    one = regpath.regularization_path(CFG[p], data_lib.take(batch, np.array([2])), GRID, keys[2:3],
-                                      candidates=cand[2:3])
-    mixed = regpath.regularization_path(CFG[p], data_lib.take(batch, order), GRID, keys[order], candidates=cand[order])
-    for res, at in ((one, 0), (mixed, 3), (mixed, 8)):
-      for f in ("W", "loss", "constraint", "kkt_cos", "grad_norm", "took_candidate", "candidate_gain"):
-        np.testing.assert_array_equal(getattr(res, f)[at], getattr(full, f)[2], err_msg=f)
-
-
-def test_the_c_solver_is_off_where_told(monkeypatch):
-  monkeypatch.setenv(regpath_native.ENV, "0")
-  monkeypatch.setattr(regpath_native, "_state", {})
-  assert not _C_AVAILABLE()
-  assert regpath_native.report() == {"reg_paths": "xla", "reg_paths_why": f"{regpath_native.ENV}=0"}
-  cfg = regpath.PathConfig(param="W")
-  assert regpath_native.covers(cfg, np.float64)
-  assert not regpath_native.covers(cfg, np.float32)
-  assert not regpath_native.covers(regpath.PathConfig(param="W", cone_delta=0.1), np.float64)
-  assert not regpath_native.covers(regpath.PathConfig(param="W", numerics="authors"), np.float64)
-  assert not regpath_native.covers(regpath.PathConfig(param="p"), np.float64)   # (the prompt: XLA's)
-
-
-def test_the_c_solver_checks_its_shapes():
-  """The C side reads its arrays by the shapes it is given: a mismatch is a ValueError first."""
-  B, n, T, d, G = 2, 3, 4, 5, 3
-  X, Z, Y, v = np.zeros((B, n, T, d)), np.zeros((B, n, d)), np.ones((B, n)), np.zeros((B, d))
-  R, x0, v0 = np.array([1.0, 2.0, 3.0]), np.zeros((B, d * d)), np.ones(d * d)
-  cfg = regpath.PathConfig(param="W")
-  with pytest.raises(ValueError, match="Z must have shape"):
-    regpath_native.paths(cfg, X, Z[:, :2], Y, v, R, x0, None, v0)
-  with pytest.raises(ValueError, match="along must have shape"):
-    regpath_native.paths(cfg, X, Z, Y, v, R, x0, np.zeros((B, d)), v0)
-  with pytest.raises(ValueError, match="x0 must have shape"):
-    regpath_native.paths(regpath.PathConfig(param="KQ", m=2), X, Z, Y, v, R, x0, None, np.ones(2 * d * 2))
 
 
 @pytest.mark.slow   # (the fast set keeps a sibling of this check; CI runs the slow ones too)
@@ -354,43 +255,3 @@ def test_bad_arguments_raise(batch):
   for bad in ({"iters": 0}, {"cone_delta": 1.5}, {"param": "V"}, {"param": "KQ", "cone_delta": 0.1}, {"m": 0}):
     with pytest.raises(ValueError):
       regpath.PathConfig(**bad).validate()
-
-
-@pytest.mark.slow   # (three builds of the C solver; CI runs the slow tests too)
-def test_the_c_paths_do_not_depend_on_the_vector_width(batch, problem, tmp_path, monkeypatch):
-  """The C solver takes a vector register's worth of data sets (8 lanes with AVX-512, 4 otherwise):
-  built for 8, 4 and 1 lane (1: scalar fused multiply-adds through std::fma), the three libraries
-  give the same paths bit for bit, W and (K,Q) with their candidates, on 5 data sets (a part-filled
-  group at 8 and 4)."""
-  _, _, _, svms = problem
-  order = np.array([0, 1, 2, 3, 2])
-  keys = train_lib.init_keys(SEED, np.arange(4))[order]
-  data = data_lib.take(batch, order)
-  base = regpath_native.FLAGS
-  outs = {}
-  for lanes in (8, 4, 1):
-    monkeypatch.setattr(regpath_native, "FLAGS", base + (f"-DLANES={lanes}",))
-    monkeypatch.setattr(regpath_native, "_state", {})
-    monkeypatch.setattr(regpath_native, "available", _C_AVAILABLE)
-    monkeypatch.setenv("SVMATTN_NATIVE_BUILD_DIR", str(tmp_path / f"lanes{lanes}"))
-    if not _C_AVAILABLE():
-      pytest.skip(f"the C path solver is not built here: {regpath_native.report()}")
-    outs[lanes] = [regpath.regularization_path(CFG[p], data, GRID, keys, candidates=svms[OWN[p]]["W"][order])
-                   for p in ("W", "KQ")]
-  built = {lib.name for lanes in (8, 4, 1) for lib in (tmp_path / f"lanes{lanes}").glob("*.so")}
-  assert len(built) == 3, built                                # three distinct libraries (the flags are in the name)
-  for lanes in (4, 1):
-    for a, b in zip(outs[8], outs[lanes]):
-      for f in ("W", "loss", "constraint", "kkt_cos", "grad_norm", "took_candidate", "candidate_gain"):
-        np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f"{f} with {lanes} lanes")
-      for k in a.params:
-        np.testing.assert_array_equal(a.params[k], b.params[k])
-
-
-def test_off_the_cpu_the_paths_are_solved_on_the_device(monkeypatch):
-  """On a GPU or TPU (JAX's default backend) the C solver is not used: the XLA solver runs there,
-  and the summary says why."""
-  from svmattn.train import regpath_native
-  monkeypatch.setattr(regpath_native.jax, "default_backend", lambda: "gpu")
-  assert not regpath_native.available()
-  assert regpath_native.report() == {"reg_paths": "xla", "reg_paths_why": "backend gpu"}

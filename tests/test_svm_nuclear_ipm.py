@@ -1,7 +1,5 @@
 """The structured interior point of the nuclear-norm Att-SVM (svmattn.svm.nuclear_ipm): its optimum
-against cvxpy's Clarabel, its optimality certificate, stacking that changes no bit, and the fallback,
-for both of its iterations (the C one of svm.nuclear_ipm_native and the NumPy one), and the two
-against each other."""
+against cvxpy's Clarabel, its optimality certificate, stacking that changes no bit, and the fallback."""
 import numpy as np
 import pytest
 
@@ -10,17 +8,6 @@ from svmattn.data import datasets as data_lib
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import nuclear as svm_nuclear
 from svmattn.svm import nuclear_ipm
-from svmattn.svm import nuclear_ipm_native
-
-
-@pytest.fixture(params=["native", "numpy"])
-def iteration(request, monkeypatch):
-  """Runs a test with the C iteration (where a C++ compiler built it) and with the NumPy one."""
-  if request.param == "numpy":
-    monkeypatch.setattr(nuclear_ipm_native, "available", lambda: False)
-  elif not nuclear_ipm_native.available():
-    pytest.skip(f"the C interior point is not built here: {nuclear_ipm_native.report()}")
-  return request.param
 
 
 def _cases(n, T, d, count, seed):
@@ -35,7 +22,7 @@ SHAPES = [(3, 2, 3), (4, 3, 8), (6, 5, 10)]
 
 
 @pytest.mark.parametrize("n,T,d", SHAPES)
-def test_optimum_and_certificate(n, T, d, iteration):
+def test_optimum_and_certificate(n, T, d):
   """The optimum is cvxpy's Clarabel's (whose tolerances are 1e-8: compared to 1e-6), the
   multipliers certify it (strong duality and ||sum_j y_j A_j||_2 <= 1, to the method's 1e-9
   infeasibility with margin), and the smallest margin is exactly 1."""
@@ -53,7 +40,7 @@ def test_optimum_and_certificate(n, T, d, iteration):
     assert np.linalg.norm((ours.dual[keep] @ A).reshape(d, d), 2) <= 1 + 1e-7
 
 
-def test_stacked_equals_alone_bit_for_bit(iteration):
+def test_stacked_equals_alone_bit_for_bit():
   """att_svm_batch stacks the problems of one reduced shape; each result is the one att_svm gives
   the data set alone, bit for bit (replay and any batch size rely on it)."""
   X, Z, alpha = _cases(4, 4, 6, 9, seed=5)
@@ -66,7 +53,7 @@ def test_stacked_equals_alone_bit_for_bit(iteration):
   assert all(np.array_equal(r.W, s.W) for r, s in zip(again[::-1], batch))
 
 
-def test_shares_on_threads_equal_one_thread_bit_for_bit(iteration):
+def test_shares_on_threads_equal_one_thread_bit_for_bit():
   """att_svm_many splits the stacked nuclear solves into one share per thread (and solves the
   Frobenius ones beside them): every result, in job order, is the one thread's, bit for bit."""
   X, Z, alpha = _cases(4, 4, 6, 9, seed=6)
@@ -82,7 +69,7 @@ def test_shares_on_threads_equal_one_thread_bit_for_bit(iteration):
     done.clear()
 
 
-def test_unfinished_solves_fall_back(monkeypatch, iteration):
+def test_unfinished_solves_fall_back(monkeypatch):
   """A solve the interior point does not finish is nuc_auto's, and says so."""
   X, Z, alpha = _cases(3, 3, 4, 2, seed=1)
   ref = svm_lib.att_svm(X[0], Z[0], alpha[0], "nuc", "nuc_auto")
@@ -136,47 +123,3 @@ def test_many_constraints_go_to_nuc_auto(monkeypatch):
 # E3's reduced shapes (n, T, d): few unknowns and many constraints (degenerate optima), square
 # blocks, and the widest (k = p + q up to 35, N up to 70)
 E3_SHAPES = [(5, 5, 3), (10, 5, 10), (5, 15, 20), (15, 5, 4), (15, 5, 20)]
-
-
-@pytest.mark.parametrize("n,T,d", E3_SHAPES)
-def test_the_c_iteration_agrees_with_numpy(n, T, d):
-  """The C iteration and the NumPy one stop at the same rule (relative gap 1e-10, relative
-  infeasibility 1e-9), each within that of the optimum, so their objectives (the nuclear norms
-  of W and the sums of the multipliers) agree to 1e-8 relative: 10x the gap tolerance plus the
-  infeasibility's share, and 20x the largest difference measured on E3's shapes (5e-10). Where
-  one of them does not finish (near the optimum a factorization fails in either, on a few
-  degenerate problems, which then fall back to nuc_auto), the other must reach the same optimum."""
-  if not nuclear_ipm_native.available():
-    pytest.skip(f"the C interior point is not built here: {nuclear_ipm_native.report()}")
-  from svmattn.analysis import metrics
-  from svmattn.svm import feasibility
-  D = data_lib.generate(data_lib.DataSpec(n=n, T=T, d=d), 3, np.arange(80))
-  X, Z = np.asarray(D.X), np.asarray(D.Z)
-  alpha = metrics.optimal_tokens(metrics.linear_token_scores(np.asarray(D.v), X, np.asarray(D.Y)))
-  both = 0
-  for b in np.flatnonzero(feasibility.check(X, Z, alpha).feasible)[:12]:
-    A, _ = svm_lib.margin_matrix(X[b], Z[b], alpha[b])
-    QL, QR, Ar = svm_nuclear.reduce(A, d)
-    p, q = QL.shape[1], QR.shape[1]
-    f = nuclear_ipm.rank_one_factors(Ar, p, q)
-    assert f is not None
-    ours = nuclear_ipm_native.solve(*f, nuclear_ipm.MAX_ITER, nuclear_ipm.TOL_GAP, nuclear_ipm.TOL_FEAS,
-                                    nuclear_ipm.STEP)
-    ref = nuclear_ipm._ipm(f[0][None], f[1][None], p, q)[0]
-    assert ours is not None or ref is not None
-    if ours is None or ref is None:
-      done = ref if ours is None else ours
-      auto = svm_nuclear._auto_pick(p, q)(Ar, p, q)
-      nuc = [np.linalg.svd(r[1].reshape(p, q), compute_uv=False).sum() for r in (done, auto)]
-      assert abs(nuc[0] / nuc[1] - 1) <= 1e-6     # (nuc_auto's own accuracy)
-      continue
-    both += 1
-    nuc = [np.linalg.svd(r[1].reshape(p, q), compute_uv=False).sum() for r in (ours, ref)]
-    assert abs(nuc[0] / nuc[1] - 1) <= 1e-8
-    assert abs(ours[2].sum() / ref[2].sum() - 1) <= 1e-8
-    # the stopping rule bounds the primal residual ||rp|| <= TOL_FEAS (1 + sqrt(N)), and margin_j >= 1 - |rp_j|
-    assert np.min(Ar @ ours[1]) >= 1 - 2 * nuclear_ipm.TOL_FEAS * (1 + np.sqrt(len(Ar)))
-    again = nuclear_ipm_native.solve(*f, nuclear_ipm.MAX_ITER, nuclear_ipm.TOL_GAP, nuclear_ipm.TOL_FEAS,
-                                     nuclear_ipm.STEP)
-    assert np.array_equal(again[1], ours[1]) and np.array_equal(again[2], ours[2])
-  assert both >= 6

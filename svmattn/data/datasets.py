@@ -13,7 +13,6 @@ normalizes on the host (see ``_unit_gaussian_flat``).
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import os
@@ -120,7 +119,7 @@ def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
   spec.validate()
   svmattn.require_x64(dtype)
   runs = np.asarray(runs, dtype=np.uint32).reshape(-1)
-  with _drawing_on_host(sampler, head, dtype):   # drawn on the host CPU: the same bits on every backend
+  with jax.default_device(_host_device()):   # drawn on the host CPU: the same bits on every backend
     if sampler is unit_gaussian and head.init in _FLAT_HEADS:
       return Dataset(*_unit_gaussian_flat(spec, seed, runs, head, jnp.dtype(dtype)))
     if getattr(sampler, "on_host", False):
@@ -145,7 +144,7 @@ def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
 # With JAX's partitionable threefry (its default), element i of a flat draw is a function of the
 # key and i alone. So the paper's generator draws its four flat arrays (tokens, queries, label
 # bits, head) with ``rng.normals`` (one program for every draw size and number of keys) and
-# ``rng.bits_host`` (the keys and the label bits are integer arithmetic, computed
+# ``rng.coin_flips`` (the keys and the label bits are integer arithmetic, computed
 # on the host without a program: ``rng``'s threefry in NumPy, JAX's values bit for bit). The drawn
 # values are those of ``unit_gaussian``'s own draws, bit for bit. The shape work (reshape, unit
 # rows, signs of the labels, the head's scaling) is done on the host in NumPy, one data set at a
@@ -165,16 +164,15 @@ def flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, d
   """The four flat draws of run r's data set, for every run of ``runs``, as NumPy arrays (B, count
   each): normals of the keys kx, kz and kv and label bits of ky, where (kx, kz, ky, kv) = split(data
   key of r, 4) (``unit_gaussian``'s keys; the host samplers draw with it too); ``counts`` the number
-  of values of each. The normals from ``rng.normals_many``, the keys and the label bits computed on
-  the host (``rng.run_keys``, ``rng.bits_host``)."""
+  of values of each (``rng.run_keys``, ``rng.split_keys``, ``rng.normals``, ``rng.coin_flips``)."""
   runs = np.asarray(runs, np.uint32).reshape(-1)
   nx, nz, ny, nv = (int(c) for c in counts)
   if not len(runs):
     return [np.zeros((0, c), np.bool_ if i == 2 else dtype) for i, c in enumerate((nx, nz, ny, nv))]
   # the keys of the four draws: split(split_run_key(run_key(seed, r))[0], 4), on the host (rng)
-  kx, kz, ky, kv = np.moveaxis(rng.split_host(rng.split_host(rng.run_keys(seed, runs))[:, 0], 4), 1, 0)
-  fx, fz, fv = rng.normals_many([(kx, nx), (kz, nz), (kv, nv)], dtype)
-  return [fx, fz, rng.bits_host(ky, ny), fv]
+  kx, kz, ky, kv = np.moveaxis(rng.split_keys(rng.split_keys(rng.run_keys(seed, runs))[:, 0], 4), 1, 0)
+  fx, fz, fv = (rng.normals(k, count, dtype) for k, count in ((kx, nx), (kz, nz), (kv, nv)))
+  return [fx, fz, rng.coin_flips(ky, ny), fv]
 
 
 def host_sampler(fn):
@@ -233,12 +231,7 @@ def unit_rows_host(a: np.ndarray) -> np.ndarray:
   not depend on the other rows: NumPy's own reductions may order a sum differently for different
   array shapes), with error-free transformations (Ogita, Rump and Oishi's Dot2: as accurate as
   twice the working precision, plain IEEE operations, the same bits on every platform), so the
-  norm is within about an ulp of the exact one. In float64, where ``rng_native`` is built, its C loop
-  computes the same operations in the same order (the same bits, 5-10x faster)."""
-  if a.dtype == np.float64 and a.size and a.shape[-1]:
-    from svmattn import rng_native
-    if rng_native.available():
-      return rng_native.unit_rows(a)
+  norm is within about an ulp of the exact one."""
   split = np.asarray(2.0 ** ((np.finfo(a.dtype).nmant + 2) // 2) + 1, a.dtype)   # Dekker's splitter
 
   def two_square(x):
@@ -271,20 +264,6 @@ def _unit_gaussian_flat(spec: DataSpec, seed: int, runs: np.ndarray, head: heads
   nd = np.dtype(dtype)
   Y = np.ones((B, n), nd) if spec.labels == "positive" else np.where(fy[:, :n], 1.0, -1.0).astype(nd)
   return X, Y, Z, flat_head(fv[:, :counts[3]], head, d)
-
-
-def _drawing_on_host(sampler, head: heads.Head, dtype):
-  """The context ``generate_host`` draws in: JAX's default device set to the host CPU
-  (``_host_device``), where a draw may run an XLA program. A host sampler's float64 draws with
-  ``rng_native`` run none, and there nothing of JAX is touched, so the data stage does not start
-  JAX's backend (about 0.02 s, which the first stage that uses JAX then spends: E1's data 0.03 s
-  of its 0.7)."""
-  if np.dtype(dtype) == np.float64 and head.init in _FLAT_HEADS and (
-      sampler is unit_gaussian or getattr(sampler, "on_host", False)):
-    from svmattn import rng_native
-    if rng_native.available():
-      return contextlib.nullcontext()
-  return jax.default_device(_host_device())
 
 
 def _host_device():

@@ -70,12 +70,12 @@ def _draw(spec: TokenSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
   from svmattn.data import datasets as data_lib
   keys = np.asarray(keys, np.uint32).reshape(-1, 2)
   B, K, d, n, T = len(keys), spec.K, spec.d, spec.n, spec.T
-  ke, kt, kl, kr = np.moveaxis(rng.split_host(keys, 4), 1, 0)
+  ke, kt, kl, kr = np.moveaxis(rng.split_keys(keys, 4), 1, 0)
   E = data_lib.unit_rows_host(rng.normals(ke, K * d).reshape(B, K, d))
-  tokens = rng.permutations_host(rng.split_host(kt, n).reshape(-1, 2), K)[:, :T].reshape(B, n, T)
-  labels = rng.randint_host(kl, n, 0, K)
+  tokens = rng.permutations(rng.split_keys(kt, n).reshape(-1, 2), K)[:, :T].reshape(B, n, T)
+  labels = rng.randints(kl, n, 0, K)
   present = np.any(tokens == labels[..., None], axis=2)
-  pos = rng.randint_host(kr, n, 0, T)
+  pos = rng.randints(kr, n, 0, T)
   labels = np.where(present, labels, np.take_along_axis(tokens, pos[..., None], axis=2)[..., 0])
   return E, tokens, labels
 
@@ -107,7 +107,7 @@ def generate(spec: TokenSpec, seed: int, runs: Sequence[int] | np.ndarray) -> To
   """Data sets ``runs`` of ``seed`` (leading axis B = len(runs))."""
   spec.validate()
   runs = np.asarray(runs, np.int64)
-  data_keys = rng.split_host(rng.run_keys(seed, runs.astype(np.uint32)))[:, 0]     # split_run_key(run_key)[0]
+  data_keys = rng.split_keys(rng.run_keys(seed, runs.astype(np.uint32)))[:, 0]     # split_run_key(run_key)[0]
   B = len(runs)
   E = np.zeros((B, spec.K, spec.d))
   tokens = np.zeros((B, spec.n, spec.T), np.int64)
@@ -115,7 +115,7 @@ def generate(spec: TokenSpec, seed: int, runs: Sequence[int] | np.ndarray) -> To
   todo = np.arange(B)
   for attempt in range(MAX_ATTEMPTS):
     # attempt a of a run draws from fold_in(its data key, a), on the host for the runs still to draw
-    e, t, y = _draw(spec, rng.fold_in_host(data_keys[todo], np.full(len(todo), attempt)))
+    e, t, y = _draw(spec, rng.fold_in_keys(data_keys[todo], np.full(len(todo), attempt)))
     keep = np.array([not spec.require_cycle or has_cycle(t[j], y[j]) for j in range(len(todo))], bool)
     E[todo[keep]], tokens[todo[keep]], labels[todo[keep]] = e[keep], t[keep], y[keep]
     todo = todo[~keep]

@@ -43,11 +43,11 @@ def grid(fl: dict) -> tuple[list[tuple[int, int]], np.ndarray, list[str]]:
 def token_choices(spec, seed, runs, data) -> dict:
   """alpha = opt and a uniform random alpha (B, n) each: the random one is
   jax.random.randint(k_init, (n,), 0, T) of each run's initialization key, computed on the host
-  (``rng.randint_host``: integer arithmetic, JAX's values bit for bit, no program to compile;
+  (``rng.randints``: integer arithmetic, JAX's values bit for bit, no program to compile;
   a program per (n, T) took 1 to 1.5 s to compile)."""
   opt = svm_rank.opt_tokens(data)
-  init_keys = rng.split_host(rng.run_keys(seed, np.asarray(runs, np.uint32)))[:, 1]
-  return {"opt": np.asarray(opt), "random": rng.randint_host(init_keys, spec.n, 0, spec.T)}
+  init_keys = rng.split_keys(rng.run_keys(seed, np.asarray(runs, np.uint32)))[:, 1]
+  return {"opt": np.asarray(opt), "random": rng.randints(init_keys, spec.n, 0, spec.T)}
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:

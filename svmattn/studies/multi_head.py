@@ -51,8 +51,8 @@ def head_vectors(seed: int, H: int, d: int, runs: np.ndarray) -> np.ndarray:
   1000003), (H, d)) scaled to unit norm, on the host (``rng``'s flat draw and the generator's
   exact-sum norm; numerics version 9, before a compiled program per (seed, H, d) with XLA's norm)."""
   runs = np.asarray(runs, np.uint32).reshape(-1)
-  data_keys = rng.split_host(rng.run_keys(int(seed), runs))[:, 0]
-  keys = rng.fold_in_host(data_keys, np.full(len(runs), 1_000_003))
+  data_keys = rng.split_keys(rng.run_keys(int(seed), runs))[:, 0]
+  keys = rng.fold_in_keys(data_keys, np.full(len(runs), 1_000_003))
   v = rng.normals(keys, int(H) * int(d)).reshape(len(runs), int(H), int(d))
   return data_lib.unit_rows_host(v)
 

@@ -52,12 +52,12 @@ def two_clusters(spec: data_lib.DataSpec, seed: int, runs, head: heads.Head, dty
   program per shape, with XLA's norms of z and v.)"""
   n, T, d = spec.n, spec.T, spec.d
   dt = np.dtype(dtype)
-  kx, kz, kv = np.moveaxis(rng.split_host(rng.split_host(rng.run_keys(seed, runs))[:, 0], 3), 1, 0)
+  kx, kz, kv = np.moveaxis(rng.split_keys(rng.split_keys(rng.run_keys(seed, runs))[:, 0], 3), 1, 0)
   B = len(kx)
   X = rng.normals(kx, n * T * d, dt, NOISE).reshape(B, n, T, d)     # NOISE * normal, as a program rounds it
   centre = np.linspace(-SHIFT, SHIFT, n).astype(dt) if n > 1 else np.zeros((1,), dt)
   X[:, :, :, 0] += centre[None, :, None]
-  fz, fv = rng.normals_many([(kz, n * d), (kv, data_lib.head_size(head, d))], dt)
+  fz, fv = rng.normals(kz, n * d, dt), rng.normals(kv, data_lib.head_size(head, d), dt)
   Z = data_lib.unit_rows_host(fz.reshape(B, n, d))
   return X, np.ones((B, n), dt), Z, data_lib.flat_head(fv, head, d)
 

@@ -83,21 +83,21 @@ def pool(fl: dict):
 
 def _cell_keys(seed: int, n: int, runs: np.ndarray, half: int) -> np.ndarray:
   """(B, 2) fold_in(split_run_key(run_key(seed, r))[half], n) of every run r of ``runs``, on the host (``rng``)."""
-  return rng.fold_in_host(rng.split_host(rng.run_keys(seed, np.asarray(runs, np.uint32)))[:, half], n)
+  return rng.fold_in_keys(rng.split_keys(rng.run_keys(seed, np.asarray(runs, np.uint32)))[:, half], n)
 
 
 def subsets(seed: int, n: int, runs: np.ndarray, pool_size: int) -> np.ndarray:
   """(B, n) positions in the training pool of the data sets ``runs`` of cell n: data set r of
   cell n is the first n of ``jax.random.permutation`` drawn from fold_in(data key of run_key(seed, r),
-  n), computed on the host (``rng.permutations_host``: the same integers, no program per cell)."""
-  return rng.permutations_host(_cell_keys(seed, n, runs, 0), pool_size)[:, :n]
+  n), computed on the host (``rng.permutations``: the same integers, no program per cell)."""
+  return rng.permutations(_cell_keys(seed, n, runs, 0), pool_size)[:, :n]
 
 
 def random_selections(seed: int, n: int, runs: np.ndarray, T: int) -> np.ndarray:
   """(B, n) a uniformly random token per sequence (from the init half of the run key): the
   selection whose Att-SVM shows the counting transition n(T-1) = d^2. ``jax.random.randint``
-  computed on the host (``rng.randint_host``)."""
-  return rng.randint_host(_cell_keys(seed, n, runs, 1), n, 0, T)
+  computed on the host (``rng.randints``)."""
+  return rng.randints(_cell_keys(seed, n, runs, 1), n, 0, T)
 
 
 def pooled_tokens(X: np.ndarray) -> np.ndarray:

@@ -34,7 +34,6 @@ from svmattn.studies import local_convergence
 from svmattn.svm import att_svm as svm_lib
 from svmattn.train import loop as train_lib
 from svmattn.train import regpath
-from svmattn.train import regpath_native
 from svmattn.figures import reg_path as figures
 
 NAME = "reg_path"
@@ -64,9 +63,8 @@ class Paths:
   A path is one compiled solve over the whole grid (warm-started from radius to radius),
   so there is nothing to save part-way: ``checkpoints`` is not used, and a batch interrupted
   in a path solves that path again on --resume (its other finished paths are kept).
-  The C solver (``train.regpath_native``, where it covers the configuration) solves a batch in
-  one call, one data set per lane: a data set's path does not depend on the batch. The XLA solver
-  solves every batch in blocks of ``BLOCK`` data sets, the last one filled up with copies of
+  The solver (``train.regpath``, one jitted program vmapped over data sets) solves every batch in
+  blocks of ``BLOCK`` data sets, the last one filled up with copies of
   the batch's first data set: XLA compiles a vmapped batch differently for different sizes (a batch
   of one about 1e-14 apart for (K,Q); batches of 25 and 50 apart on every data set, some (K,Q)
   paths then ending on another branch), while within one size a data set's path does not depend
@@ -94,8 +92,7 @@ class Paths:
       cand = np.array(batch[f"svm_{OWN_NORM[self.config.param]}"], np.float64)
       unsolved = ~np.all(np.isfinite(cand.reshape(B, -1)), axis=1)
       cand[unsolved] = np.eye(d)  # a harmless start where the SVM is not solved (corr is NaN there)
-    # the C solver's paths do not depend on the batch: one call; XLA's in blocks of BLOCK
-    block_size = B if regpath_native.covers(self.config, data.X.dtype) and regpath_native.available() else BLOCK
+    block_size = BLOCK
     blocks, attention = [], []
     for lo in range(0, B, block_size):
       at = np.arange(lo, lo + block_size)

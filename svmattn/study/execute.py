@@ -71,12 +71,9 @@ def environment() -> dict:
 
 
 def _gd_kernel() -> dict:
-  from svmattn import rng_native
-  from svmattn.svm import nuclear_ipm_native
   from svmattn.train import buckets
   from svmattn.train import native_kernel
-  from svmattn.train import regpath_native
-  return {**native_kernel.report(), **rng_native.report(), **nuclear_ipm_native.report(), **regpath_native.report(),
+  return {**native_kernel.report(),
           "pad_d_buckets": buckets.enabled()}
 
 

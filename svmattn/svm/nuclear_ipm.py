@@ -20,16 +20,12 @@ A solve that does not reach its tolerances (or whose rows are not rank one) retu
 caller falls back to the general solvers (``nuclear.solve_auto``): the method is an accelerator,
 never the only path. Deterministic: the same rows give the same bits.
 
-From numerics version 16 the iteration runs in C, one problem at a time (``nuclear_ipm_native``,
-``native/nuclear_ipm.cc``: the same directions, steps and stopping rule with its own linear algebra),
-wherever a C++ compiler built it; ``_ipm`` below is the iteration elsewhere (and with
-SVMATTN_NATIVE_IPM=0). The two agree to the stopping rule's accuracy, not bit for bit.
+Numerics versions 16 to 21 ran the same iteration in C, one problem at a time; from version 22
+``_ipm`` below (NumPy's batched linear algebra) is the only one (CHANGELOG.md).
 """
 from __future__ import annotations
 
 import numpy as np
-
-from svmattn.svm import nuclear_ipm_native
 
 TOL_GAP = 1e-10      # relative duality gap at which a solve stops
 TOL_FEAS = 1e-9      # relative primal and dual infeasibility at which a solve stops
@@ -70,8 +66,8 @@ def solve(Ar: np.ndarray, p: int, q: int):
 
 def solve_batch(Ars: np.ndarray, p: int, q: int) -> list:
   """``solve`` for a stack of problems of one shape (B, N, p*q). Every problem iterates on its own
-  (in C one at a time; in NumPy the batched linear algebra works matrix by matrix, and a problem
-  stops at its own convergence), so its result is the same bits whatever else is in the batch."""
+  (NumPy's batched linear algebra works matrix by matrix, and a problem stops at its own
+  convergence), so its result is the same bits whatever else is in the batch."""
   B = Ars.shape[0]
   out = [None] * B
   if B == 0:
@@ -82,10 +78,7 @@ def solve_batch(Ars: np.ndarray, p: int, q: int) -> list:
       out[b] = f
   idx = [b for b in range(B) if out[b] is not None]
   res = [None] * B
-  if idx and nuclear_ipm_native.available():       # the same iteration in C, one problem at a time
-    for b in idx:
-      res[b] = nuclear_ipm_native.solve(out[b][0], out[b][1], MAX_ITER, TOL_GAP, TOL_FEAS, STEP)
-  elif idx:
+  if idx:
     a = np.stack([out[b][0] for b in idx])
     bb = np.stack([out[b][1] for b in idx])
     for b, r in zip(idx, _ipm(a, bb, p, q)):

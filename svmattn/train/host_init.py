@@ -53,7 +53,7 @@ def init_params(param: str, scheme: str, keys: np.ndarray, d: int, m: int, dtype
     return {"W": _matrix(scheme, keys, (d, d), dtype, bound)}
   if param == "p":
     return {"p": _matrix(scheme, keys, (d,), dtype, bound)}
-  kk, kq = np.moveaxis(rng.split_host(keys), 1, 0)
+  kk, kq = np.moveaxis(rng.split_keys(keys), 1, 0)
   if scheme == "zero":                              # Q = 0, K = 0.1 N(0, 1) (E1)
     return {"K": _matrix("normal", kk, (d, m), dtype, scale=0.1), "Q": _matrix("zero", kq, (d, m), dtype)}
   return {"K": _matrix(scheme, kk, (d, m), dtype, bound), "Q": _matrix(scheme, kq, (d, m), dtype, bound)}

@@ -184,14 +184,14 @@ def minibatch_table_host(keys, first: int, steps: int, n: int, minibatch: int, s
   pos = t[:, None] * minibatch + np.arange(minibatch)[None]                # (steps, minibatch) stream positions
   if sampling == "cyclic":
     return np.broadcast_to(pos % n, (B, steps, minibatch)).astype(dtype)
-  salted = rng.fold_in_host(keys, SAMPLING_SALT)
+  salted = rng.fold_in_keys(keys, SAMPLING_SALT)
   if sampling == "with":
-    draw_keys = rng.fold_in_host(np.repeat(salted, steps, axis=0), np.tile(t.astype(np.uint32), B))
-    return rng.randint_host(draw_keys, minibatch, 0, n).reshape(B, steps, minibatch).astype(dtype)
+    draw_keys = rng.fold_in_keys(np.repeat(salted, steps, axis=0), np.tile(t.astype(np.uint32), B))
+    return rng.randints(draw_keys, minibatch, 0, n).reshape(B, steps, minibatch).astype(dtype)
   e0 = (int(first) * minibatch) // n
   count = (steps * minibatch + n - 2) // n + 1                             # the most epochs the positions span
   epochs = np.arange(e0, e0 + count, dtype=np.int64).astype(np.uint32)
-  perms = rng.permutations_host(rng.fold_in_host(np.repeat(salted, count, axis=0), np.tile(epochs, B)), n)
+  perms = rng.permutations(rng.fold_in_keys(np.repeat(salted, count, axis=0), np.tile(epochs, B)), n)
   return perms.reshape(B, count, n)[:, pos // n - e0, pos % n].astype(dtype)
 
 
@@ -416,7 +416,7 @@ def start_state(config: TrainConfig, params: dict) -> tuple[int, State]:
 def init_keys(seed: int, runs) -> np.ndarray:
   """Initialization keys (B, 2) of the given runs: the second half of each run key's split
   (``data_lib.split_run_key(data_lib.run_key(seed, r))[1]``, computed on the host: ``rng``)."""
-  return rng.split_host(rng.run_keys(seed, np.asarray(runs, dtype=np.uint32)))[:, 1]
+  return rng.split_keys(rng.run_keys(seed, np.asarray(runs, dtype=np.uint32)))[:, 1]
 
 
 # jitted, blocked functions cached per trainer (the shapes are the jit cache key)

@@ -46,9 +46,9 @@ far more; rounding by far less). ``PathResult.took_candidate`` / ``candidate_gai
 record where and by how much the candidate won; the KKT cosine checks the result.
 
 Batching: ``regularization_path`` vmaps ``path_one`` over a leading axis B of
-data sets and jit-compiles once per (config, shapes, grid length). Where the C solver covers
-the configuration (``train.regpath_native``: global paths of the linear head in float64; numerics
-version 17), it runs the same method there instead, one data set per vector lane (``_native``).
+data sets and jit-compiles once per (config, shapes, grid length), on JAX's default device.
+(Numerics versions 17 to 21 ran the global paths of the linear head in C on the host; from version
+22 this program is the only solver: CHANGELOG.md.)
 """
 from __future__ import annotations
 
@@ -65,7 +65,6 @@ from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.models import losses as losses_lib
 from svmattn.models import attention as model_lib
-from svmattn.train import regpath_native
 
 Params = dict[str, jax.Array]
 
@@ -249,6 +248,7 @@ class _Problem(NamedTuple):
   config: PathConfig
   param: model_lib.Parameterization
   loss: Any       # loss(params, data) -> scalar (ridge 0)
+  grad: Any       # grad(params, data) of loss: the closed form where there is one (model.make_grad)
 
 
 @functools.lru_cache(maxsize=32)
@@ -257,7 +257,8 @@ def _problem(config: PathConfig) -> _Problem:
   param = model_lib.get_parameterization(config.param)
   head = heads.get_head(config.head)
   return _Problem(config, param, model_lib.make_loss(param, head, config.loss, 0.0, config.model,
-                                                         numerics=config.numerics))
+                                                         numerics=config.numerics),
+                  model_lib.make_grad(param, head, config.loss, 0.0, config.model, numerics=config.numerics))
 
 
 def _projector(prob: _Problem, R, ref):
@@ -270,11 +271,11 @@ def _projector(prob: _Problem, R, ref):
   return lambda p: project_ball(p, rad)
 
 
-def _power_lambda(f, x, v, steps):
+def _power_lambda(f, grad_f, x, v, steps):
   """|largest eigenvalue| of the Hessian of f at x by power iteration from v (unit pytree),
-  with Hessian-vector products jvp(value_and_grad f). Returns (lambda, v, f(x), grad f(x))
+  with Hessian-vector products jvp((f, grad_f)). Returns (lambda, v, f(x), grad f(x))
   (the last two are the primal outputs of the jvp: one call site of the loss serves both)."""
-  vg = jax.value_and_grad(f)
+  vg = lambda p: (f(p), grad_f(p))  # noqa: E731
 
   def body(_, carry):
     u = carry[0]
@@ -302,7 +303,7 @@ def _solve(prob: _Problem, data, R, ref, x0, v0, iters):
   loss in the compiled program)."""
   cfg = prob.config
   f = lambda p: prob.loss(p, data)
-  grad_f = jax.grad(f)
+  grad_f = lambda p: prob.grad(p, data)  # noqa: E731  (the closed form where there is one)
   proj = _projector(prob, R, ref)
   rad = radius(cfg.param, R)
   x0 = proj(x0)
@@ -310,7 +311,7 @@ def _solve(prob: _Problem, data, R, ref, x0, v0, iters):
   dt = _dtype(x0)
 
   def step_size(x, v):
-    lam, v, value, g = _power_lambda(f, x, v, cfg.power_iters)
+    lam, v, value, g = _power_lambda(f, grad_f, x, v, cfg.power_iters)
     lam = jnp.maximum(jnp.maximum(lam, _norm(g) / rad), jnp.finfo(dt).tiny)
     return 1.0 / lam, v, value, g
 
@@ -480,7 +481,7 @@ def regularization_path(config: PathConfig, data: data_lib.Dataset, R, keys: jax
   """
   config.validate()
   R = check_grid(R)
-  data = data_lib.Dataset(*(np.asarray(a) for a in data))     # (on the device only for the XLA solver)
+  data = data_lib.Dataset(*(np.asarray(a) for a in data))
   if data.X.ndim != 4:
     raise ValueError(f"regularization_path: data.X must have shape (B, n, T, d), got {data.X.shape}")
   B, d = data.X.shape[0], data.X.shape[-1]
@@ -504,8 +505,6 @@ def regularization_path(config: PathConfig, data: data_lib.Dataset, R, keys: jax
     return np.asarray(a, dt)
 
   ref, candidates = matrices("ref", ref), matrices("candidates", candidates)
-  if regpath_native.covers(config, dt) and regpath_native.available():
-    return _native(config, data, R, keys, candidates)
   if keys is None:   # (W: unused)
     keys = jax.vmap(jax.random.PRNGKey)(jnp.arange(B, dtype=jnp.uint32))
   device = lambda a: None if a is None else jnp.asarray(a)
@@ -514,56 +513,3 @@ def regularization_path(config: PathConfig, data: data_lib.Dataset, R, keys: jax
                                                keys, device(ref), device(candidates)))
   W, loss, cons, kkt, gn, cone = (np.asarray(o) for o in outs)
   return PathResult(R, W, loss, cons, kkt, gn, cone, np.asarray(took), np.asarray(gain), params)
-
-
-def _unit_rows(a: np.ndarray) -> np.ndarray:
-  """Every row of a (B, P) divided by its norm, the norm taken of the row scaled by its max |a| first."""
-  top = np.max(np.abs(a), axis=1, keepdims=True)
-  return a / (top * np.linalg.norm(a / top, axis=1, keepdims=True))
-
-
-def _random_starts_host(keys, d: int, m: int, R0: float) -> np.ndarray:
-  """The (K,Q) starts of ``_random_start`` as rows (B, 2*d*m) (K then Q), drawn on the host
-  (``rng``: the same normals bit for bit) and scaled onto ||K||^2+||Q||^2 = 2 R0 in NumPy, row by row."""
-  if jax.dtypes.issubdtype(getattr(keys, "dtype", np.uint32), jax.dtypes.prng_key):
-    keys = jax.random.key_data(keys)                                               # (typed keys)
-  sub = rng.split_host(np.asarray(keys, np.uint32).reshape(-1, 2))                   # (B, 2, 2)
-  rnd = np.concatenate([rng.normals(sub[:, 0], d * m), rng.normals(sub[:, 1], d * m)], axis=1)
-  top = np.max(np.abs(rnd), axis=1, keepdims=True)
-  return rnd * (np.sqrt(2.0 * R0) / (top * np.linalg.norm(rnd / top, axis=1, keepdims=True)))
-
-
-def _along_unit(config: PathConfig, candidates: np.ndarray, rnd: np.ndarray, m: int) -> np.ndarray:
-  """``_along`` at R = 1 as rows (B, P): the start at radius R is R times it for W and sqrt(R) times
-  it for (K,Q) (the balanced factors of the SVD and 1e-3 of the random start's direction)."""
-  B, d = candidates.shape[0], candidates.shape[-1]
-  U = candidates
-  if config.param == "W":
-    return _unit_rows(U.reshape(B, -1))
-  A, S, Bt = np.linalg.svd(U)
-  k = min(m, d)
-  c = 1.0 / np.sqrt(np.sum(S, axis=1))[:, None, None]
-  K, Q = np.zeros((B, d, m)), np.zeros((B, d, m))
-  K[:, :, :k] = c * A[:, :, :k] * np.sqrt(S[:, None, :k])
-  Q[:, :, :k] = c * np.swapaxes(Bt[:, :k], 1, 2) * np.sqrt(S[:, None, :k])
-  return np.concatenate([K.reshape(B, -1), Q.reshape(B, -1)], axis=1) + 1e-3 * np.sqrt(2.0) * _unit_rows(rnd)
-
-
-def _native(config: PathConfig, data: data_lib.Dataset, R: np.ndarray, keys, candidates) -> PathResult:
-  """``regularization_path`` by the C solver (``regpath_native``; the same method, its own rounding)."""
-  B, d = data.X.shape[0], data.X.shape[-1]
-  m = (config.m or d) if config.param == "KQ" else d
-  if config.param == "W":
-    x0 = np.zeros((B, d * d))
-  else:
-    x0 = _random_starts_host(keys, d, m, float(R[0]))
-  sizes = [d * d] if config.param == "W" else [d * m, d * m]
-  v0 = np.concatenate([np.sin(1.0 + np.arange(size, dtype=np.float64)) for size in sizes])
-  v0 = v0 / np.linalg.norm(v0)
-  along = None if candidates is None else _along_unit(config, candidates, x0, m)
-  out = regpath_native.paths(config, data.X, data.Z, data.Y, data.v, R, x0, along, v0)
-  last = out["last"]
-  params = ({"W": last.reshape(B, d, d)} if config.param == "W" else
-            {"K": last[:, :d * m].reshape(B, d, m), "Q": last[:, d * m:].reshape(B, d, m)})
-  return PathResult(R, out["W"], out["loss"], out["constraint"], out["kkt_cos"], out["grad_norm"],
-                    np.full(out["loss"].shape, np.nan), out["took_candidate"], out["candidate_gain"], params)

@@ -1,4 +1,4 @@
-// The lane arithmetic the native kernels share (svmattn/train/native: gd_block.cc, reg_path.cc):
+// The lane arithmetic of the native GD kernel (svmattn/train/native/gd_block.cc):
 // a vector of LANES doubles, one data set per lane, with lanewise fused multiply-adds, an exp of
 // fixed rounding, matrix-vector and matrix-matrix tiles whose sums run in index order, and the
 // flushing of subnormals. Every lane runs the same scalar operations in the same order and no
@@ -17,8 +17,8 @@
 // Lanes: 8 with AVX-512 (one register); 8 with AVX2 where the includer defines SVMATTN_LANE_PAIRS
 // (gd_block.cc, whose comparisons and selects go through lanewise below: two registers per value,
 // vd a pair of 4-lane halves, two groups of 4 data sets side by side, whose independent chains the
-// core overlaps; 5-25% faster than 4 lanes at E2's, E4's and E5's sizes on a Zen 3 core); else 4
-// (reg_path.cc, written with the vector operators). The results do not depend on it: every lane is
+// core overlaps; 5-25% faster than 4 lanes at E2's, E4's and E5's sizes on a Zen 3 core); else 4.
+// The results do not depend on it: every lane is
 // its own data set.
 #ifndef LANES
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(SVMATTN_LANE_PAIRS))
