@@ -21,7 +21,7 @@ Parts (--parts):
                final corr differences, selections and checks against a CPU run of the same version.
   e4           E4 (overparam) end to end at --e4_runs data sets per cell, one block per pipeline
                batch (--block_size = --batch_size), while --deadline_s allows.
-  padding      E4 at --pad_runs data sets per cell twice, d unpadded (SVMATTN_PAD_D=0) and padded to
+  padding      E4 at --pad_runs data sets per cell twice, d unpadded (buckets.PAD_D = False) and padded to
                buckets (the GPU's default, train.buckets), each with an empty compilation cache: wall,
                compile and program counts, and per run the corr differences, the same convergence
                types, health labels and selections, and every check's verdict.
@@ -329,10 +329,18 @@ def part_determinism(report):
   report["determinism"] = out
 
 
+# `python -m svmattn ARGS` with the padding of d turned off (svmattn.train.buckets.PAD_D)
+_UNPADDED = "import sys; from svmattn.train import buckets; buckets.PAD_D = False; from svmattn import cli; cli.main(sys.argv)"
+
+
 def run_binary(args, env_extra, timeout):
-  env = dict(os.environ, PYTHONUNBUFFERED="1", **env_extra)
-  cmd = [sys.executable, "-m", "svmattn"] + args
-  log("$", " ".join(f"{k}={shlex.quote(v)}" for k, v in env_extra.items()), " ".join(map(shlex.quote, cmd[1:])))
+  """Run ``python -m svmattn ARGS``; env_extra {"pad_d": False}: with d unpadded."""
+  env = dict(os.environ, PYTHONUNBUFFERED="1")
+  if env_extra.get("pad_d") is False:
+    cmd = [sys.executable, "-c", _UNPADDED, "svmattn"] + args
+  else:
+    cmd = [sys.executable, "-m", "svmattn"] + args
+  log("$", " ".join(f"{k}={v}" for k, v in env_extra.items()), " ".join(map(shlex.quote, cmd[1:])))
   t = time.time()
   try:
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
@@ -490,7 +498,7 @@ def e4_vs(a, b):
 
 def part_padding(report):
   out = {}
-  for label, env in (("unpadded", {"SVMATTN_PAD_D": "0"}), ("padded", {})):
+  for label, env in (("unpadded", {"pad_d": False}), ("padded", {})):
     if left() < 30:
       log(f"padding {label}: skipped (deadline)")
       continue

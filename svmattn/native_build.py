@@ -129,9 +129,14 @@ def key(source: Path, flags: tuple[str, ...], cxx: str) -> str:
   return h.hexdigest()[:16]
 
 
+# A folder to build in instead of the defaults (the tests set it; None: beside the source, else the
+# user's cache directory)
+BUILD_DIR: str | None = None
+
+
 def _build_dirs(source: Path):
-  if os.environ.get("SVMATTN_NATIVE_BUILD_DIR"):                 # (the tests' own folder)
-    yield Path(os.environ["SVMATTN_NATIVE_BUILD_DIR"])
+  if BUILD_DIR:
+    yield Path(BUILD_DIR)
     return
   yield source.parent / "_build"
   base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

@@ -61,6 +61,8 @@ import zipfile
 import numpy as np
 import pandas as pd
 
+from svmattn.io import results as results_io
+
 __all__ = ["ResultsError", "load", "load_curves"]
 
 
@@ -273,8 +275,8 @@ def _columns(arrays: dict, stages: list[str], S: int | None):
   runs = np.asarray(arrays[run_key]) if run_key else np.arange(B)
   scalars, series = {}, {}
   for k, a in arrays.items():
-    if k in (run_key, CELL_STEPS) or np.ndim(a) == 0 or np.shape(a)[0] != B:
-      continue
+    if k in (run_key, CELL_STEPS) or np.ndim(a) == 0 or np.shape(a)[0] != B or k.endswith(results_io.DIGEST_SUFFIX):
+      continue                            # (a per-run matrix's digests are replay's, not a metric)
     stage, metric = _split_name(k, stages)
     if a.ndim == 1:
       scalars[(stage, metric)] = a

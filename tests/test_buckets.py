@@ -1,6 +1,6 @@
 """svmattn.train.buckets: d padded with zeros to a bucket, one compiled program per bucket.
 
-The padding runs by default on GPUs and TPUs; here it is forced on the CPU (``buckets.ENV``) with
+The padding runs by default on GPUs and TPUs; here it is forced on the CPU (``buckets.PAD_D``) with
 the native kernel off, so the XLA block kernel runs as it does on a GPU.
 """
 import numpy as np
@@ -21,7 +21,7 @@ def xla(monkeypatch):
   monkeypatch.setattr(native_kernel, "ENABLED", False)
 
   def set_padding(on: bool):
-    monkeypatch.setenv(buckets.ENV, "1" if on else "0")
+    monkeypatch.setattr(buckets, "PAD_D", bool(on))
     train_lib._JIT_CACHE.clear()
   yield set_padding
   train_lib._JIT_CACHE.clear()
@@ -39,11 +39,11 @@ def _programs():
 
 def test_bucket_sizes_and_where_padding_is_on(monkeypatch):
   assert [buckets.padded_size(d) for d in (1, 2, 4, 5, 8, 9, 20)] == [4, 4, 4, 8, 8, 12, 20]
-  monkeypatch.setenv(buckets.ENV, "0")
+  monkeypatch.setattr(buckets, "PAD_D", False)
   assert not buckets.enabled()
-  monkeypatch.setenv(buckets.ENV, "1")
+  monkeypatch.setattr(buckets, "PAD_D", True)
   assert buckets.enabled()
-  monkeypatch.delenv(buckets.ENV)
+  monkeypatch.setattr(buckets, "PAD_D", None)
   assert not buckets.enabled()            # the default on a CPU (these tests' backend)
 
 

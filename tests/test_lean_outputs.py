@@ -1,5 +1,6 @@
-"""Lean outputs: --nokeep_runs keeps no per-run records (replay still reruns a data set), --norms
-limits the Att-SVMs solved."""
+"""Lean outputs: the per-run record keeps each run's matrices as digests (replay compares them bit
+for bit; --full_records keeps them whole), --nokeep_runs keeps no per-run records (replay still
+reruns a data set), --norms limits the Att-SVMs solved."""
 import json
 import os
 import subprocess
@@ -9,6 +10,32 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
+from svmattn.study import replay
+from svmattn.study import runner
+
+
+def test_the_lean_record_digests_matrices_and_keeps_the_rest():
+  rng = np.random.default_rng(0)
+  arrays = {"corr": rng.normal(size=(5, 7)), "selected": rng.integers(0, 3, (5, 2)), "W": rng.normal(size=(5, 3, 3)),
+            "W_curve": rng.normal(size=(5, 7, 3, 3)), "outcome": np.array(["a", "b", "c", "d", "e"])}
+  rec = runner.lean(arrays)
+  assert sorted(rec) == ["W__digest", "W_curve__digest", "corr", "outcome", "selected"]
+  assert rec["W__digest"].dtype == np.uint64 and rec["W__digest"].shape == (5,)
+  assert len(set(rec["W__digest"].tolist())) == 5                     # the runs' rows differ
+  np.testing.assert_array_equal(rec["corr"], arrays["corr"])
+
+
+def test_a_digest_tells_one_bit_apart():
+  """A replay's matrix that differs from the record's in one bit, or in dtype or shape, is not identical."""
+  W = np.random.default_rng(1).normal(size=(4, 3, 3))
+  rec = runner.lean({"W": W})
+  ref = {k: a[2] for k, a in rec.items()}
+  assert replay.compare({"W": W[2:3]}, ref) == {"W": True}
+  flipped = W[2:3].copy()
+  flipped.view(np.uint64)[0, 1, 1] ^= 1                               # the last bit of one entry
+  assert replay.compare({"W": flipped}, ref) == {"W": False}
+  assert replay.compare({"W": W[2:3].astype(np.float32)}, ref) == {"W": False}
+  assert replay.compare({"W": W[2:3].reshape(1, 9, 1)}, ref) == {"W": False}
 
 
 def _run(*args):

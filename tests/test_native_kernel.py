@@ -207,8 +207,11 @@ def test_without_a_compiler_training_runs_the_xla_kernel_and_says_why(tmp_path):
   summary's environment records why."""
   script = textwrap.dedent("""
       import numpy as np
+      import sys
       import svmattn
       svmattn.configure()
+      from svmattn import native_build
+      native_build.BUILD_DIR = sys.argv[1]
       from svmattn.data import datasets as data_lib
       from svmattn.train import block_kernel, native_kernel, loop as train_lib
       config = train_lib.TrainConfig(steps=4, snapshot_every=2, chunk_steps=4)
@@ -218,8 +221,9 @@ def test_without_a_compiler_training_runs_the_xla_kernel_and_says_why(tmp_path):
       assert not block_kernel.uses_native(config, np.float64)
       print(native_kernel.report())
   """)
-  env = {**os.environ, "CXX": "/bin/false", "JAX_PLATFORMS": "cpu", "SVMATTN_NATIVE_BUILD_DIR": str(tmp_path)}
-  proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+  env = {**os.environ, "CXX": "/bin/false", "JAX_PLATFORMS": "cpu"}
+  proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, env=env, capture_output=True,
+                        text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "'gd_kernel': 'xla'" in proc.stdout and "/bin/false failed" in proc.stdout
   assert not list(tmp_path.glob("*.so"))               # nothing half-written
@@ -413,7 +417,7 @@ def _chunk_with_lanes(lanes, tmp_path, monkeypatch, cases):
   """run_chunk's outputs for each case, with the kernel built for ``lanes`` data sets per vector."""
   monkeypatch.setattr(native_kernel, "FLAGS", BASE_FLAGS + (f"-DLANES={lanes}",))
   monkeypatch.setattr(native_kernel, "_state", {})
-  monkeypatch.setenv("SVMATTN_NATIVE_BUILD_DIR", str(tmp_path / f"lanes{lanes}"))
+  monkeypatch.setattr(native_build, "BUILD_DIR", str(tmp_path / f"lanes{lanes}"))
   assert native_kernel.available(), native_kernel.why_not()
   outs = [native_kernel._state["targets"]["W"]]           # (the build's own target: its flags are in the name)
   for param, head, loss, ridge, normalized, *authors in cases:

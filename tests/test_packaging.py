@@ -48,7 +48,7 @@ def test_wheel_installs_a_command_that_runs_from_anywhere(tmp_path):
     assert os.path.isdir(os.path.join(purelib, "svmattn", package)), package
   elsewhere = tmp_path / "elsewhere"
   elsewhere.mkdir()
-  env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SVMATTN_NATIVE_BUILD_DIR", "SVMATTN_NATIVE_KERNEL")}
+  env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SVMATTN_NATIVE_KERNEL")}
   env["JAX_PLATFORMS"] = "cpu"
   where = subprocess.run([str(py), "-c", "import svmattn; print(svmattn.__file__)"], cwd=elsewhere, env=env,
                          check=True, capture_output=True, text=True).stdout

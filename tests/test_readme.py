@@ -239,3 +239,24 @@ def test_every_function_the_readme_lists_exists_and_has_a_docstring(name):
     break
   doc = inspect.getdoc(obj) or ""
   assert len(doc) >= 40, f"{name} has no docstring a user can read"
+
+
+SWITCHES = {"SVMATTN_CPU_DEVICES", "SVMATTN_NATIVE_KERNEL", "SVMATTN_PRECISION"}
+SET_FOR_CHILDREN = {"SVMATTN_CORE_SHARE", "SVMATTN_DIE_WITH_PARENT"}
+
+
+def test_the_package_reads_three_documented_environment_switches():
+  """Every SVMATTN_* name in svmattn/'s Python is one of BUILD.md's three switches or one of the two variables
+  the engine sets for its own children, and BUILD.md's table lists the three."""
+  import re
+  names = set()
+  for root, _, files in os.walk(os.path.join(REPO_ROOT, "svmattn")):
+    for name in files:
+      if name.endswith(".py"):
+        with open(os.path.join(root, name), encoding="utf-8") as f:
+          names |= set(re.findall(r"SVMATTN_[A-Z0-9_]+", f.read()))
+  assert names <= SWITCHES | SET_FOR_CHILDREN, names - SWITCHES - SET_FOR_CHILDREN
+  with open(os.path.join(REPO_ROOT, "BUILD.md"), encoding="utf-8") as f:
+    build = f.read()
+  table = build[build.index("## Environment switches"):build.index("## Developing")]
+  assert {n for n in SWITCHES if f"`{n}=" in table} == SWITCHES

@@ -21,7 +21,7 @@ DRIVER = textwrap.dedent("""
     import json, sys, tempfile
     sys.path.insert(0, {root!r})
     from svmattn.report import forked, reproduce
-    results = {{"preload": forked.preload()}}
+    results = {{"preload": forked.preload({fork!r})}}
     for key, cmd in {commands!r}:
       out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")
       proc = forked.start([sys.executable, "-m", "svmattn", *cmd], out, err, reproduce._environ())
@@ -33,8 +33,8 @@ DRIVER = textwrap.dedent("""
 """)
 
 
-def _drive(commands, env=ENV):
-  proc = subprocess.run([sys.executable, "-c", DRIVER.format(root=REPO_ROOT, commands=commands)], env=env,
+def _drive(commands, env=ENV, fork=True):
+  proc = subprocess.run([sys.executable, "-c", DRIVER.format(root=REPO_ROOT, commands=commands, fork=fork)], env=env,
                         capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -65,9 +65,8 @@ def test_a_forked_experiment_equals_a_fresh_process_and_errors_stay_one_line(tmp
 
 @pytest.mark.slow   # (CI runs it with the slow tests: the test command stays under 5 minutes)
 def test_turned_off_every_experiment_is_a_fresh_process(tmp_path):
-  env = dict(ENV, SVMATTN_REPRODUCE_FORK="0")
-  got = _drive([("bad", ["paths_2d", f"--out={tmp_path / 'bad'}", "--runs=-3"])], env=env)
-  assert got["preload"] == "SVMATTN_REPRODUCE_FORK=0"
+  got = _drive([("bad", ["paths_2d", f"--out={tmp_path / 'bad'}", "--runs=-3"])], fork=False)
+  assert got["preload"] == "--nofork"
   assert not got["bad"]["forked"] and got["bad"]["code"] != 0 and "Traceback" not in got["bad"]["stderr"]
 
 

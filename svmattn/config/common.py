@@ -58,8 +58,8 @@ def outputs() -> F.Settings:
 
 
 def pipeline(batch_size: int = 1000, hosts: bool = True) -> F.Settings:
-  """--batch_size --resume --svm_workers --keep_checkpoints --checkpoint_every_s --keep_runs and (``hosts``) the
-  multi-host flags."""
+  """--batch_size --resume --svm_workers --keep_checkpoints --checkpoint_every_s --keep_runs --full_records
+  and (``hosts``) the multi-host flags."""
   op = dict(operational=True, sweepable=False)
   fs = [F.Int("batch_size", batch_size, "Data sets per pipeline batch: a batch trains on device while the "
               "previous one's SVMs are solved on the host; memory is bounded by the batch.", lower=1,
@@ -78,7 +78,9 @@ def pipeline(batch_size: int = 1000, hosts: bool = True) -> F.Settings:
                 "at most about this much training per batch; which chunks were saved never changes a result.",
                 lower=0.0, **op),
         F.Bool("keep_runs", True, "Keep every run's per-run arrays in OUT/runs/ (what replay compares a replayed "
-               "data set with). --nokeep_runs writes only the results and runs/study.json.", **op)]
+               "data set with). --nokeep_runs writes only the results and runs/study.json.", **op),
+        F.Bool("full_records", False, "Keep per-run matrices (data, parameters, attention maps) whole in "
+               "OUT/runs/; by default each run's is kept as a digest, which replay compares bit for bit.", **op)]
   rules = ()
   if hosts:
     fs += [F.Str("coordinator_address", None, "Several hosts: host:port of process 0 (jax.distributed).", **op),

@@ -16,6 +16,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
+# The per-run record's name for the digests of a per-run matrix KEY: KEY__digest (``study.runner.lean``)
+DIGEST_SUFFIX = "__digest"
+
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[str]:

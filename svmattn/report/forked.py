@@ -10,7 +10,7 @@ fork's results are the fresh process's bit for bit (tests/test_reproduce_forked.
 
 Only commands ``[sys.executable, "-m", "svmattn", ...]`` are forked, and only on Linux after a
 ``preload`` that worked; reproduce runs anything else as its own process (``subprocess``), as it
-does everywhere with SVMATTN_REPRODUCE_FORK=0.
+does everywhere with ``reproduce --nofork``.
 """
 from __future__ import annotations
 
@@ -23,8 +23,6 @@ import subprocess
 import sys
 import time
 
-
-ENV = "SVMATTN_REPRODUCE_FORK"      # 0: every experiment is its own fresh process
 
 # What the experiments import before they compute (the flag-defining experiment modules are not
 # here: each fork defines its own binary's flags, as a fresh process does).
@@ -41,15 +39,15 @@ def _flag_names() -> set:
   return set(flags.FLAGS)
 
 
-def preload() -> str | None:
+def preload(fork: bool = True) -> str | None:
   """Import what the experiments use, once (with every study and figure module of the registry).
-  None when forking is on, else why not (not Linux, SVMATTN_REPRODUCE_FORK=0, a JAX backend already
-  started, an import that failed, or an import that defined command-line flags)."""
+  None when forking is on, else why not (``fork`` False: reproduce --nofork; not Linux, a JAX backend
+  already started, an import that failed, or an import that defined command-line flags)."""
   if "why" in _state:
     return _state["why"]
   why = None
-  if os.environ.get(ENV, "1") == "0":
-    why = f"{ENV}=0"
+  if not fork:
+    why = "--nofork"
   elif not sys.platform.startswith("linux") or not hasattr(os, "fork"):
     why = f"not on Linux ({sys.platform})"
   else:

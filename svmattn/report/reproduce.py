@@ -10,7 +10,7 @@ process (``python -m svmattn NAME --out=OUT/NAME ...``), so one failing experime
 the report instead of stopping the others. On Linux that process is a fork of this one, which has
 imported JAX, SciPy, matplotlib and the engine once before any JAX backend started
 (``svmattn.report.forked``; the same results bit for bit, 2-4 s of imports saved per experiment;
-SVMATTN_REPRODUCE_FORK=0 starts fresh interpreters instead). --jobs of them run at once (by default 2 on the CPU: on 2
+--nofork starts fresh interpreters instead). --jobs of them run at once (by default 2 on the CPU: on 2
 cores the E1-E9 run takes a quarter less time than one after another, with the same results bit for
 bit; 1 where a GPU or TPU is visible): the paper's first, each group the longest first (each
 experiment's ``cost_s``). Each dies with this process, even
@@ -50,6 +50,10 @@ flags.DEFINE_list("only", [], "Run only these experiments (ids like E2, keys lik
 flags.DEFINE_integer("seed", 0, "Seed passed to every experiment.")
 flags.DEFINE_bool("keep_runs", True, "Keep every experiment's per-run records (OUT/*/runs/, what replay compares "
                   "with); --nokeep_runs writes only the results, figures and report.")
+flags.DEFINE_bool("fork", True, "On Linux, start each experiment as a fork of this process, which has imported "
+                  "the engine once (the same results as a fresh process); --nofork: a fresh interpreter each.")
+flags.DEFINE_bool("full_records", False, "Keep per-run matrices whole in OUT/*/runs/ (by default a digest of each "
+                  "run's, which replay compares bit for bit).")
 flags.DEFINE_integer("jobs", 0, "Experiments run at once, each its own process (the longest first). "
                      "0 (default): 2 where they run on the CPU, 1 where a GPU or TPU is visible (one process holds "
                      "a TPU, and each preallocates most of a GPU's memory). Each one's wall time then includes the "
@@ -157,7 +161,8 @@ def command(run: Run, out: str) -> list[str]:
   extra = [flag(k, v) for k, v in run.settings(FLAGS.quick).items()]
   return [sys.executable, "-m", "svmattn", run.experiment.name, f"--out={os.path.join(out, run.dir)}",
           f"--seed={FLAGS.seed}", "--noprogress", f"--figure_format={formats}",
-          *(() if FLAGS.keep_runs else ("--nokeep_runs",)), *extra]
+          *(() if FLAGS.keep_runs else ("--nokeep_runs",)), *(("--full_records",) if FLAGS.full_records else ()),
+          *extra]
 
 
 def _environ(jobs: int = 1) -> dict:
@@ -274,7 +279,7 @@ def main(argv):
   os.makedirs(out, exist_ok=True)
   t0 = time.perf_counter()
   jobs = min(FLAGS.jobs or default_jobs(), max(len(chosen), 1))     # never more than there are experiments
-  not_forked = forked.preload()      # the engine imported once here: each experiment a fork of this process
+  not_forked = forked.preload(FLAGS.fork)   # the engine imported once here: each experiment a fork of it
   if not_forked:
     print(f"each experiment starts a fresh process ({not_forked})", flush=True)
   records = run_all(chosen, out, jobs)

@@ -383,7 +383,8 @@ def run_study(study, values: dict, write):
   options = runner.Options(resume=values.get("resume", False), workers=values.get("svm_workers"),
                            progress=values.get("progress", True), keep_checkpoints=values.get("keep_checkpoints", 3),
                            checkpoint_every_s=values.get("checkpoint_every_s", 0.0), process_index=index,
-                           process_count=count, keep_runs=values.get("keep_runs", True))
+                           process_count=count, keep_runs=values.get("keep_runs", True),
+                           full_records=values.get("full_records", False))
   try:
     with stop_on_signals():
       return runner.execute(study, values["out"], write, options)

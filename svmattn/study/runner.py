@@ -10,8 +10,11 @@ directory is removed after it returns, so a kill at any moment before leaves a r
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from typing import Callable
+
+import numpy as np
 
 import svmattn
 from svmattn.io import results as results_io
@@ -30,6 +33,7 @@ class Options:
   process_index: int = 0
   process_count: int = 1
   keep_runs: bool = True       # OUT/runs/cell_*.npz, every run's per-run arrays (what replay compares with)
+  full_records: bool = False   # keep per-run matrices whole in OUT/runs/ (default: a digest of each run's)
 
 
 def record_path(out: str, cell: int | None = None) -> str:
@@ -37,20 +41,48 @@ def record_path(out: str, cell: int | None = None) -> str:
   return os.path.join(out, "runs", "study.json" if cell is None else f"cell_{cell:04d}.npz")
 
 
-def write_record(out: str, study: pipeline.Study, output: pipeline.Output, keep_runs: bool = True) -> None:
+DIGEST = results_io.DIGEST_SUFFIX     # the record of a per-run matrix: KEY__digest, a 64-bit digest per run
+
+
+def row_digests(a: np.ndarray) -> np.ndarray:
+  """(B,) uint64: a digest of each run's row of ``a`` (B, ...): its dtype, shape and bytes (BLAKE2b),
+  equal exactly when the rows are bit for bit the same."""
+  a = np.ascontiguousarray(a)
+  head = f"{a.dtype.str}{a.shape[1:]}".encode()
+  return np.array([int.from_bytes(hashlib.blake2b(head + row.tobytes(), digest_size=8).digest(), "little")
+                   for row in a], np.uint64)
+
+
+def lean(arrays: dict) -> dict:
+  """The per-run record of a cell: per-run values and per-snapshot curves (B,) and (B, S) whole, each
+  per-run matrix or tensor (three or more axes: data, parameters, attention maps) as its digests
+  (``row_digests``), what replay compares a replayed run with; results.npz keeps the final arrays."""
+  out = {}
+  for key, a in arrays.items():
+    a = np.asarray(a)
+    if a.ndim >= 3 and a.dtype.kind in "biufc":
+      out[key + DIGEST] = row_digests(a)
+    else:
+      out[key] = a
+  return out
+
+
+def write_record(out: str, study: pipeline.Study, output: pipeline.Output, keep_runs: bool = True,
+                 full: bool = False) -> None:
   """Every run's per-run arrays, one file per cell, as the analysis returned them (replay
-  compares a single run with its row), and the study's description (study.json). Without
-  ``keep_runs`` only the description is written ("runs_kept": false): replay still rebuilds
-  and reruns any data set, with nothing to compare it with."""
+  compares a single run with its row; per-run matrices as digests unless ``full``: ``lean``),
+  and the study's description (study.json). Without ``keep_runs`` only the description is
+  written ("runs_kept": false): replay still rebuilds and reruns any data set, with nothing to
+  compare it with."""
   for c, arrays in enumerate(output.cells):
     if keep_runs:
-      results_io.write_npz(record_path(out, c), arrays)
+      results_io.write_npz(record_path(out, c), arrays if full else lean(arrays))
   results_io.write_json(record_path(out, None), {"study": study.name, "identity": study.identity,
                                               "numerics_version": svmattn.NUMERICS_VERSION,
                                               "gd_kernel": native_kernel.kernel_name(),
                                               "cells": [{"label": c.label, "runs": c.runs} for c in study.cells],
                                               "batch_size": study.batch_size, "seed": study.seed,
-                                              "runs_kept": bool(keep_runs)})
+                                              "runs_kept": bool(keep_runs), "full_records": bool(full)})
 
 
 def execute(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], None],
@@ -60,7 +92,7 @@ def execute(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], 
                         o.process_count, checkpoint_every_s=o.checkpoint_every_s)
   output = hosts_lib.gather(output, study, o.process_index, o.process_count)
   if o.process_index == 0:
-    write_record(out, study, output, o.keep_runs)
+    write_record(out, study, output, o.keep_runs, o.full_records)
     write(output)
   if o.process_count > 1:
     hosts_lib.sync("results written")

@@ -30,8 +30,6 @@ data set's trajectory is the same whatever its batch, block or device.
 """
 from __future__ import annotations
 
-import os
-
 import jax
 import numpy as np
 
@@ -39,14 +37,14 @@ from svmattn.train import block_kernel
 from svmattn.train import host_init
 
 MULTIPLE = 4        # d (and m = d) padded to the next multiple of 4: E4's d = 2..20 in 5 buckets
-ENV = "SVMATTN_PAD_D"
+# True or False: pad d (or not) whatever the backend; None: on any backend but the CPU
+PAD_D: bool | None = None
 
 
 def enabled() -> bool:
-  """Whether runs pad d here: ``ENV`` = 1 or 0, else on any backend but the CPU."""
-  value = os.environ.get(ENV, "").strip()
-  if value in ("0", "1"):
-    return value == "1"
+  """Whether runs pad d here: ``PAD_D`` where set, else on any backend but the CPU."""
+  if PAD_D is not None:
+    return bool(PAD_D)
   return jax.default_backend() != "cpu"
 
 

@@ -23,7 +23,6 @@ working set in cache for large batches.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from typing import Any, Callable, NamedTuple
 
@@ -40,8 +39,12 @@ from svmattn.models import attention as model_lib
 from svmattn.optim import optimizers
 from svmattn.train import block_kernel
 from svmattn.train import buckets
+from svmattn.train import chunks
 from svmattn.train import host_init
 from svmattn.train import native_train
+# (the chunks' names, as the engine's modules and its users know them: train.loop.State, ...)
+from svmattn.train.chunks import State, Trajectory, config_schedule, config_snapshot_steps  # noqa: F401
+from svmattn.train.chunks import restore_chunk, save_chunk, schedule, snapshot_steps  # noqa: F401
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +149,15 @@ def check_minibatch(config: "TrainConfig", n: int) -> None:
                      f"(0 trains on all of them)")
 
 
+def full_batch_if_whole(config: "TrainConfig", n: int) -> "TrainConfig":
+  """``config`` with minibatch 0 where its mini-batch is every one of the n sequences in cyclic
+  order (each step's gradient is then the full batch's, in the same order): such a run trains on
+  the full-batch program, bit for bit, and its kernel."""
+  if config.minibatch == n and config.sampling == "cyclic":
+    return dataclasses.replace(config, minibatch=0)
+  return config
+
+
 def minibatch_indices(key: jax.Array, step, n: int, minibatch: int, sampling: str) -> jax.Array:
   """(minibatch,) int: the sequences step ``step`` trains on (see ``TrainConfig``). Pure, jittable
   (``step`` may be traced; n, minibatch and sampling are static)."""
@@ -199,62 +211,6 @@ def take_sequences(data, idx: jax.Array):
   """The data set of the sequences ``idx`` (X, Y, Z rows; the head v is shared)."""
   take = lambda a: jnp.take(a, idx, axis=0)  # noqa: E731
   return data._replace(X=take(data.X), Y=take(data.Y), Z=take(data.Z))
-
-
-def config_snapshot_steps(config: "TrainConfig") -> np.ndarray:
-  """(S,) the step of every snapshot ``train`` records for ``config`` from step 0."""
-  return snapshot_steps(config_schedule(config, config.steps))
-
-
-def config_schedule(config: "TrainConfig", steps: int) -> list[tuple[int, int]]:
-  """The calls that advance ``steps`` steps of ``config``: ``schedule``'s, or with ``chunk_every``
-  (a replay observing every step of a run) the chunks of a run snapshotting every ``chunk_every``
-  steps, each cut into snapshots of ``snapshot_every`` steps (which must divide it). The native
-  kernel's anchored step (numerics version 14) depends on where the calls begin, so a replay keeps
-  its run's chunk boundaries."""
-  if not config.chunk_every or config.chunk_every == config.snapshot_every:
-    return schedule(steps, config.snapshot_every, config.chunk_steps)
-  plan = []
-  for every, k in schedule(steps, config.chunk_every, config.chunk_steps):
-    if (every * k) % config.snapshot_every:
-      raise ValueError(f"TrainConfig: snapshot_every {config.snapshot_every} does not divide a chunk of "
-                       f"{every * k} steps of the schedule of chunk_every {config.chunk_every}")
-    plan.append((config.snapshot_every, every * k // config.snapshot_every))
-  return plan
-
-
-class State(NamedTuple):
-  params: Any
-  opt_state: Any
-
-
-class Trajectory(NamedTuple):
-  """Host (NumPy) result of ``train`` for a batch of B data sets."""
-  steps: np.ndarray       # (S,) step of each snapshot
-  W: np.ndarray           # (B, S, d, d) W or K Q^T at each snapshot
-  max_prob: np.ndarray    # (B, S) (1/n) sum_i max_t s_it
-  loss: np.ndarray        # (B, S)
-  attention: np.ndarray   # (B, n, T) final softmax ((B, n, T, T) for seq2seq models)
-  params: Any             # final parameters, leaves (B, ...)
-  compile_seconds: float
-  run_seconds: float
-  V: np.ndarray | None = None   # (B, S, ...) the trained head at each snapshot (train_head), else None
-  sown: dict | None = None      # flax models: {name: (B, S, d, d)} each sown "kq" at each snapshot, and
-                                # {name: (B, ...)} every other sown value (attention, ...) at the end
-
-  @property
-  def W_final(self) -> np.ndarray:
-    return self.W[:, -1]
-
-  @property
-  def selected(self) -> np.ndarray:
-    """alpha_hat (B, n) (or (B, n, T) for seq2seq): the token of largest final attention."""
-    return np.argmax(self.attention, axis=-1)
-
-  @property
-  def finite(self) -> np.ndarray:
-    """(B,) False for runs that diverged to NaN/inf."""
-    return np.all(np.isfinite(self.W_final.reshape(len(self.W_final), -1)), axis=1) & np.isfinite(self.loss[:, -1])
 
 
 class Trainer(NamedTuple):
@@ -602,56 +558,6 @@ def pad_to_blocks(tree, block: int):
       lambda x: np.concatenate([np.asarray(x), np.repeat(np.asarray(x)[-1:], extra, axis=0)]), tree)
 
 
-def restore_chunk(checkpoints, shapes, snaps: dict):
-  """(chunks done, State, snapshots) of the newest checkpoint in ``checkpoints`` (None: none, or
-  no checkpoints); ``shapes`` gives the state's structure, ``snaps`` the snapshots' shapes."""
-  if checkpoints is None:
-    return None
-  treedef = jax.tree_util.tree_structure(shapes)
-  template = {"state": {str(i): np.zeros(x.shape, x.dtype) for i, x in enumerate(jax.tree_util.tree_leaves(shapes))},
-              "snapshots": snaps, "chunk": np.zeros((), np.int64)}
-  found = checkpoints.restore_latest(template)
-  if found is None:
-    return None
-  _, tree = found
-  state = jax.tree_util.tree_unflatten(treedef, [np.asarray(tree["state"][str(i)]) for i in range(treedef.num_leaves)])
-  return int(tree["chunk"]), state, {k: np.array(v) for k, v in tree["snapshots"].items()}
-
-
-def save_chunk(checkpoints, chunk: int, state, snaps: dict) -> None:
-  """Checkpoint the state (host arrays) and the snapshots after ``chunk`` chunks, when a save is
-  due (``Checkpoints.due``: --checkpoint_every_s since the last)."""
-  if not checkpoints.due():
-    return
-  leaves = jax.tree_util.tree_leaves(state)
-  checkpoints.save(chunk, {"state": {str(i): x for i, x in enumerate(leaves)}, "snapshots": snaps,
-                           "chunk": np.asarray(chunk, np.int64)})
-
-
-def schedule(steps: int, every: int, chunk_steps: int) -> list[tuple[int, int]]:
-  """The (every, snapshots) calls that advance ``steps`` steps, snapshot each ``every``."""
-  per_chunk = max(1, chunk_steps // every)
-  plan, done = [], 0
-  while done < steps:
-    full = (steps - done) // every
-    if full >= 1:
-      k = min(per_chunk, full)
-      plan.append((every, k))
-      done += k * every
-    else:
-      plan.append((steps - done, 1))
-      done = steps
-  return plan
-
-
-def snapshot_steps(plan: list[tuple[int, int]]) -> np.ndarray:
-  """(S,) the step of every snapshot of a schedule, 0 included."""
-  steps = [0]
-  for every, snaps in plan:
-    steps.extend(steps[-1] + every * np.arange(1, snaps + 1))
-  return np.asarray(steps)
-
-
 def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
           progress: Callable[[int], None] | None = None, checkpoints=None,
           start: tuple[int, Any] | None = None, mesh=None) -> Trajectory:
@@ -678,19 +584,20 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   """
   data = data_lib.Dataset(*(np.asarray(a) for a in data))   # placed on the devices by place()
   svmattn.require_x64(data.X.dtype)
-  trainer = make_trainer(config)
   B = data.X.shape[0]
   if keys.shape[0] != B:
     raise ValueError(f"train: {keys.shape[0]} keys for {B} data sets")
   if B == 0:
     raise ValueError("train: no data sets (B = 0)")
   check_minibatch(config, data.X.shape[1])
+  config = full_batch_if_whole(config, data.X.shape[1])
+  trainer = make_trainer(config)
   if mesh is None and optimizers.uses_decompositions(config.optimizer) and jax.default_backend() == "cpu":
     mesh = data_mesh(jax.local_devices()[:1])   # see optim.optimizers.DECOMPOSING: XLA:CPU may deadlock
   mesh = batch_mesh(B, config.block_size, mesh)
   if native_train.supports(config, data.X.dtype):    # the native kernel's C entry point: no XLA program
     return native_train.train(config, trainer, data, np.asarray(keys), progress, checkpoints, start, mesh,
-                              loop=sys.modules[__name__])
+                              _compiled_opt_init(trainer))
   unit = config.block_size * mesh.size
   data, keys = pad_to_blocks((data, keys), unit)
   d = data.X.shape[-1]
@@ -760,29 +667,23 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   compile_seconds = time.perf_counter() - t0
 
   t0 = time.perf_counter()
-  if progress is not None and begin:
-    progress(sum(every * k for every, k in plan[:begin]))
-  pos = 1 + sum(k for _, k in plan[:begin])
-  s = None
-  for chunk in range(begin, len(runs)):
-    every, k = runs[chunk]
-    res = calls[(every, k)](_flag(initialize, mesh), state_p, data_p, keys_p, *extra_args(chunk))
-    state_p = res.map(lambda r: r[0])         # every device on its part, concurrently
-    if chunk == begin and pos == 1:           # the starting state's observation is snapshot 0
+  held = {"state": state_p, "initialize": initialize, "s": None}
+
+  def step(chunk, every, k, pos, observe_start):
+    res = calls[(every, k)](_flag(held["initialize"], mesh), held["state"], data_p, keys_p, *extra_args(chunk))
+    held["state"], held["initialize"] = res.map(lambda r: r[0]), False     # every device on its part, concurrently
+    if observe_start:                         # the starting state's observation is snapshot 0
       W0, p0, l0, _, extra0 = _host(res.map(lambda r: r[1]))
       for name, x in {"W": W0, "max_prob": p0, "loss": l0, **named(extra0)}.items():
         snaps[name][:, 0] = x
-    initialize = False
     W, p, l, extra = _host(res.map(lambda r: r[2]))
     for name, x in {"W": W, "max_prob": p, "loss": l, **named(extra)}.items():
       snaps[name][:, pos:pos + k] = x
-    pos += k
-    if checkpoints is not None and chunk + 1 < len(plan):   # (after the last chunk the caller saves results)
-      save_chunk(checkpoints, chunk + 1, _host(state_p), snaps)
-    if progress is not None and k:
-      progress(every * k)
     if chunk + 1 == len(runs):
-      s = _host(res.map(lambda r: r[3]))
+      held["s"] = _host(res.map(lambda r: r[3]))
+
+  chunks.run_chunks(plan, begin, snaps, step, lambda: _host(held["state"]), checkpoints, progress)
+  state_p, s = held["state"], held["s"]
   params = _host(state_p.map(lambda part: part.params))
   if pad_d is not None:
     params, snaps["W"] = buckets.tree_cut(params, real.params), snaps["W"][..., :d, :d]

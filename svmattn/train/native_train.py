@@ -31,6 +31,7 @@ import jax
 import numpy as np
 
 from svmattn.train import block_kernel
+from svmattn.train import chunks
 from svmattn.train import host_init
 from svmattn.train import native_kernel
 
@@ -106,9 +107,10 @@ class _Share:
     self.lo, self.hi = lo, hi
 
 
-def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, loop):
-  """``loop.train``'s result (a ``loop.Trajectory``) for ``supports(config)``; ``loop`` is the
-  calling module (its State, Trajectory, schedules and optimizer init)."""
+def train(config, trainer, data, keys, progress, checkpoints, start, mesh, opt_init) -> chunks.Trajectory:
+  """``train.loop.train``'s result for ``supports(config)``: its chunks (``chunks.run_chunks``), each
+  a call of the native kernel per device's share of the batch; ``opt_init`` the optimizer's
+  starting state of a batch of parameters."""
   param, lam, normalize = block_kernel._settings(config)
   relu = config.head == "relu"
   seq_shape, causal = None, 0
@@ -120,21 +122,21 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
   first_step = 0 if start is None else int(start[0])
   if not 0 <= first_step <= config.steps:
     raise ValueError(f"train: start step {first_step} outside [0, {config.steps}]")
-  plan = loop.config_schedule(config, config.steps - first_step)
-  steps = first_step + loop.snapshot_steps(plan)
+  plan = chunks.config_schedule(config, config.steps - first_step)
+  steps = first_step + chunks.snapshot_steps(plan)
 
   t0 = time.perf_counter()
   shapes = jax.eval_shape(jax.vmap(trainer.init_one), keys, data)
   if start is None:
     params = host_init.init_params_of(config, keys, data)
-    state = loop.State(params, loop._host(loop._compiled_opt_init(trainer)(params)))
+    state = chunks.State(params, jax.tree_util.tree_map(np.asarray, jax.device_get(opt_init(params))))
   else:
     state = jax.tree_util.tree_map(np.asarray, start[1])
   d = data.X.shape[-1]
   snaps = {"W": np.zeros((B, len(steps), d, d)), "max_prob": np.zeros((B, len(steps))),
            "loss": np.zeros((B, len(steps)))}
   begin = 0
-  found = loop.restore_chunk(checkpoints, shapes, snaps)
+  found = chunks.restore_chunk(checkpoints, shapes, snaps)
   if found is not None:
     begin, state, snaps = found
   _check_shapes(state, shapes, data, relu)
@@ -153,47 +155,40 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, *, lo
 
   t0 = time.perf_counter()
   runs = plan or [(1, 0)]           # no step to take: one chunk of no snapshot (initial state, attention)
-  if progress is not None and begin:
-    progress(sum(every * k for every, k in plan[:begin]))
-  pos = 1 + sum(k for _, k in plan[:begin])
   attention = np.zeros(data.X.shape[:2] + data.X.shape[2:3]) if begin < len(runs) else None   # (B, n, T)
   pool = concurrent.futures.ThreadPoolExecutor(len(shares)) if len(shares) > 1 else None
+
+  def step(chunk, every, k, pos, observe_start):
+    first = pos - 1 if observe_start else pos      # (the start's observation: snapshot 0)
+
+    def run(j):
+      rows = slice(shares[j].lo, shares[j].hi)
+      S = pos + k - first
+      f, ridge_sum = np.empty((rows.stop - rows.start, S, Y.shape[1])), np.empty((rows.stop - rows.start, S))
+      obs = {"W": snaps["W"][rows, first:pos + k], "f": f, "max_prob": snaps["max_prob"][rows, first:pos + k],
+             "ridge_sum": ridge_sum, "attention": attention[rows]}
+      params = [held[name][rows] for name in kernel_names]
+      native_kernel.run_chunk_rows(
+          params, X[rows], Z[rows], Y[rows], head[rows], params, obs, param=param.name, lr=config.lr,
+          ridge=lam or 0.0, every=every, snapshots=k, start=observe_start, loss=config.loss,
+          normalized=normalize, head=config.head, authors=config.numerics == "authors", causal=causal)
+      snaps["loss"][rows, first:pos + k] = _loss(config.loss, Y[rows], f, lam, ridge_sum)
+
+    if pool:
+      list(pool.map(run, range(len(shares))))
+    else:
+      run(0)
+
   try:
-    for chunk in range(begin, len(runs)):
-      every, k = runs[chunk]
-      observe_start = chunk == begin and pos == 1    # the starting state's observation is snapshot 0
-      first = pos - 1 if observe_start else pos      # (the start's observation: snapshot 0)
-
-      def run(j, every=every, k=k, observe_start=observe_start, first=first):
-        rows = slice(shares[j].lo, shares[j].hi)
-        S = pos + k - first
-        f, ridge_sum = np.empty((rows.stop - rows.start, S, Y.shape[1])), np.empty((rows.stop - rows.start, S))
-        obs = {"W": snaps["W"][rows, first:pos + k], "f": f, "max_prob": snaps["max_prob"][rows, first:pos + k],
-               "ridge_sum": ridge_sum, "attention": attention[rows]}
-        params = [held[name][rows] for name in kernel_names]
-        native_kernel.run_chunk_rows(
-            params, X[rows], Z[rows], Y[rows], head[rows], params, obs, param=param.name, lr=config.lr,
-            ridge=lam or 0.0, every=every, snapshots=k, start=observe_start, loss=config.loss,
-            normalized=normalize, head=config.head, authors=config.numerics == "authors", causal=causal)
-        snaps["loss"][rows, first:pos + k] = _loss(config.loss, Y[rows], f, lam, ridge_sum)
-
-      if pool:
-        list(pool.map(run, range(len(shares))))
-      else:
-        run(0)
-      pos += k
-      if checkpoints is not None and chunk + 1 < len(plan):   # (after the last chunk the caller saves results)
-        loop.save_chunk(checkpoints, chunk + 1, _state(state, held), snaps)
-      if progress is not None and k:
-        progress(every * k)
+    chunks.run_chunks(plan, begin, snaps, step, lambda: _state(state, held), checkpoints, progress)
   finally:
     if pool is not None:
       pool.shutdown()
   state = _state(state, held)
   if seq_shape is not None and attention is not None:
     attention = attention.reshape(B, *seq_shape, attention.shape[-1])   # (B, n, K, T)
-  return loop.Trajectory(steps, snaps["W"], snaps["max_prob"], snaps["loss"], attention, state.params,
-                         compile_seconds, time.perf_counter() - t0)
+  return chunks.Trajectory(steps, snaps["W"], snaps["max_prob"], snaps["loss"], attention, state.params,
+                           compile_seconds, time.perf_counter() - t0)
 
 
 def _state(state, held: dict):
