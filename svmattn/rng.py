@@ -6,8 +6,8 @@ Every value is ``jax.random``'s own: the functions below call its public functio
 vmapped over many keys at once, and return NumPy arrays. A program is compiled per kind of draw,
 per bucket of its size and per bucket of its number of keys (powers of two), not per exact shape:
 
-- a batch of keys is padded to a power of two (at most CALL_VALUES values a call; a larger batch is
-  drawn in calls of that size), repeating its last key, and the padding dropped: vmap computes each
+- a batch of keys is drawn in calls of at most CALL_VALUES values, the rest of it padded to a power
+  of two (repeating its last key), and the padding dropped: vmap computes each
   key on its own, so a key's values do not depend on the keys drawn with it;
 - a flat draw of ``size`` values is the first ``size`` values of a draw of the bucket's size. With
   JAX's partitionable threefry (its default), value i of a flat draw is a function of the key and
@@ -22,6 +22,8 @@ import numpy as np
 
 CALL_VALUES = 1 << 20    # values per call of a draw program at most (larger batches of keys are cut)
 LEAST_SIZE = 128         # the smallest bucket of sizes
+LEAST_NORMALS = 512      # normals' (a data set's few draws share one erfinv program; a start's uniforms
+                         # stay close to their size: they are drawn inside every timed training call)
 
 
 def run_key(seed: int, run: int | jax.Array) -> jax.Array:
@@ -112,10 +114,11 @@ def _draw(kind: str, keys, size: int, dtype=np.float64, *consts, data=(), cut: i
   keys = _keys(keys)
   B = len(keys)
   draw_size = size if cut is None else cut
-  block = min(_bucket(B, 8), max(1, CALL_VALUES // _bucket(draw_size, 1)))
+  most = max(1, CALL_VALUES // _bucket(draw_size, 1))     # keys a call at most
   fn = _program(kind, draw_size, np.dtype(dtype).name, *consts)
-  parts = []
-  for start in range(0, max(B, 1), block):
+  parts, start = [], 0
+  while start < max(B, 1):
+    block = min(_bucket(B - start, 8), most)      # the rest's power of two, or a full call
     chunk = keys[start:start + block]
     if not len(chunk):
       chunk = np.zeros((1, 2), np.uint32)
@@ -125,6 +128,7 @@ def _draw(kind: str, keys, size: int, dtype=np.float64, *consts, data=(), cut: i
       d = d[start:start + block]
       args.append(np.concatenate([d, np.repeat(d[-1:], pad)]) if len(d) else np.zeros(block, d.dtype))
     parts.append(np.asarray(fn(*args))[:len(keys[start:start + block])])
+    start += block
   out = np.concatenate(parts)
   return out[:, :size] if cut is not None else out
 
@@ -160,7 +164,7 @@ def normals(keys, size: int, dtype=np.float64, scale: float | None = None) -> np
   """(B, size) ``normal(key, (size,), dtype)`` of every key of ``keys`` (B, 2) (times the constant
   ``scale`` where given, rounded as ``scale * normal(...)`` in a jitted program)."""
   scale = None if scale is None else float(scale)
-  return _draw("normal", keys, int(size), dtype, scale, cut=_bucket(size))
+  return _draw("normal", keys, int(size), dtype, scale, cut=_bucket(size, LEAST_NORMALS))
 
 
 def uniforms(keys, size: int, dtype=np.float64, minval=0.0, maxval=1.0) -> np.ndarray:

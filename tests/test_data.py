@@ -71,7 +71,7 @@ def test_each_run_alone_equals_the_batch_bit_for_bit():
 
 def test_programs_per_size_bucket_not_per_shape(monkeypatch):
   """The generator's draws compile a program per kind and size bucket, not one per (n, T, d): ten
-  shapes, draws of 1 to 64 values, share four (the keys' fold_in and split, the normals of up to 128
+  shapes, draws of 1 to 64 values, share four (the keys' fold_in and split, the normals of up to 512
   values, the uniforms of the label bits); a draw of 1,600 values takes one more (its bucket, 2,048)."""
   shapes = [(4, 4, 4), (5, 3, 4), (4, 5, 3), (3, 4, 5), (5, 4, 3),
             (6, 2, 5), (2, 6, 5), (5, 5, 2), (10, 8, 20), (1, 2, 1)]
@@ -79,7 +79,7 @@ def test_programs_per_size_bucket_not_per_shape(monkeypatch):
   for i, (n, T, d) in enumerate(shapes[:8] + shapes[9:]):
     ds = data_lib.generate(data_lib.DataSpec(n, T, d), 0, np.arange(1 + i))
     assert ds.X.shape == (1 + i, n, T, d)
-  assert sorted((p[0], p[1]) for p in rng.programs()) == [("fold_in", 0), ("normal", 128), ("split", 4),
+  assert sorted((p[0], p[1]) for p in rng.programs()) == [("fold_in", 0), ("normal", 512), ("split", 4),
                                                           ("uniform", 128)]
   data_lib.generate(data_lib.DataSpec(*shapes[8]), 0, np.arange(3))        # 1,600 values: the 2,048 bucket
   assert ("normal", 2048) in [(p[0], p[1]) for p in rng.programs()]

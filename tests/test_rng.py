@@ -57,7 +57,7 @@ def test_init_keys_and_data_keys_are_the_run_keys_halves():
 
 # Draw sizes: one value, a few, a bucket's edge and past it, and more than one call's keys
 # (rng.CALL_VALUES // bucket keys a call).
-DRAW_SIZES = [1, 7, 128, 129, 1000]
+DRAW_SIZES = [1, 7, 128, 129, 513, 1000]
 
 
 @pytest.mark.parametrize("dtype", [np.float64, pytest.param(np.float32, marks=SLOW)])
@@ -107,8 +107,9 @@ def test_a_key_draws_the_same_values_in_any_batch():
 
 
 def test_one_program_per_bucket(monkeypatch):
-  """Sizes 1 to 128 (rng.LEAST_SIZE) share one normal program and one uniform program, whatever the
-  number of keys or the spelling of the dtype; a size of 513 to 1024 takes one more."""
+  """Sizes 1 to 128 share one normal program (up to rng.LEAST_NORMALS) and one uniform program (up to
+  rng.LEAST_SIZE), whatever the number of keys or the spelling of the dtype; a normal of 513 to 1024
+  values takes one more."""
   monkeypatch.setattr(rng, "_PROGRAMS", {})
   for B in (1, 3, 70):
     keys = rng.run_keys(0, np.arange(B))

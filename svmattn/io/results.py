@@ -39,15 +39,16 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[str]:
       os.remove(tmp)
 
 
-def write_npz(path, arrays: dict[str, Any]) -> None:
-  """Arrays as an uncompressed .npz (no pickled objects: strings become unicode arrays)."""
+def write_npz(path, arrays: dict[str, Any], compressed: bool = False) -> None:
+  """Arrays as an .npz, uncompressed unless ``compressed`` (no pickled objects: strings become
+  unicode arrays; np.load reads either)."""
   arrays = {k: np.asarray(v) for k, v in arrays.items()}
   for k, v in arrays.items():
     if v.dtype == object:
       raise TypeError(f"write_npz: array {k!r} has dtype object; results files hold no pickles")
   with atomic_path(path, ".npz") as tmp:
     with open(tmp, "wb") as f:
-      np.savez(f, **arrays)
+      (np.savez_compressed if compressed else np.savez)(f, **arrays)
 
 
 def _jsonable(x):

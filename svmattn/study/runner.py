@@ -69,14 +69,14 @@ def lean(arrays: dict) -> dict:
 
 def write_record(out: str, study: pipeline.Study, output: pipeline.Output, keep_runs: bool = True,
                  full: bool = False) -> None:
-  """Every run's per-run arrays, one file per cell, as the analysis returned them (replay
+  """Every run's per-run arrays, one compressed file per cell, as the analysis returned them (replay
   compares a single run with its row; per-run matrices as digests unless ``full``: ``lean``),
   and the study's description (study.json). Without ``keep_runs`` only the description is
   written ("runs_kept": false): replay still rebuilds and reruns any data set, with nothing to
   compare it with."""
   for c, arrays in enumerate(output.cells):
     if keep_runs:
-      results_io.write_npz(record_path(out, c), arrays if full else lean(arrays))
+      results_io.write_npz(record_path(out, c), arrays if full else lean(arrays), compressed=True)
   results_io.write_json(record_path(out, None), {"study": study.name, "identity": study.identity,
                                               "numerics_version": svmattn.NUMERICS_VERSION,
                                               "gd_kernel": native_kernel.kernel_name(),

@@ -598,6 +598,28 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
   if native_train.supports(config, data.X.dtype):    # the native kernel's C entry point: no XLA program
     return native_train.train(config, trainer, data, np.asarray(keys), progress, checkpoints, start, mesh,
                               _compiled_opt_init(trainer))
+  return _train_xla(config, trainer, data, keys, progress, checkpoints, start, mesh)
+
+
+def _minibatch_args(config: TrainConfig, data, keys, plan, first_step: int, mesh, chunk: int, call=None) -> tuple:
+  """A chunk's arguments after the keys: with mini-batches the sequences of its steps, drawn on the
+  host from the global step; for compiling a chunk shape ``call`` (every, k), an array of the
+  table's shape and type (compiling reads no values, so nothing is drawn for it)."""
+  if not config.minibatch:
+    return ()
+  n, mb = data.X.shape[1], config.minibatch
+  every, k = call or (plan[chunk] if chunk < len(plan) else (1, 0))
+  if call is not None:
+    table = np.zeros((len(keys), every * k, mb), np.min_scalar_type(max(n - 1, 0)))
+  else:
+    table = minibatch_table_host(keys, first_step + sum(e * j for e, j in plan[:chunk]), every * k, n, mb,
+                                 config.sampling)
+  return (place(table.reshape(len(table), k, every, mb), mesh),)
+
+
+def _train_xla(config: TrainConfig, trainer: Trainer, data, keys, progress, checkpoints, start, mesh) -> Trajectory:
+  """``train`` on the XLA programs: the blocked chunk programs on every device of ``mesh``."""
+  B = data.X.shape[0]
   unit = config.block_size * mesh.size
   data, keys = pad_to_blocks((data, keys), unit)
   d = data.X.shape[-1]
@@ -629,20 +651,7 @@ def train(config: TrainConfig, data: data_lib.Dataset, keys: jax.Array,
       state = buckets.tree_pad(state, shapes)
   state_p = place(state, mesh)
   first_obs = jax.eval_shape(jax.vmap(trainer.observe), shapes.params, data)
-  def extra_args(chunk, call=None):
-    """The chunk's arguments after the keys: with mini-batches the sequences of its steps, drawn on
-    the host from the global step; for compiling a chunk shape ``call`` (every, k), an array of
-    the table's shape and type (compiling reads no values, so nothing is drawn for it)."""
-    if not config.minibatch:
-      return ()
-    n, mb = data.X.shape[1], config.minibatch
-    every, k = call or (plan[chunk] if chunk < len(plan) else (1, 0))
-    if call is not None:
-      table = np.zeros((len(keys), every * k, mb), np.min_scalar_type(max(n - 1, 0)))
-    else:
-      table = minibatch_table_host(keys, first_step + sum(e * j for e, j in plan[:chunk]), every * k, n, mb,
-                                   config.sampling)
-    return (place(table.reshape(len(table), k, every, mb), mesh),)
+  extra_args = lambda chunk, call=None: _minibatch_args(config, data, keys, plan, first_step, mesh, chunk, call)  # noqa: E731
   runs = plan or [(1, 0)]           # no step to take: one chunk of no snapshot (initial state, attention)
   W0, p0, l0, _, extra0 = first_obs
   kq_names = sorted(extra0) if config.module is not None else []
