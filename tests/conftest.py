@@ -89,3 +89,13 @@ def run_binary(module, out, *flags):
   with np.load(os.path.join(out, "results.npz")) as f:
     arrays = {k: f[k] for k in f.files}
   return summary, arrays
+
+
+def record_matches(record: dict, key: str, want) -> bool:
+  """A per-run record's array ``key`` equals ``want`` (B, ...): the array itself, or for a per-run
+  matrix of a lean record (``study.runner.lean``) its digests."""
+  from svmattn.study import runner
+  want = np.asarray(want)
+  if key in record:
+    return bool(np.array_equal(record[key], want, equal_nan=want.dtype.kind in "fc"))
+  return bool(np.array_equal(record[key + runner.DIGEST], runner.row_digests(want)))
