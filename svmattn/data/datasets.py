@@ -143,10 +143,9 @@ def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
 #
 # With JAX's partitionable threefry (its default), element i of a flat draw is a function of the
 # key and i alone. So the paper's generator draws its four flat arrays (tokens, queries, label
-# bits, head) with ``rng.normals`` (one program for every draw size and number of keys) and
-# ``rng.coin_flips`` (the keys and the label bits are integer arithmetic, computed
-# on the host without a program: ``rng``'s threefry in NumPy, JAX's values bit for bit). The drawn
-# values are those of ``unit_gaussian``'s own draws, bit for bit. The shape work (reshape, unit
+# bits, head) with ``rng.normals`` and ``rng.coin_flips`` (jax.random's own functions, one program
+# per kind and bucket of sizes, not per shape). The drawn values are those of ``unit_gaussian``'s
+# own draws, bit for bit. The shape work (reshape, unit
 # rows, signs of the labels, the head's scaling) is done on the host in NumPy, one data set at a
 # time, so a data set is the same whatever the batch it is drawn in. NumPy's norms may round
 # differently from XLA's: values move at the rounding level from numerics version 1

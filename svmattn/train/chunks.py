@@ -120,6 +120,16 @@ def snapshot_steps(plan: list[tuple[int, int]]) -> np.ndarray:
   return np.asarray(steps)
 
 
+def plan_from(config, start) -> tuple[int, list[tuple[int, int]], np.ndarray]:
+  """(first step, the calls left, the snapshot steps) of a run of ``config`` from ``start`` ((step,
+  State) or None: step 0); ValueError for a start step outside [0, config.steps]."""
+  first_step = 0 if start is None else int(start[0])
+  if not 0 <= first_step <= config.steps:
+    raise ValueError(f"train: start step {first_step} outside [0, {config.steps}]")
+  plan = config_schedule(config, config.steps - first_step)
+  return first_step, plan, first_step + snapshot_steps(plan)
+
+
 def run_chunks(plan: list[tuple[int, int]], begin: int, snaps: dict, step: Callable, state_now: Callable,
                checkpoints=None, progress: Callable[[int], None] | None = None) -> None:
   """Chunks ``begin``.. of ``plan`` (no step to take: one chunk of no snapshot, which observes the

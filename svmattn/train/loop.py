@@ -630,12 +630,7 @@ def _train_xla(config: TrainConfig, trainer: Trainer, data, keys, progress, chec
       params = host_init.init_params_of(config, keys, data)
       start = (0, State(params, _host(_compiled_opt_init(trainer)(params))))
     data = buckets.pad_data(data, pad_d)
-  first_step = 0 if start is None else int(start[0])
-  if not 0 <= first_step <= config.steps:
-    raise ValueError(f"train: start step {first_step} outside [0, {config.steps}]")
-  plan = config_schedule(config, config.steps - first_step)
-  steps = snapshot_steps(plan)
-  steps = first_step + steps
+  first_step, plan, steps = chunks.plan_from(config, start)
   data_p, keys_p = place(data, mesh), place(keys, mesh)
 
   t0 = time.perf_counter()

@@ -119,11 +119,7 @@ def train(config, trainer, data, keys, progress, checkpoints, start, mesh, opt_i
     data, K = _as_queries(data, config.model == "causal")
     causal = K if config.model == "causal" else 0
   B = data.X.shape[0]
-  first_step = 0 if start is None else int(start[0])
-  if not 0 <= first_step <= config.steps:
-    raise ValueError(f"train: start step {first_step} outside [0, {config.steps}]")
-  plan = chunks.config_schedule(config, config.steps - first_step)
-  steps = first_step + chunks.snapshot_steps(plan)
+  _, plan, steps = chunks.plan_from(config, start)
 
   t0 = time.perf_counter()
   shapes = jax.eval_shape(jax.vmap(trainer.init_one), keys, data)

@@ -60,7 +60,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from svmattn import rng
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
 from svmattn.models import losses as losses_lib
