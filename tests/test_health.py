@@ -66,9 +66,10 @@ def test_a_moving_run_is_not_stalled(small_run):
 def test_e2_counts_unsaturated_runs_apart():
   """E2 at lr 0.01 for 300 steps: the softmax is far from saturated (mean largest probability
   ~0.4-0.6 at these sizes), so the runs are "unsaturated", not global / local / not-local."""
-  fl = dict(n=SPEC.n, T=SPEC.T, d=SPEC.d, m=None, steps=300, lr=0.01, params=["W"], loss="logistic",
-            optimizer="normalized_gd", attention="cross", query_pos=0, snapshot_every=100, chunk_steps=300,
-            block_size=8, seed=SEED, runs=8, data=None)
+  fl = local_convergence.SETTINGS.validate(dict(
+      n=SPEC.n, T=SPEC.T, d=SPEC.d, m=None, steps=300, lr=0.01, params=["W"], loss="logistic",
+      optimizer="normalized_gd", attention="cross", query_pos=0, snapshot_every=100, chunk_steps=300,
+      block_size=8, seed=SEED, runs=8, data=None))
   spec, configs = local_convergence.setup(fl)
   data = {**local_convergence.batches(spec, SEED)(np.arange(8)), "runs": np.arange(8)}
   (name, cfg), = configs

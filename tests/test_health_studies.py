@@ -46,7 +46,7 @@ def test_multi_token_health_covers_the_trained_draws_only():
           "X": np.zeros((B, n, T, d))}
   for k in e5.KEPT_KEYS:
     cell.setdefault(k, np.zeros((B,)))
-  _, counts, trained = e5.reduce_cell({"runs": 2}, cell, 3)
+  _, counts, trained = e5.reduce_cell(e5.SETTINGS.validate({"runs": 2}), cell, 3)
   assert counts["trained"] == 3
   assert trained["runs"].tolist() == [1, 2, 3]
   assert trained["health"].tolist() == ["ok", "stalled", "ok"]

@@ -25,6 +25,22 @@ class ConfigError(ValueError):
   """A setting that cannot be used, with the reason (one line)."""
 
 
+class Values(dict):
+  """An experiment's validated settings, read by attribute (``fl.lr``); every declared field is
+  present, so a read needs no default. A name the experiment does not declare is an AttributeError
+  naming it. It stays a dict (``fl["lr"]``, ``dict(fl)``, JSON) for the code that stores settings."""
+
+  def __getattr__(self, name):
+    try:
+      return self[name]
+    except KeyError:
+      raise AttributeError(f"no setting {name!r} (the settings are {', '.join(sorted(self))})") from None
+
+  def replace(self, **changes) -> "Values":
+    """A copy with ``changes``."""
+    return Values({**self, **changes})
+
+
 Check = Callable[[Any], "str | None"]    # value -> None if fine, else what it must be ("must be ...")
 
 
@@ -190,15 +206,15 @@ class Settings:
           out.append(p)
     return out
 
-  def validate(self, config) -> dict:
-    """The config's values as a plain dict (lists as lists, what a study's ``build`` takes), or
-    ConfigError naming the first problem."""
+  def validate(self, config) -> Values:
+    """The config's values (lists as lists, what a study's ``build`` takes), or ConfigError naming
+    the first problem."""
     values = self.values(config)
     problems = self.problems(values)
     if problems:
       raise ConfigError(problems[0])
-    return {k: (list(v) if isinstance(v, tuple) else v)
-            for k, v in ((f.name, f.coerce(values[f.name])) for f in self.fields)}
+    return Values({k: (list(v) if isinstance(v, tuple) else v)
+                   for k, v in ((f.name, f.coerce(values[f.name])) for f in self.fields)})
 
 
 def _show(value) -> str:

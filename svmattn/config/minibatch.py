@@ -36,5 +36,5 @@ def settings(names: tuple[str, ...] = ("n", "data"),
 
 def check_loaded(fl: dict, n: int, where: str = "--data") -> None:
   """ValueError (one line) when fl["minibatch"] exceeds the n sequences of each loaded data set."""
-  if fl.get("minibatch", 0) > n:
-    raise ValueError(f"--minibatch={fl['minibatch']} exceeds the n={n} sequences of each data set of {where}")
+  if fl.minibatch > n:
+    raise ValueError(f"--minibatch={fl.minibatch} exceeds the n={n} sequences of each data set of {where}")

@@ -23,9 +23,9 @@ def draw(arrays, summary, out, flags, extras=None):
   from svmattn.studies import real_data
   fl = real_data.resolve(flags)
   ns = np.asarray([int(n) for n in summary["per_n"]])
-  bound = summary["transition"][fl["params"][0]]["n_at_counting_bound"]
+  bound = summary["transition"][fl.params[0]]["n_at_counting_bound"]
   fig, axes = plots.figure(ncols=4, width=3.8, height=3.4)
-  for k, p in enumerate(fl["params"]):
+  for k, p in enumerate(fl.params):
     c = f"C{k}"
     axes[0].plot(ns, _series(summary, p, "feasible_fraction"), "o-", color=c, label=f"at GD's selection ({p})")
     if k == 0:
@@ -55,12 +55,12 @@ def draw_attention(arrays, summary, fl, out, columns: int = 6):
   """Rows: three values of n (smallest, middle, largest); columns: images of run 0 with the final
   attention over their patches (red: attention weight; box: the selected patch)."""
   from svmattn.data import images as images_lib
-  images, _ = images_lib.load_images(fl["dataset"], root=fl.get("data_dir") or None)
+  images, _ = images_lib.load_images(fl.dataset, root=fl.data_dir or None)
   H, Wd = images.shape[1:]
-  grid = images_lib.patch_grid(H, Wd, fl["patch"])
+  grid = images_lib.patch_grid(H, Wd, fl.patch)
   ns = [int(n) for n in summary["per_n"]]
   rows = sorted({ns[0], ns[len(ns) // 2], ns[-1]})
-  p = fl["params"][0]
+  p = fl.params[0]
   fig = plots.plt.figure(figsize=(1.6 * columns, 1.8 * len(rows)))
   for r, n in enumerate(rows):
     att = arrays[f"attention_{p}_n{n}"][0]                       # (n, T) of run 0
@@ -72,15 +72,15 @@ def draw_attention(arrays, summary, fl, out, columns: int = 6):
       ax.imshow(images[img[c]], cmap="gray_r", vmin=0, vmax=1)
       heat = np.zeros((H, Wd))
       for t, (y0, x0) in enumerate(grid):
-        heat[y0:y0 + fl["patch"], x0:x0 + fl["patch"]] = att[c, offset + t]
+        heat[y0:y0 + fl.patch, x0:x0 + fl.patch] = att[c, offset + t]
       ax.imshow(np.dstack([np.ones_like(heat), np.zeros_like(heat), np.zeros_like(heat), 0.6 * heat]))
       top = int(np.argmax(att[c])) - offset
       if top >= 0:
         y0, x0 = grid[top]
-        ax.add_patch(plots.plt.Rectangle((x0 - 0.5, y0 - 0.5), fl["patch"], fl["patch"], fill=False,
+        ax.add_patch(plots.plt.Rectangle((x0 - 0.5, y0 - 0.5), fl.patch, fl.patch, fill=False,
                                          edgecolor="C0", lw=1.5))
       ax.set_xticks([])
       ax.set_yticks([])
       ax.set_title(f"n={n}, y={int(ys[c]):+d}", fontsize=7)
-  fig.suptitle(f"{fl['dataset']} {fl['classes']}: final attention of run 0 (red), selected patch (box)", fontsize=8)
+  fig.suptitle(f"{fl.dataset} {fl.classes}: final attention of run 0 (red), selected patch (box)", fontsize=8)
   plots.save(fig, f"{out}/attention.png")

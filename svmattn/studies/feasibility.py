@@ -31,13 +31,13 @@ parse_shapes = svm_rank.parse_shapes   # "n:T" entries -> (n, T); ValueError for
 
 def grid(fl: dict) -> tuple[list[tuple[int, int]], np.ndarray, list[str]]:
   """(shapes, ds, alphas) of flag values ``fl``; ValueError for bad ones."""
-  shapes = parse_shapes(fl["shapes"])
-  if not 1 <= int(fl["d_min"]) <= int(fl["d_max"]):
-    raise ValueError(f"need 1 <= d_min <= d_max, got {fl['d_min']}, {fl['d_max']}")
-  alphas = list(fl["alphas"])
+  shapes = parse_shapes(fl.shapes)
+  if not 1 <= int(fl.d_min) <= int(fl.d_max):
+    raise ValueError(f"need 1 <= d_min <= d_max, got {fl.d_min}, {fl.d_max}")
+  alphas = list(fl.alphas)
   if not alphas or any(a not in ALPHAS for a in alphas):
     raise ValueError(f"alphas: use opt and/or random, got {alphas}")
-  return shapes, np.arange(int(fl["d_min"]), int(fl["d_max"]) + 1), alphas
+  return shapes, np.arange(int(fl.d_min), int(fl.d_max) + 1), alphas
 
 
 def token_choices(spec, seed, runs, data) -> dict:
@@ -53,20 +53,20 @@ def token_choices(spec, seed, runs, data) -> dict:
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E9 study of flag values ``fl`` (runs, seed, shapes, d_min, d_max, alphas, batch_size)."""
   shapes, ds, alphas = grid(fl)
-  if int(fl["runs"]) < 1:
+  if int(fl.runs) < 1:
     raise ValueError("runs must be >= 1")
 
   def load(cell, runs):
     label = cell.label
     spec = data_lib.DataSpec(label["n"], label["T"], label["d"]).validate()
-    data = data_lib.generate_host(spec, fl["seed"], runs)             # host-side float64 checks
-    choice = token_choices(spec, fl["seed"], runs, data)
+    data = data_lib.generate_host(spec, fl.seed, runs)             # host-side float64 checks
+    choice = token_choices(spec, fl.seed, runs, data)
     return {"X": np.asarray(data.X, np.float64), "Z": np.asarray(data.Z, np.float64),
             **{f"alpha_{a}": choice[a] for a in dict.fromkeys(alphas)}}
 
-  cells = tuple(pipeline.Cell({"n": c["shape"][0], "T": c["shape"][1], "d": c["d"]}, int(fl["runs"]))
+  cells = tuple(pipeline.Cell({"n": c["shape"][0], "T": c["shape"][1], "d": c["d"]}, int(fl.runs))
                 for c in sweep_lib.grid({"shape": shapes, "d": [int(d) for d in ds]}))
-  return pipeline.Study(NAME, cells, load, lambda cell: (), analyze, fl.get("batch_size", 1000), fl["seed"],
+  return pipeline.Study(NAME, cells, load, lambda cell: (), analyze, fl.batch_size, fl.seed,
                         identity if identity is not None else fl)
 
 
@@ -88,8 +88,8 @@ def analyze(label: dict, data: dict, stage_arrays: dict) -> dict:
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   """(results.npz arrays, summary) from the per-run arrays of every cell (run order)."""
   shapes, ds, alphas = grid(fl)
-  R, D = int(fl["runs"]), len(ds)
-  batch = int(fl.get("batch_size", 1000))
+  R, D = int(fl.runs), len(ds)
+  batch = int(fl.batch_size)
   feasible = np.zeros((len(shapes), len(alphas), D, R), bool)
   method = np.full((len(shapes), len(alphas), D, R), "", dtype="<U5")
   status_counts = {}
@@ -152,7 +152,7 @@ def report(summary: dict, fl: dict) -> list[str]:
 
 def prepare(fl: dict, study: pipeline.Study) -> None:
   shapes, ds, alphas = grid(fl)
-  logging.info("E9: shapes %s, d %d..%d, %d runs per cell, alphas %s", shapes, ds[0], ds[-1], fl["runs"], alphas)
+  logging.info("E9: shapes %s, d %d..%d, %d runs per cell, alphas %s", shapes, ds[0], ds[-1], fl.runs, alphas)
 
 
 def key_numbers(summary: dict) -> list:

@@ -69,16 +69,15 @@ DEFAULTS = {"e2": {"params": ["W", "KQ"], "steps": 2000}, "toy": {"params": ["p"
 
 def resolve(fl: dict) -> dict:
   """The flag values with the setting's defaults for params and steps where they are None."""
-  fl = dict(fl)
-  setting = fl.get("setting") or "e2"
+  fl = F.Values(fl)
+  setting = fl.setting
   if setting not in SETTING_NAMES:
     raise ValueError(f"setting must be one of {SETTING_NAMES}, got {setting!r}")
-  fl["setting"] = setting
   for k, v in DEFAULTS[setting].items():
-    if fl.get(k) is None:
+    if fl[k] is None:
       fl[k] = v
-  if setting == "toy" and list(fl["params"]) != ["p"]:
-    raise ValueError(f"--setting=toy trains prompt attention (--params=p), got --params={','.join(fl['params'])}")
+  if setting == "toy" and list(fl.params) != ["p"]:
+    raise ValueError(f"--setting=toy trains prompt attention (--params=p), got --params={','.join(fl.params)}")
   return fl
 
 
@@ -86,14 +85,14 @@ def configs(fl: dict) -> tuple:
   """((stage name, param, trained head?, TrainConfig), ...)."""
   fl = resolve(fl)
   out = []
-  for p in fl["params"]:
-    for fixed in ((False, True) if fl.get("fixed_head", True) else (False,)):
+  for p in fl.params:
+    for fixed in ((False, True) if fl.fixed_head else (False,)):
       cfg = train_lib.TrainConfig(
-          param=p, model="prompt" if p == "p" else "single_query", train_head=not fixed, lr=fl["lr"],
-          steps=fl["steps"], snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"],
-          init=fl.get("init", "uniform"), block_size=fl.get("block_size", 64),
-          numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
-          sampling=fl.get("sampling", "without")).validate()
+          param=p, model="prompt" if p == "p" else "single_query", train_head=not fixed, lr=fl.lr,
+          steps=fl.steps, snapshot_every=fl.snapshot_every, chunk_steps=fl.chunk_steps,
+          init=fl.init, block_size=fl.block_size,
+          numerics=fl.numerics, minibatch=fl.minibatch,
+          sampling=fl.sampling).validate()
       out.append((stage_name(p, fixed), p, not fixed, cfg))
   return tuple(out)
 
@@ -101,28 +100,28 @@ def configs(fl: dict) -> tuple:
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   ident = identity if identity is not None else fl
   fl = resolve(fl)
-  setting = fl["setting"]
+  setting = fl.setting
   cfgs = configs(fl)
   if setting == "toy":
-    if fl.get("data"):
+    if fl.data:
       raise ValueError("--setting=toy runs the public code's own data sets; --data goes with --setting=e2")
     spec, file_data, start = None, toy_data(), TOY_START
   else:
-    spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"]).validate()
-    file_data = data_lib.load_npz(fl["data"]) if fl.get("data") else None
+    spec = data_lib.DataSpec(fl.n, fl.T, fl.d).validate()
+    file_data = data_lib.load_npz(fl.data) if fl.data else None
     start = None
   if file_data is not None:
     minibatch.check_loaded(fl, file_data.X.shape[1], "--setting=toy" if setting == "toy" else "--data")
-  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
+  runs = file_data.X.shape[0] if file_data is not None else fl.runs
 
-  load = local_convergence.batches(spec, fl["seed"], np.float64, file_data)
+  load = local_convergence.batches(spec, fl.seed, np.float64, file_data)
 
   def stage_list(cell):
     return tuple(stages.Train(name, c, start=start if p == "p" else None) for name, p, _, c in cfgs)
 
   return pipeline.Study(NAME, (pipeline.Cell({"setting": setting}, int(runs)),), lambda cell, runs: load(runs),
-                        stage_list, functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
-                        fl.get("batch_size", 1000), fl["seed"], ident)
+                        stage_list, functools.partial(analyze, saturation=fl.saturation),
+                        fl.batch_size, fl.seed, ident)
 
 
 def _nan(shape):
@@ -257,11 +256,11 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
           "corr_full_final_where_different": _mean(cf[outside]) if outside.any() else None,
       })
     stages_summary[name] = row
-  summary = {"experiment": "E11 joint training", "setting": fl.get("setting", "e2"),
-             "numerics": fl.get("numerics", "exact"), "data_sets": len(arrays["runs"]),
+  summary = {"experiment": "E11 joint training", "setting": fl.setting,
+             "numerics": fl.numerics, "data_sets": len(arrays["runs"]),
              "stages": stages_summary, "health": health.summary(arrays),
-             "saturation_threshold": fl.get("saturation", health.SATURATION)}
-  if fl.get("setting") == "toy":
+             "saturation_threshold": fl.saturation}
+  if fl.setting == "toy":
     summary["toy"] = {TOY_NAMES[i]: {name: {k: float(arrays[f"corr_{k}_{name}"][i, -1])
                                             for k in ("v", "relaxed", "full") if f"corr_{k}_{name}" in arrays}
                                      for name, *_ in cfgs}
@@ -281,7 +280,7 @@ def checks(fl: dict, arrays: dict, cfgs) -> list:
     m = _mean(arrays[f"corr_v_{name}"][:, -1])
     out.append({"name": f"{name}: mean final corr(v, v^mm)", "value": m, "expected": "> 0.99",
                 "ok": m is not None and m > 0.99})
-  if fl.get("setting") == "toy":
+  if fl.setting == "toy":
     for name, p, joint, _ in cfgs:
       if not joint or p != "p":
         continue

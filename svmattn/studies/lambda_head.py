@@ -77,11 +77,11 @@ def orthonormal_tokens(spec: data_lib.DataSpec, seed: int, runs: np.ndarray, hea
 
 
 def lams_of(fl: dict) -> list[float]:
-  return [float(x) for x in fl["lams"]]
+  return [float(x) for x in fl.lams]
 
 
 def dtype_of(fl: dict):
-  return np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+  return np.float32 if fl.precision == "float32" else np.float64
 
 
 def load_data_file(path: str, dtype) -> data_lib.Dataset:
@@ -103,35 +103,35 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   dtype = dtype_of(fl)
   lams = lams_of(fl)
   if any(not np.isfinite(lam) or lam < 0 for lam in lams) or not lams:
-    raise ValueError(f"lams must be finite numbers >= 0, got {fl['lams']}")
-  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"], labels="positive").validate()
+    raise ValueError(f"lams must be finite numbers >= 0, got {fl.lams}")
+  spec = data_lib.DataSpec(fl.n, fl.T, fl.d, labels="positive").validate()
   if spec.T > spec.d:
     raise ValueError(f"T={spec.T} must be <= d={spec.d} (orthonormal tokens)")
-  if not 0 < fl["tau_L"] < fl["tau_H"] < 1:
-    raise ValueError(f"need 0 < tau_L < tau_H < 1, got tau_L={fl['tau_L']}, tau_H={fl['tau_H']}")
-  configs = {lam: train_lib.TrainConfig(param="W", head=heads.lambda_head(lam).name, lr=fl["lr"], steps=fl["steps"],
-                                        snapshot_every=fl["snapshot_every"],
-                                        chunk_steps=fl["chunk_steps"],
-                                        numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
-                                        sampling=fl.get("sampling", "without")).validate() for lam in lams}
-  file_data = load_data_file(fl["data"], dtype) if fl.get("data") else None
+  if not 0 < fl.tau_L < fl.tau_H < 1:
+    raise ValueError(f"need 0 < tau_L < tau_H < 1, got tau_L={fl.tau_L}, tau_H={fl.tau_H}")
+  configs = {lam: train_lib.TrainConfig(param="W", head=heads.lambda_head(lam).name, lr=fl.lr, steps=fl.steps,
+                                        snapshot_every=fl.snapshot_every,
+                                        chunk_steps=fl.chunk_steps,
+                                        numerics=fl.numerics, minibatch=fl.minibatch,
+                                        sampling=fl.sampling).validate() for lam in lams}
+  file_data = load_data_file(fl.data, dtype) if fl.data else None
   if file_data is not None:
     minibatch.check_loaded(fl, file_data.X.shape[1])
-  runs = int(file_data.X.shape[0]) if file_data is not None else int(fl["runs"])
-  params = {"tau_L": np.asarray(float(fl["tau_L"])), "tau_H": np.asarray(float(fl["tau_H"])),
-            "keep_intermediate": np.asarray(bool(fl["keep_intermediate"]))}
+  runs = int(file_data.X.shape[0]) if file_data is not None else int(fl.runs)
+  params = {"tau_L": np.asarray(float(fl.tau_L)), "tau_H": np.asarray(float(fl.tau_H)),
+            "keep_intermediate": np.asarray(bool(fl.keep_intermediate))}
 
   def load(cell, runs):
     if file_data is not None:
       batch = data_lib.take(file_data, np.asarray(runs))
     else:
-      batch = data_lib.generate_host(spec, fl["seed"], runs, heads.lambda_head(cell.label["lam"]),
+      batch = data_lib.generate_host(spec, fl.seed, runs, heads.lambda_head(cell.label["lam"]),
                                 sampler=orthonormal_tokens, dtype=dtype)
     return {**{f: np.asarray(a) for f, a in batch._asdict().items()}, **params}
 
   cells = tuple(pipeline.Cell({"lam": lam}, runs) for lam in lams)
   return pipeline.Study(NAME, cells, load, lambda cell: (stages.Train("W", configs[cell.label["lam"]]),), analyze,
-                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl,
+                        fl.batch_size, fl.seed, identity if identity is not None else fl,
                         light_analysis=True)
 
 
@@ -189,9 +189,9 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict, list]:
       if k == "runs" or (k in SHARED and i > 0):
         continue
       arrays[k if k in SHARED else f"{k}_l{i}"] = v
-  T = int(fl["T"])
-  summary = {"experiment": "E6 lambda head (orthonormal tokens, Y=+1)", "numerics": fl.get("numerics", "exact"),
-             "shape": {"n": fl["n"], "T": fl["T"], "d": fl["d"]}, "data_sets": len(runs),
+  T = int(fl.T)
+  summary = {"experiment": "E6 lambda head (orthonormal tokens, Y=+1)", "numerics": fl.numerics,
+             "shape": {"n": fl.n, "T": fl.T, "d": fl.d}, "data_sets": len(runs),
              "lambda_index": {f"l{i}": lam for i, lam in enumerate(lams)}, "per_lambda": {}}
   for lam, p in zip(lams, per):
     kept = p["kept"]
@@ -242,7 +242,7 @@ def checks(summary: dict, lams) -> list:
 def report(summary: dict, fl: dict) -> list[str]:
   """The terminal lines of a finished run (the checks and the wall times follow)."""
   lines = [f"E6 lambda head: {summary['data_sets']} data sets per lambda; final 1 - corr(W_GD, .) medians over "
-           f"evaluated runs (--keep_intermediate={fl['keep_intermediate']})"]
+           f"evaluated runs (--keep_intermediate={fl.keep_intermediate})"]
   for lam in lams_of(fl):
     p = summary["per_lambda"][repr(lam)]
     f = p["final_one_minus_corr"]

@@ -46,14 +46,14 @@ def loss_scale(value: str, precision: str):
 
 def setup(fl: dict):
   """(DataSpec, ((name, TrainConfig), ...)) of an E2 run from its flag values."""
-  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"], fl["attention"], fl["query_pos"]).validate()
+  spec = data_lib.DataSpec(fl.n, fl.T, fl.d, fl.attention, fl.query_pos).validate()
   configs = tuple((p, train_lib.TrainConfig(
-      param=p, m=fl["m"], loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"], steps=fl["steps"],
-      snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl["block_size"],
-      loss_scale=loss_scale(fl.get("loss_scale", "default"), fl.get("precision", "float64")),
-      numerics=fl.get("numerics", "exact"), init=init_scheme(fl), minibatch=fl.get("minibatch", 0),
-      sampling=fl.get("sampling", "without")).validate())
-      for p in fl["params"])
+      param=p, m=fl.m, loss=fl.loss, optimizer=fl.optimizer, lr=fl.lr, steps=fl.steps,
+      snapshot_every=fl.snapshot_every, chunk_steps=fl.chunk_steps, block_size=fl.block_size,
+      loss_scale=loss_scale(fl.loss_scale, fl.precision),
+      numerics=fl.numerics, init=init_scheme(fl), minibatch=fl.minibatch,
+      sampling=fl.sampling).validate())
+      for p in fl.params)
   return spec, configs
 
 
@@ -81,32 +81,32 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E2 study of flag values ``fl``: the data sets of fl["data"] (a .npz file; raises
   ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones."""
   spec, configs = setup(fl)
-  dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
-  file_data = data_lib.load_npz(fl["data"], dtype) if fl.get("data") else None
-  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
-  load = batches(spec, fl["seed"], dtype, file_data)
+  dtype = np.float32 if fl.precision == "float32" else np.float64
+  file_data = data_lib.load_npz(fl.data, dtype) if fl.data else None
+  runs = file_data.X.shape[0] if file_data is not None else fl.runs
+  load = batches(spec, fl.seed, dtype, file_data)
   d = file_data.X.shape[-1] if file_data is not None else spec.d
-  check_init(fl, {p: c.param for p, c in configs}, runs, d, fl.get("m"), dtype)
-  if file_data is not None and fl.get("minibatch", 0) > file_data.X.shape[1]:
-    raise ValueError(f"--minibatch={fl['minibatch']} exceeds the n={file_data.X.shape[1]} sequences of each "
+  check_init(fl, {p: c.param for p, c in configs}, runs, d, fl.m, dtype)
+  if file_data is not None and fl.minibatch > file_data.X.shape[1]:
+    raise ValueError(f"--minibatch={fl.minibatch} exceeds the n={file_data.X.shape[1]} sequences of each "
                      f"data set of --data")
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
                         lambda cell: tuple(train_stage(p, c, fl) for p, c in configs),
-                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION),
+                        functools.partial(analyze, saturation=fl.saturation,
                                           norms=norms(fl)),
-                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+                        fl.batch_size, fl.seed, identity if identity is not None else fl)
 
 
 def init_scheme(fl: dict) -> str:
   """The random initialization of --init (uniform where --init names a file of starting points)."""
-  init = fl.get("init") or "uniform"
+  init = fl.init or "uniform"
   return "uniform" if init.endswith(".npz") else init
 
 
 def train_stage(name: str, config: train_lib.TrainConfig, fl: dict) -> stages.Train:
   """The training stage of one parameterization; with --init=FILE.npz, every run starts from its row."""
-  init = fl.get("init") or "uniform"
+  init = fl.init or "uniform"
   if init.endswith(".npz"):
     return stages.Train(name, config, init_file=init)
   return stages.Train(name, config)
@@ -115,7 +115,7 @@ def train_stage(name: str, config: train_lib.TrainConfig, fl: dict) -> stages.Tr
 def check_init(fl: dict, params: dict, runs: int, d: int, m, dtype) -> None:
   """With --init=FILE.npz: the file holds a start for every run of every parameterization
   ({stage: "W" or "KQ"}), else ValueError naming the problem (before anything runs)."""
-  init = fl.get("init") or "uniform"
+  init = fl.init or "uniform"
   if init.endswith(".npz"):
     from svmattn.train import init_file as init_lib
     try:
@@ -126,7 +126,7 @@ def check_init(fl: dict, params: dict, runs: int, d: int, m, dtype) -> None:
 
 def norms(fl: dict) -> tuple[str, ...]:
   """The Att-SVM norms solved (--norms; default every one of ``svm.att_svm.NORMS``), in that order."""
-  wanted = fl.get("norms") or svm_lib.NORMS
+  wanted = fl.norms or svm_lib.NORMS
   unknown = set(wanted) - set(svm_lib.NORMS)
   if unknown:
     raise ValueError(f"--norms: unknown norm(s) {sorted(unknown)}; known: {', '.join(svm_lib.NORMS)}")
@@ -162,7 +162,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   params = [p for p, _ in configs]
   n, T = arrays["token_scores"].shape[1:3]
   d = arrays[f"W_final_{params[0]}"].shape[-1]
-  summary = {"experiment": "E2 local convergence", "numerics": fl.get("numerics", "exact"),
+  summary = {"experiment": "E2 local convergence", "numerics": fl.numerics,
              "data_sets": len(arrays["runs"]),
              "shape": {"n": int(n), "T": int(T), "d": int(d)}, "final_corr": {}, "convergence_types": {},
              "svm_status": {}, "diverged_runs": {}}
@@ -175,7 +175,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
     if f"convergence_type_{p}" in arrays:          # (it needs the Frobenius SVM)
       summary["convergence_types"][p] = metrics.type_fractions(arrays[f"convergence_type_{p}"])
   summary["health"] = health.summary(arrays)
-  summary["saturation_threshold"] = fl.get("saturation", health.SATURATION)
+  summary["saturation_threshold"] = fl.saturation
   summary["checks"] = checks(summary["final_corr"])
   return arrays, summary
 

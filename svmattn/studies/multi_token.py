@@ -66,18 +66,18 @@ CORR_REFERENCE = ("1 - corr(W(k), X) at every snapshot k against the Gen-SVM obj
 
 
 def dtype_of(fl: dict):
-  return np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+  return np.float32 if fl.precision == "float32" else np.float64
 
 
 def config(fl: dict) -> train_lib.TrainConfig:
-  return train_lib.TrainConfig(param="W", head=heads.RELU.name, lr=fl["lr"], steps=fl["steps"],
-                               snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"],
-                               numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
-                               sampling=fl.get("sampling", "without")).validate()
+  return train_lib.TrainConfig(param="W", head=heads.RELU.name, lr=fl.lr, steps=fl.steps,
+                               snapshot_every=fl.snapshot_every, chunk_steps=fl.chunk_steps,
+                               numerics=fl.numerics, minibatch=fl.minibatch,
+                               sampling=fl.sampling).validate()
 
 
 def snapshot_steps(fl: dict) -> np.ndarray:
-  return train_lib.snapshot_steps(train_lib.schedule(fl["steps"], fl["snapshot_every"], fl["chunk_steps"]))
+  return train_lib.snapshot_steps(train_lib.schedule(fl.steps, fl.snapshot_every, fl.chunk_steps))
 
 
 def has_negative_label(Y) -> np.ndarray:
@@ -142,33 +142,33 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   fl["ds"], or the d of the data file fl["data"] (raises ``data.datasets.DataError`` for a bad one)."""
   dtype = dtype_of(fl)
   cfg = config(fl)
-  if not 0 < fl["tau_L"] < fl["tau_H"] < 1:
-    raise ValueError(f"need 0 < tau_L < tau_H < 1, got tau_L={fl['tau_L']}, tau_H={fl['tau_H']}")
-  file_data = load_data_file(fl["data"], dtype) if fl.get("data") else None
+  if not 0 < fl.tau_L < fl.tau_H < 1:
+    raise ValueError(f"need 0 < tau_L < tau_H < 1, got tau_L={fl.tau_L}, tau_H={fl.tau_H}")
+  file_data = load_data_file(fl.data, dtype) if fl.data else None
   if file_data is not None:
     minibatch.check_loaded(fl, file_data.X.shape[1])
     cells = (pipeline.Cell({"d": int(file_data.X.shape[-1])}, int(file_data.X.shape[0])),)
-    want = min(int(fl["runs"]), int(has_negative_label(file_data.Y).sum()))
+    want = min(int(fl.runs), int(has_negative_label(file_data.Y).sum()))
   else:
-    cells = tuple(pipeline.Cell({"d": int(d)}, int(fl["max_draws"])) for d in fl["ds"])
-    want = int(fl["runs"])
+    cells = tuple(pipeline.Cell({"d": int(d)}, int(fl.max_draws)) for d in fl.ds)
+    want = int(fl.runs)
     for cell in cells:
-      data_lib.DataSpec(fl["n"], fl["T"], cell.label["d"]).validate()
-  taus = {"tau_L": np.asarray(float(fl["tau_L"])), "tau_H": np.asarray(float(fl["tau_H"]))}
+      data_lib.DataSpec(fl.n, fl.T, cell.label["d"]).validate()
+  taus = {"tau_L": np.asarray(float(fl.tau_L)), "tau_H": np.asarray(float(fl.tau_H))}
 
   def load(cell, runs):
     if file_data is not None:
       batch = data_lib.take(file_data, np.asarray(runs))
     else:
-      spec = data_lib.DataSpec(fl["n"], fl["T"], cell.label["d"]).validate()
-      batch = data_lib.generate_host(spec, fl["seed"], runs, heads.RELU, dtype=dtype)
+      spec = data_lib.DataSpec(fl.n, fl.T, cell.label["d"]).validate()
+      batch = data_lib.generate_host(spec, fl.seed, runs, heads.RELU, dtype=dtype)
     return {**{f: np.asarray(a) for f, a in batch._asdict().items()}, **taus}
 
   def enough(label, arrays):
     return int(np.sum(arrays["outcome"] == "kept")) >= want
 
   return pipeline.Study(NAME, cells, load, lambda cell: (TrainNegative("W", cfg),), analyze,
-                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl, enough)
+                        fl.batch_size, fl.seed, identity if identity is not None else fl, enough)
 
 
 def dead_sequences(X, V, s):
@@ -261,8 +261,8 @@ def reduce_cell(fl: dict, arrays: dict, S: int) -> tuple[dict, dict, dict]:
   draws up to the last kept one (all analyzed draws if fewer were kept)."""
   runs, outcomes = np.asarray(arrays["runs"]), np.asarray(arrays["outcome"])
   candidate = outcomes != "skipped"
-  want = int(fl["runs"])
-  if fl.get("data"):
+  want = int(fl.runs)
+  if fl.data:
     want = min(want, int(candidate.sum()))
   kept = np.flatnonzero(outcomes == "kept")[:want]
   cutoff = int(runs[kept[-1]]) + 1 if len(kept) == want and len(kept) else len(runs)
@@ -288,9 +288,9 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   """(results.npz arrays, summary) from the per-draw arrays of every cell (one per d)."""
   steps = snapshot_steps(fl)
   ds = [int(c["X"].shape[-1]) for c in cells]
-  n, T = int(fl["n"]), int(fl["T"])
+  n, T = int(fl.n), int(fl.T)
   arrays = {"steps": steps, "ds": np.array(ds)}
-  summary = {"experiment": "E5 multi-token selection (ReLU head, Gen-SVM)", "numerics": fl.get("numerics", "exact"),
+  summary = {"experiment": "E5 multi-token selection (ReLU head, Gen-SVM)", "numerics": fl.numerics,
              "shape": {"n": n, "T": T, "ds": ds},
              "per_d": {}, "corr_reference": CORR_REFERENCE}
   for d, cell in zip(ds, cells):
@@ -332,8 +332,8 @@ def checks(fl: dict, summary: dict, ds) -> list:
   for d in ds:
     per = summary["per_d"][str(d)]
     med = {obj: per["final_one_minus_corr"][obj]["median"] for obj in OBJECTS}
-    out.append({"name": f"d={d}: kept runs", "value": per["kept"], "expected": f"{fl['runs']} (--runs)",
-                "ok": per["kept"] == fl["runs"]})
+    out.append({"name": f"d={d}: kept runs", "value": per["kept"], "expected": f"{fl.runs} (--runs)",
+                "ok": per["kept"] == fl.runs})
     if med["svmeq"] is None:
       continue
     for other in ("mm", "1token"):
@@ -341,10 +341,10 @@ def checks(fl: dict, summary: dict, ds) -> list:
                   "value": f"{med['svmeq']:.3g} vs {med[other]:.3g}",
                   "expected": f"W^SVMeq below W^{other}", "ok": bool(med["svmeq"] < med[other])})
     if d >= 6:
-      out.append({"name": f"d={d}: median final 1-corr(W_GD, W^SVMeq) after {fl['steps']} steps",
+      out.append({"name": f"d={d}: median final 1-corr(W_GD, W^SVMeq) after {fl.steps} steps",
                   "value": med["svmeq"],
-                  "expected": f"<= {fl['target']:g} (paper: ~2e-3 at d=6,8,10 after 2001 steps)",
-                  "ok": bool(med["svmeq"] <= fl["target"])})
+                  "expected": f"<= {fl.target:g} (paper: ~2e-3 at d=6,8,10 after 2001 steps)",
+                  "ok": bool(med["svmeq"] <= fl.target)})
   return out
 
 
@@ -386,8 +386,8 @@ def report(summary: dict, fl: dict) -> list[str]:
 def prepare(fl: dict, study: pipeline.Study) -> None:
   """With --data the file's d replaces --ds: say so."""
   ds = [c.label["d"] for c in study.cells]
-  if fl.get("data") and [int(x) for x in fl["ds"]] != ds:
-    logging.warning("--data: using d=%d of the data file instead of --ds=%s", ds[0], ",".join(map(str, fl["ds"])))
+  if fl.data and [int(x) for x in fl.ds] != ds:
+    logging.warning("--data: using d=%d of the data file instead of --ds=%s", ds[0], ",".join(map(str, fl.ds)))
 
 
 def key_numbers(summary: dict) -> list:

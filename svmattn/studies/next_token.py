@@ -55,45 +55,44 @@ SATURATION = 0.0
 
 
 def resolve(fl: dict) -> dict:
-  fl = dict(fl)
-  if fl.get("setting", "global") not in SETTING_DEFAULTS:
-    raise ValueError(f"setting must be one of {sorted(SETTING_DEFAULTS)}, got {fl.get('setting')!r}")
-  fl["setting"] = fl.get("setting", "global")
+  fl = F.Values(fl)
+  if fl.setting not in SETTING_DEFAULTS:
+    raise ValueError(f"setting must be one of {sorted(SETTING_DEFAULTS)}, got {fl.setting!r}")
   for k in ("lr", "steps"):
-    if fl.get(k) is None:
-      fl[k] = SETTING_DEFAULTS[fl["setting"]][k]
+    if fl[k] is None:
+      fl[k] = SETTING_DEFAULTS[fl.setting][k]
   return fl
 
 
 def configs(fl: dict) -> tuple:
   fl = resolve(fl)
   return tuple((p, train_lib.TrainConfig(
-      param=p, model=SETTING_DEFAULTS[fl["setting"]]["model"], optimizer=fl.get("optimizer", "normalized_gd"),
-      lr=fl["lr"], steps=fl["steps"], snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"],
-      init=fl.get("init", "uniform"), block_size=fl.get("block_size", 64),
-      numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
-      sampling=fl.get("sampling", "without")).validate()) for p in fl["params"])
+      param=p, model=SETTING_DEFAULTS[fl.setting]["model"], optimizer=fl.optimizer,
+      lr=fl.lr, steps=fl.steps, snapshot_every=fl.snapshot_every, chunk_steps=fl.chunk_steps,
+      init=fl.init, block_size=fl.block_size,
+      numerics=fl.numerics, minibatch=fl.minibatch,
+      sampling=fl.sampling).validate()) for p in fl.params)
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   ident = identity if identity is not None else fl
   fl = resolve(fl)
   cfgs = configs(fl)
-  spec = next_token_data.TokenSpec(fl["K"], fl["d"], fl["n"], fl["T"], fl.get("require_cycle", True)).validate()
-  file_data = next_token_data.load_npz(fl["data"]) if fl.get("data") else None
+  spec = next_token_data.TokenSpec(fl.K, fl.d, fl.n, fl.T, fl.require_cycle).validate()
+  file_data = next_token_data.load_npz(fl.data) if fl.data else None
   if file_data is not None:
     minibatch.check_loaded(fl, file_data.tokens.shape[1])
-  runs = file_data.E.shape[0] if file_data is not None else fl["runs"]
+  runs = file_data.E.shape[0] if file_data is not None else fl.runs
 
   def load(cell, runs):
-    tokens = next_token_data.take(file_data, runs) if file_data is not None else next_token_data.generate(spec, fl["seed"], runs)
+    tokens = next_token_data.take(file_data, runs) if file_data is not None else next_token_data.generate(spec, fl.seed, runs)
     ds = next_token_data.to_dataset(tokens)
     return {**{f: np.asarray(a) for f, a in ds._asdict().items()},
-            **{f: np.asarray(a) for f, a in tokens._asdict().items()}, "setting": np.array(fl["setting"])}
+            **{f: np.asarray(a) for f, a in tokens._asdict().items()}, "setting": np.array(fl.setting)}
 
-  return pipeline.Study(NAME, (pipeline.Cell({"setting": fl["setting"]}, int(runs)),), load,
+  return pipeline.Study(NAME, (pipeline.Cell({"setting": fl.setting}, int(runs)),), load,
                         lambda cell: tuple(stages.Train(p, c) for p, c in cfgs), analyze,
-                        fl.get("batch_size", 1000), fl["seed"], ident)
+                        fl.batch_size, fl.seed, ident)
 
 
 def decomposition(W: np.ndarray, W_svm: np.ndarray, W_fin: np.ndarray, basis: np.ndarray):
@@ -191,15 +190,15 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
            "nonzero_W_fin": int(np.sum(np.linalg.norm(np.nan_to_num(arrays[f"W_fin_{name}"]), axis=(1, 2)) > 1e-9)),
            "final_loss": _stats(arrays[f"loss_{name}"][:, -1]),
            "diverged": int(np.sum(~arrays[f"finite_{name}"]))}
-    if fl["setting"] == "local":
+    if fl.setting == "local":
       row["corr_local_final"] = _stats(arrays[f"corr_local_{name}"][:, -1])
       row["local_svm_solved"] = int(np.sum(arrays[f"svm_local_{name}_status"] == "optimal"))
       row["label_selected"] = _stats(arrays[f"label_selected_{name}"])
     rows[name] = row
-  summary = {"experiment": "E12 next-token prediction", "setting": fl["setting"],
-             "numerics": fl.get("numerics", "exact"), "data_sets": len(arrays["runs"]),
+  summary = {"experiment": "E12 next-token prediction", "setting": fl.setting,
+             "numerics": fl.numerics, "data_sets": len(arrays["runs"]),
              "cyclic_sccs_per_set": _stats(arrays["cyclic_sccs"]), "params": rows,
-             "public": PUBLIC[fl["setting"]], "health": health.summary(arrays),
+             "public": PUBLIC[fl.setting], "health": health.summary(arrays),
              "saturation_threshold": SATURATION}
   summary["checks"] = checks(fl, rows)
   return arrays, summary
@@ -218,9 +217,9 @@ def checks(fl: dict, rows: dict) -> list:
   global setting, for the local SVM in the local one)."""
   out = []
   for name, row in rows.items():
-    key = "corr_local_final" if fl["setting"] == "local" else "corr_final"
+    key = "corr_local_final" if fl.setting == "local" else "corr_final"
     m = None if row.get(key) is None else row[key]["mean"]
-    what = "local graph SVM" if fl["setting"] == "local" else "graph SVM"
+    what = "local graph SVM" if fl.setting == "local" else "graph SVM"
     out.append({"name": f"{name}: mean final corr(W, {what})", "value": m, "expected": "> 0.95",
                 "ok": m is not None and m > 0.95})
   return out

@@ -73,25 +73,25 @@ def stage_name(optimizer: str, param: str) -> str:
 def configs(fl: dict) -> tuple:
   """((stage name, optimizer, parameterization, TrainConfig), ...)."""
   out = []
-  for opt in fl["optimizers"]:
-    for p in fl["params"]:
+  for opt in fl.optimizers:
+    for p in fl.params:
       out.append((stage_name(opt, p), opt, p, train_lib.TrainConfig(
-          param=p, optimizer=opt, lr=fl["lr"], steps=fl["steps"], snapshot_every=fl["snapshot_every"],
-          chunk_steps=fl["chunk_steps"], init=local_convergence.init_scheme(fl), block_size=fl.get("block_size", 64),
-          numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
-          sampling=fl.get("sampling", "without")).validate()))
+          param=p, optimizer=opt, lr=fl.lr, steps=fl.steps, snapshot_every=fl.snapshot_every,
+          chunk_steps=fl.chunk_steps, init=local_convergence.init_scheme(fl), block_size=fl.block_size,
+          numerics=fl.numerics, minibatch=fl.minibatch,
+          sampling=fl.sampling).validate()))
   return tuple(out)
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
-  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"]).validate()
+  spec = data_lib.DataSpec(fl.n, fl.T, fl.d).validate()
   cfgs = configs(fl)
-  dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
-  file_data = data_lib.load_npz(fl["data"], dtype) if fl.get("data") else None
-  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
-  norms = tuple(fl["norms"])
+  dtype = np.float32 if fl.precision == "float32" else np.float64
+  file_data = data_lib.load_npz(fl.data, dtype) if fl.data else None
+  runs = file_data.X.shape[0] if file_data is not None else fl.runs
+  norms = tuple(fl.norms)
 
-  source = local_convergence.batches(spec, fl["seed"], dtype, file_data)
+  source = local_convergence.batches(spec, fl.seed, dtype, file_data)
   d = file_data.X.shape[-1] if file_data is not None else spec.d
   local_convergence.check_init(fl, {name: p for name, _, p, _ in cfgs}, runs, d, None, dtype)
 
@@ -100,8 +100,8 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
                         lambda cell: tuple(local_convergence.train_stage(name, c, fl) for name, _, _, c in cfgs),
-                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
-                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+                        functools.partial(analyze, saturation=fl.saturation),
+                        fl.batch_size, fl.seed, identity if identity is not None else fl)
 
 
 def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
@@ -143,7 +143,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   distance and (l_p) mean Bregman divergence, the nearest norm of each optimizer, and checks."""
   cfgs = configs(fl)
   arrays = {**arrays, "steps": train_lib.config_snapshot_steps(cfgs[0][3])}   # the same for every config
-  norms = list(fl["norms"])
+  norms = list(fl.norms)
   tables = {"corr": {}, "distance": {}, "bregman": {}, "svm_solved": {}}
   nearest = {}
   for name, opt, p, _ in cfgs:
@@ -157,11 +157,11 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
     else:   # (K,Q): the paper's nuclear-norm result for gradient descent; open for the others
       pred = "nuc" if opt in ("normalized_gd", "ngd", "gd") else None
     nearest[name] = {"by_corr": max(corr, key=corr.get) if corr else None, "predicted": pred}
-  summary = {"experiment": "E10 optimizer geometry", "numerics": fl.get("numerics", "exact"),
-             "data_sets": len(arrays["runs"]), "optimizers": list(fl["optimizers"]), "norms": norms,
-             "params": list(fl["params"]), "tables": tables, "nearest": nearest,
+  summary = {"experiment": "E10 optimizer geometry", "numerics": fl.numerics,
+             "data_sets": len(arrays["runs"]), "optimizers": list(fl.optimizers), "norms": norms,
+             "params": list(fl.params), "tables": tables, "nearest": nearest,
              "diverged_runs": {name: int(np.sum(~arrays[f"finite_{name}"])) for name, *_ in cfgs},
-             "health": health.summary(arrays), "saturation_threshold": fl.get("saturation", health.SATURATION)}
+             "health": health.summary(arrays), "saturation_threshold": fl.saturation}
   summary["checks"] = checks(fl, tables, nearest)
   return arrays, summary
 
@@ -172,7 +172,7 @@ def checks(fl: dict, tables: dict, nearest: dict) -> list:
   out = []
   for name, v in nearest.items():
     pred = v["predicted"]
-    if pred is None or pred not in fl["norms"] or name.endswith("_KQ") or v["by_corr"] is None:
+    if pred is None or pred not in fl.norms or name.endswith("_KQ") or v["by_corr"] is None:
       continue
     opt = name
     if not (opt.startswith("sd_") or opt.startswith("md_") or opt == "normalized_gd"):

@@ -86,22 +86,22 @@ def target_norm(model: str, optimizer: str) -> str | None:
 
 
 def cells(fl: dict) -> tuple:
-  return tuple(pipeline.Cell(label, int(fl["runs"]))
-               for label in sweep_lib.grid({"model": list(fl["models"]), "minibatch": [int(b) for b in fl["minibatches"]]}))
+  return tuple(pipeline.Cell(label, int(fl.runs))
+               for label in sweep_lib.grid({"model": list(fl.models), "minibatch": [int(b) for b in fl.minibatches]}))
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
-  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"]).validate()
-  attention = local_convergence.batches(spec, fl["seed"])
-  entries = [parse_entry(e, fl["lr"]) for e in fl["optimizers"]]
+  spec = data_lib.DataSpec(fl.n, fl.T, fl.d).validate()
+  attention = local_convergence.batches(spec, fl.seed)
+  entries = [parse_entry(e, fl.lr) for e in fl.optimizers]
 
   def load(cell, runs):
     model = cell.label["model"]
     if model == "linear":
-      data = linear_data.binary(fl["seed"], runs, fl["linear_n"], fl["linear_d"], fl["linear_margin"])
+      data = linear_data.binary(fl.seed, runs, fl.linear_n, fl.linear_d, fl.linear_margin)
     elif model == "linear_mc":
-      data = linear_data.multiclass(fl["seed"], runs, fl["linear_n"], fl["linear_d"], fl["linear_k"],
-                                    fl["linear_margin"])
+      data = linear_data.multiclass(fl.seed, runs, fl.linear_n, fl.linear_d, fl.linear_k,
+                                    fl.linear_margin)
     else:
       return attention(runs)
     return {"X": data.X, "y": data.y}
@@ -109,18 +109,18 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   def stages_of(cell):
     model, mb = cell.label["model"], int(cell.label["minibatch"])
     if model in ("linear", "linear_mc"):
-      return tuple(stages.LinearTrain(name, opt, step, fl["linear_steps"], fl["linear_every"],
-                                      fl["linear_k"] if model == "linear_mc" else 0, mb, fl["sampling"],
-                                      fl["block_size"]) for name, opt, step in entries)
+      return tuple(stages.LinearTrain(name, opt, step, fl.linear_steps, fl.linear_every,
+                                      fl.linear_k if model == "linear_mc" else 0, mb, fl.sampling,
+                                      fl.block_size) for name, opt, step in entries)
     return tuple(stages.Train(name, train_lib.TrainConfig(
-        param=model, optimizer=opt, lr=step, steps=fl["steps"], snapshot_every=fl["snapshot_every"],
-        chunk_steps=fl["chunk_steps"], block_size=fl["block_size"], minibatch=mb,
-        sampling=fl["sampling"]).validate()) for name, opt, step in entries)
+        param=model, optimizer=opt, lr=step, steps=fl.steps, snapshot_every=fl.snapshot_every,
+        chunk_steps=fl.chunk_steps, block_size=fl.block_size, minibatch=mb,
+        sampling=fl.sampling).validate()) for name, opt, step in entries)
 
   return pipeline.Study(NAME, cells(fl), load, stages_of,
-                        functools.partial(analyze, fit_from=fl["fit_from"], k=fl["linear_k"],
-                                          saturation=fl["saturation"]),
-                        fl["batch_size"], fl["seed"], identity if identity is not None else fl)
+                        functools.partial(analyze, fit_from=fl.fit_from, k=fl.linear_k,
+                                          saturation=fl.saturation),
+                        fl.batch_size, fl.seed, identity if identity is not None else fl)
 
 
 def _solve_linear(X, y, model: str, k: int) -> dict:
@@ -290,8 +290,8 @@ def _cell_summary(fl: dict, label: dict, a: dict) -> dict:
   model = label["model"]
   full = int(label["minibatch"]) == 0
   out = {}
-  for entry in fl["optimizers"]:
-    name, opt, step = parse_entry(entry, fl["lr"])
+  for entry in fl.optimizers:
+    name, opt, step = parse_entry(entry, fl.lr)
     norm = target_norm(model, opt)
     # Stalled runs (the gradient underflowed to exactly 0: their state froze) and diverged ones are
     # counted under health and left out of every statistic below; unsaturated ones stay in.
@@ -332,9 +332,9 @@ def reduce(fl: dict, cell_arrays: list) -> tuple[dict, dict]:
     for k, v in a.items():
       arrays[f"{tag}__{k}"] = v
     table[tag] = _cell_summary(fl, cell.label, a)
-  summary = {"experiment": "E16 optimizer rates", "models": list(fl["models"]),
-             "minibatches": [int(b) for b in fl["minibatches"]], "optimizers": list(fl["optimizers"]),
-             "data_sets_per_cell": int(fl["runs"]), "fit_window": [fl["fit_from"], 1.0], "cells": table,
+  summary = {"experiment": "E16 optimizer rates", "models": list(fl.models),
+             "minibatches": [int(b) for b in fl.minibatches], "optimizers": list(fl.optimizers),
+             "data_sets_per_cell": int(fl.runs), "fit_window": [fl.fit_from, 1.0], "cells": table,
              "health": {f"{tag}/{name}": row["health"] for tag, rows in table.items() for name, row in rows.items()}}
   summary["questions"] = questions(fl, table)
   summary["checks"] = checks(fl, table)
@@ -358,20 +358,20 @@ def questions(fl: dict, table: dict) -> dict:
             "final_gap": r["final_gap"].get(n) if n else None, "slope_gap": r["slope_gap"],
             "slope_corr": r["slope_corr"]}
 
-  names = [parse_entry(e, fl["lr"])[0] for e in fl["optimizers"]]
+  names = [parse_entry(e, fl.lr)[0] for e in fl.optimizers]
   q1 = {f"{m}/{nm}": brief(row(m, 0, nm)) for m in ("linear", "linear_mc") for nm in names if row(m, 0, nm)}
   q2 = {f"{m}/mb{mb}/{nm}": {"final_corr": (row(m, mb, nm) or {}).get("final_corr", {}).get(
             "fro" if m == "W" else "nuc"), "nearest_counts": (row(m, mb, nm) or {}).get("nearest")}
-        for m in ("W", "KQ") for mb in fl["minibatches"] for nm in names
+        for m in ("W", "KQ") for mb in fl.minibatches for nm in names
         if nm.startswith("normalized_gd") and row(m, mb, nm)}
-  q3 = {f"{m}/mb{mb}/adam": brief(row(m, mb, "adam")) for m in ("linear", "W") for mb in fl["minibatches"]
+  q3 = {f"{m}/mb{mb}/adam": brief(row(m, mb, "adam")) for m in ("linear", "W") for mb in fl.minibatches
         if row(m, mb, "adam")}
   q4 = {nm: brief(row("W", 0, nm)) for nm in names if _core(nm.rsplit("_lr", 1)[0]) in ("gd", "normalized_gd", "polyak")
         and row("W", 0, nm)}
   q5 = {}
   for m in ("linear", "linear_mc", "W", "KQ"):
-    for e in fl["optimizers"]:
-      nm, opt, step = parse_entry(e, fl["lr"])
+    for e in fl.optimizers:
+      nm, opt, step = parse_entry(e, fl.lr)
       r = row(m, 0, nm)
       if opt == "gd" and r is not None:
         q5[f"{m}/gd/lr{step:g}"] = {"lr": step, "osc_end_median": r["osc_end_median"], "osc_end_max": r["osc_end_max"],

@@ -38,28 +38,28 @@ TYPES = metrics.CONVERGENCE_TYPES
 
 
 def grid(fl: dict) -> tuple[list[int], np.ndarray]:
-  return [int(x) for x in fl["n_values"]], np.arange(fl["d_min"], fl["d_max"] + 1)
+  return [int(x) for x in fl.n_values], np.arange(fl.d_min, fl.d_max + 1)
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   n_values, ds = grid(fl)
-  every = min(fl["chunk_steps"], fl["steps"]) if fl["steps"] > 0 else 1
-  config = train_lib.TrainConfig(param="W", lr=fl["lr"], steps=fl["steps"], snapshot_every=every,
-                                 chunk_steps=every, numerics=fl.get("numerics", "exact"),
-                                 minibatch=fl.get("minibatch", 0), sampling=fl.get("sampling", "without"),
-                                 block_size=fl.get("block_size", 64)).validate()
-  dtype = np.float32 if fl.get("precision", "float64") == "float32" else np.float64
-  cells = tuple(pipeline.Cell(c, fl["runs"]) for c in sweep_lib.grid({"n": n_values, "d": [int(d) for d in ds]}))
+  every = min(fl.chunk_steps, fl.steps) if fl.steps > 0 else 1
+  config = train_lib.TrainConfig(param="W", lr=fl.lr, steps=fl.steps, snapshot_every=every,
+                                 chunk_steps=every, numerics=fl.numerics,
+                                 minibatch=fl.minibatch, sampling=fl.sampling,
+                                 block_size=fl.block_size).validate()
+  dtype = np.float32 if fl.precision == "float32" else np.float64
+  cells = tuple(pipeline.Cell(c, fl.runs) for c in sweep_lib.grid({"n": n_values, "d": [int(d) for d in ds]}))
 
   def load(cell, runs):
-    spec = data_lib.DataSpec(cell.label["n"], fl["T"], cell.label["d"]).validate()
-    data = data_lib.generate_host(spec, fl["seed"], runs)   # float64; --precision=float32 trains on it rounded
+    spec = data_lib.DataSpec(cell.label["n"], fl.T, cell.label["d"]).validate()
+    data = data_lib.generate_host(spec, fl.seed, runs)   # float64; --precision=float32 trains on it rounded
     data = data_lib.Dataset(*(np.asarray(a) for a in data))
     return {**data._asdict(), "gamma": local_convergence.token_scores(data)}
 
   return pipeline.Study(NAME, cells, load, lambda cell: (stages.Train("W", config, dtype),),
-                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
-                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+                        functools.partial(analyze, saturation=fl.saturation),
+                        fl.batch_size, fl.seed, identity if identity is not None else fl)
 
 
 def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
@@ -84,7 +84,7 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
 def reduce(fl: dict, cells: list) -> tuple[dict, dict, dict]:
   """(results.npz arrays, summary, shares per type (len(n_values), D)) from the per-run arrays of every cell."""
   n_values, ds = grid(fl)
-  T, R = fl["T"], fl["runs"]
+  T, R = fl.T, fl.runs
   shape = (len(n_values), len(ds), R)
 
   def stack(key):
@@ -119,10 +119,10 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict, dict]:
                  "svm_status": svm_status, "finite": finite, "feasible_opt": feasible_opt, "health": labels,
                  **({"stalled_step": stack("stalled_step")} if "stalled_step" in cells[0] else {}),
                  **{f"share_{t.replace('-', '_')}": shares[t] for t in TYPES}})
-  summary = {"experiment": "E4 over-parameterization", "numerics": fl.get("numerics", "exact"),
+  summary = {"experiment": "E4 over-parameterization", "numerics": fl.numerics,
              "T": T, "n_values": n_values, "ds": ds,
              "runs_per_cell": R, "health": health.counts(labels),
-             "saturation_threshold": fl.get("saturation", health.SATURATION), "cells": summary_cells, "checks": checks(shares, n_values, ds, T)}
+             "saturation_threshold": fl.saturation, "cells": summary_cells, "checks": checks(shares, n_values, ds, T)}
   return arrays, summary, shares
 
 
@@ -165,8 +165,8 @@ def report(summary: dict, fl: dict) -> list[str]:
 
 def prepare(fl: dict, study: pipeline.Study) -> None:
   n_values, ds = grid(fl)
-  logging.info("E4: n %s, T=%d, d %d..%d, %d runs per cell, %d steps", n_values, fl["T"], ds[0], ds[-1],
-               fl["runs"], fl["steps"])
+  logging.info("E4: n %s, T=%d, d %d..%d, %d runs per cell, %d steps", n_values, fl.T, ds[0], ds[-1],
+               fl.runs, fl.steps)
 
 
 def key_numbers(summary: dict) -> list:

@@ -63,21 +63,21 @@ def two_clusters(spec: data_lib.DataSpec, seed: int, runs, head: heads.Head, dty
 
 
 def spec(fl: dict) -> data_lib.DataSpec:
-  return data_lib.DataSpec(fl["n"], fl["T"], fl["d"], labels="positive").validate()
+  return data_lib.DataSpec(fl.n, fl.T, fl.d, labels="positive").validate()
 
 
 def configs(fl: dict) -> tuple:
   """((parameterization, TrainConfig), ...): normalized GD from zero, every snapshot_every steps."""
-  return tuple((p, train_lib.TrainConfig(param=p, lr=fl["lr"], steps=fl["steps"],
-                                         snapshot_every=fl["snapshot_every"],
-                                         chunk_steps=max(fl["snapshot_every"], 500), init="zero",
-                                         numerics=fl.get("numerics", "exact"), minibatch=fl.get("minibatch", 0),
-                                         sampling=fl.get("sampling", "without")).validate())
+  return tuple((p, train_lib.TrainConfig(param=p, lr=fl.lr, steps=fl.steps,
+                                         snapshot_every=fl.snapshot_every,
+                                         chunk_steps=max(fl.snapshot_every, 500), init="zero",
+                                         numerics=fl.numerics, minibatch=fl.minibatch,
+                                         sampling=fl.sampling).validate())
                for p in PARAMS)
 
 
 def _dtype(fl: dict):
-  return np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+  return np.float32 if fl.precision == "float32" else np.float64
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
@@ -85,23 +85,23 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones (``two_clusters``)."""
   sp, cfgs = spec(fl), configs(fl)
   dtype = _dtype(fl)
-  file_data = data_lib.load_npz(fl["data"], dtype) if fl.get("data") else None
+  file_data = data_lib.load_npz(fl.data, dtype) if fl.data else None
   if file_data is not None:
     minibatch.check_loaded(fl, file_data.X.shape[1])
-  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
+  runs = file_data.X.shape[0] if file_data is not None else fl.runs
 
   def load(cell, runs):
     if file_data is not None:
       batch = data_lib.take(file_data, runs)
     else:   # drawn in the run's precision, as the E1 binary always did
-      batch = data_lib.generate_host(sp, fl["seed"], runs, heads.LINEAR, sampler=two_clusters, dtype=dtype)
+      batch = data_lib.generate_host(sp, fl.seed, runs, heads.LINEAR, sampler=two_clusters, dtype=dtype)
     batch = data_lib.Dataset(*(np.asarray(a) for a in batch))
     return {**batch._asdict(), "gamma": local_convergence.token_scores(batch)}
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
                         lambda cell: tuple(stages.Train(p, c) for p, c in cfgs),
-                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
-                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+                        functools.partial(analyze, saturation=fl.saturation),
+                        fl.batch_size, fl.seed, identity if identity is not None else fl)
 
 
 def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
@@ -149,9 +149,9 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   for norm in svm_lib.NORMS:
     arrays[f"svm_{norm}"] = a[f"svm_{norm}"]
     arrays[f"svm_{norm}_status"] = a[f"svm_{norm}_status"]
-  draw_run = fl.get("draw_run", -1)
+  draw_run = fl.draw_run
   drawn = draw_run if draw_run >= 0 else pick_drawn(arrays["Z"], a["svm_fro"], a["svm_nuc"])
-  summary = {"experiment": "E1 2-D paths", "numerics": fl.get("numerics", "exact"),
+  summary = {"experiment": "E1 2-D paths", "numerics": fl.numerics,
              "data_sets": int(B), "shape": {"n": int(n), "T": int(T), "d": int(d)},
              "drawn_data_set": int(drawn), "final_corr": {}, "selected_opt": {},
              "svm_status": {norm: {s: int(np.sum(a[f"svm_{norm}_status"] == s)) for s in svm_lib.STATUSES}
@@ -172,7 +172,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
       arrays[f"health_{p}"] = a[f"health_{p}"]
       arrays[f"stalled_step_{p}"] = a[f"stalled_step_{p}"]
   summary["health"] = health.summary(arrays)
-  summary["saturation_threshold"] = fl.get("saturation", health.SATURATION)
+  summary["saturation_threshold"] = fl.saturation
   summary["checks"] = checks(arrays, opt)
   return arrays, summary
 
@@ -225,9 +225,9 @@ def report(summary: dict, fl: dict) -> list[str]:
 def prepare(fl: dict, study: pipeline.Study) -> None:
   """--draw_run against the data sets of the built study (a --data file's are known only once read)."""
   B = study.cells[0].runs
-  if not -1 <= fl["draw_run"] < B:
-    raise F.ConfigError(f"--draw_run must be -1 (auto) or in [0, {B}), got {fl['draw_run']}")
-  logging.info("E1: %d data sets, n=%d T=%d d=%d, %d steps", B, fl["n"], fl["T"], fl["d"], fl["steps"])
+  if not -1 <= fl.draw_run < B:
+    raise F.ConfigError(f"--draw_run must be -1 (auto) or in [0, {B}), got {fl.draw_run}")
+  logging.info("E1: %d data sets, n=%d T=%d d=%d, %d steps", B, fl.n, fl.T, fl.d, fl.steps)
 
 
 def _draw_run_rule(v):

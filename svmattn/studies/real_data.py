@@ -61,23 +61,23 @@ DEFAULTS = {"digits": {"patch": 2, "n_values": [2, 4, 8, 16, 32, 64, 128, 240]},
 def resolve(fl: dict) -> dict:
   """``fl`` with an unset patch / n_values at the data set's default (``DEFAULTS``) and n_values
   as integers (settings already resolved are returned as they are)."""
-  fl = dict(fl)
-  for k, v in DEFAULTS[fl.get("dataset", "digits")].items():
-    if fl.get(k) is None:
+  fl = F.Values(fl)
+  for k, v in DEFAULTS[fl.dataset].items():
+    if fl[k] is None:
       fl[k] = v
-  fl["n_values"] = [int(n) for n in fl["n_values"]]
+  fl["n_values"] = [int(n) for n in fl.n_values]
   return fl
 
 
 def pool(fl: dict):
   """(tokens X (N,T,D), queries Z (N,D), labels y (N,), image index (N,) into the dataset, train
   rows, test rows) of the class pair, from the flag values."""
-  images, labels = images_lib.load_images(fl["dataset"], root=fl.get("data_dir") or None)
-  index, y = images_lib.class_labels(labels, images_lib.parse_classes(fl["classes"]))
-  tokens = images_lib.patch_tokens(images[index], fl["patch"], fl.get("pos", "onehot"), fl.get("pos_scale", 1.0))
-  X, Z = images_lib.with_query(tokens, fl.get("query", "mean"))
-  train, test = images_lib.split_pool(len(index), fl.get("test_fraction", 0.3), fl["seed"])
-  test = test[:fl.get("test_size", 1000)]
+  images, labels = images_lib.load_images(fl.dataset, root=fl.data_dir or None)
+  index, y = images_lib.class_labels(labels, images_lib.parse_classes(fl.classes))
+  tokens = images_lib.patch_tokens(images[index], fl.patch, fl.pos, fl.pos_scale)
+  X, Z = images_lib.with_query(tokens, fl.query)
+  train, test = images_lib.split_pool(len(index), fl.test_fraction, fl.seed)
+  test = test[:fl.test_size]
   return X, Z, y, index, train, test
 
 
@@ -122,20 +122,20 @@ def fit_head(X: np.ndarray, Y: np.ndarray, kind: str) -> np.ndarray:
 
 def configs(fl: dict) -> tuple:
   return tuple((p, train_lib.TrainConfig(
-      param=p, lr=fl["lr"], steps=fl["steps"], snapshot_every=fl["snapshot_every"],
-      chunk_steps=fl["chunk_steps"], block_size=fl.get("block_size", 64), init=fl.get("init", "uniform"),
-      train_head=fl.get("head", "fit") == "joint", numerics=fl.get("numerics", "exact"),
-      minibatch=fl.get("minibatch", 0), sampling=fl.get("sampling", "without")).validate())
-      for p in fl["params"])
+      param=p, lr=fl.lr, steps=fl.steps, snapshot_every=fl.snapshot_every,
+      chunk_steps=fl.chunk_steps, block_size=fl.block_size, init=fl.init,
+      train_head=fl.head == "joint", numerics=fl.numerics,
+      minibatch=fl.minibatch, sampling=fl.sampling).validate())
+      for p in fl.params)
 
 
 def check(fl: dict, train_pool: int) -> None:
-  if fl.get("head", "fit") not in HEADS:
-    raise ValueError(f"head must be one of {HEADS}, got {fl.get('head')!r}")
-  too_big = [n for n in fl["n_values"] if n > train_pool]
+  if fl.head not in HEADS:
+    raise ValueError(f"head must be one of {HEADS}, got {fl.head!r}")
+  too_big = [n for n in fl.n_values if n > train_pool]
   if too_big:
-    raise ValueError(f"n = {too_big} exceeds the {train_pool} training images of classes {fl['classes']} "
-                     f"({fl['dataset']}, test_fraction {fl.get('test_fraction', 0.3)})")
+    raise ValueError(f"n = {too_big} exceeds the {train_pool} training images of classes {fl.classes} "
+                     f"({fl.dataset}, test_fraction {fl.test_fraction})")
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
@@ -145,22 +145,22 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   check(fl, len(train))
   cfgs = configs(fl)
   held = {"X_test": X_all[test], "Z_test": Z_all[test], "Y_test": y_all[test],
-          "tau_H": np.asarray(fl.get("tau_H", gensvm.TAU_H)), "tau_L": np.asarray(fl.get("tau_L", gensvm.TAU_L))}
+          "tau_H": np.asarray(fl.tau_H), "tau_L": np.asarray(fl.tau_L)}
 
   def load(cell, runs):
-    pos = train[subsets(fl["seed"], cell.label["n"], runs, len(train))]             # (B, n) rows of the pool
+    pos = train[subsets(fl.seed, cell.label["n"], runs, len(train))]             # (B, n) rows of the pool
     X, Z, Y = X_all[pos], Z_all[pos], y_all[pos]
     import threadpoolctl
     # One BLAS thread for the fits (d-dimensional, tiny): this load runs beside training, and there a
     # second OpenBLAS thread only spins against it (on 2 busy cores the fits took 27 s, not 13 s)
     with threadpoolctl.threadpool_limits(1):
-      v = np.stack([fit_head(X[b], Y[b], fl.get("head", "fit")) for b in range(len(runs))])
-    alpha = random_selections(fl["seed"], cell.label["n"], runs, X.shape[2])
+      v = np.stack([fit_head(X[b], Y[b], fl.head) for b in range(len(runs))])
+    alpha = random_selections(fl.seed, cell.label["n"], runs, X.shape[2])
     return {"X": X, "Y": Y, "Z": Z, "v": v, "image": index[pos], "random_alpha": alpha, **held}
 
-  cells = tuple(pipeline.Cell(label, int(fl["runs"])) for label in sweep_lib.grid({"n": fl["n_values"]}))
+  cells = tuple(pipeline.Cell(label, int(fl.runs)) for label in sweep_lib.grid({"n": fl.n_values}))
   return pipeline.Study(NAME, cells, load, lambda cell: tuple(stages.Train(p, c) for p, c in cfgs), analyze,
-                        fl.get("batch_size", 1000), fl["seed"], ident)
+                        fl.batch_size, fl.seed, ident)
 
 
 def predict(W: np.ndarray, v: np.ndarray, X: np.ndarray, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -245,10 +245,10 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   cfgs = configs(fl)
   first = cfgs[0][1]
   arrays = {"steps": train_lib.config_snapshot_steps(first),
-            "n_values": np.asarray(fl["n_values"])}
+            "n_values": np.asarray(fl.n_values)}
   per_n = {}
   T = d = None
-  for n, cell in zip(fl["n_values"], cells):
+  for n, cell in zip(fl.n_values, cells):
     for k, a in cell.items():
       arrays[f"{k}_n{n}"] = a
     row = {}
@@ -276,16 +276,16 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
     per_n[str(n)] = {"constraints": int(n * (T - 1)), "unknowns": int(d * d), **row}
   transition = {}
   for p, _ in cfgs:
-    infeasible_n = [int(n) for n in fl["n_values"] if per_n[str(n)][p]["feasible_fraction"] < 0.5]
-    opt_infeasible = [int(n) for n in fl["n_values"] if per_n[str(n)][p]["opt_feasible_fraction"] < 0.5]
-    rand_infeasible = [int(n) for n in fl["n_values"] if per_n[str(n)][p]["random_feasible_fraction"] < 0.5]
+    infeasible_n = [int(n) for n in fl.n_values if per_n[str(n)][p]["feasible_fraction"] < 0.5]
+    opt_infeasible = [int(n) for n in fl.n_values if per_n[str(n)][p]["opt_feasible_fraction"] < 0.5]
+    rand_infeasible = [int(n) for n in fl.n_values if per_n[str(n)][p]["random_feasible_fraction"] < 0.5]
     transition[p] = {"first_n_mostly_infeasible": infeasible_n[0] if infeasible_n else None,
                      "first_n_opt_mostly_infeasible": opt_infeasible[0] if opt_infeasible else None,
                      "first_n_random_mostly_infeasible": rand_infeasible[0] if rand_infeasible else None,
                      "n_at_counting_bound": (d * d) / (T - 1)}
-  summary = {"experiment": "E13 real data", "dataset": fl["dataset"], "classes": fl["classes"],
-             "patch": fl["patch"], "pos": fl.get("pos", "onehot"), "query": fl.get("query", "mean"),
-             "head": fl.get("head", "fit"), "T": T, "d": d, "numerics": fl.get("numerics", "exact"),
+  summary = {"experiment": "E13 real data", "dataset": fl.dataset, "classes": fl.classes,
+             "patch": fl.patch, "pos": fl.pos, "query": fl.query,
+             "head": fl.head, "T": T, "d": d, "numerics": fl.numerics,
              "per_n": per_n, "transition": transition,
              "health": health.summary(arrays),               # {<P>_n<n>: counts}
              "saturation_threshold": SATURATION}
@@ -297,7 +297,7 @@ def checks(fl: dict, per_n: dict, cfgs) -> list:
   """Where Att-SVM(alpha) is feasible at the smallest n, GD's direction approaches it (the
   synthetic prediction: mean final corr > 0.95)."""
   out = []
-  n0 = str(fl["n_values"][0])
+  n0 = str(fl.n_values[0])
   for p, _ in cfgs:
     c = per_n[n0][p]["corr_svm_final"]
     m = None if c is None else c["mean"]
@@ -329,12 +329,12 @@ def report(summary: dict, fl: dict) -> list[str]:
 
 def export(fl: dict, study: pipeline.Study) -> None:
   """--export=PREFIX: each n's data sets to PREFIX_n<n>.npz (the --data format of the other experiments)."""
-  if not fl.get("export"):
+  if not fl.export:
     return
   from svmattn.data import datasets as data_lib
   for cell in study.cells:
     batch = study.load(cell, np.arange(cell.runs))
-    path = f"{fl['export']}_n{cell.label['n']}.npz"
+    path = f"{fl.export}_n{cell.label['n']}.npz"
     data_lib.save_npz(path, data_lib.Dataset(batch["X"], batch["Y"], batch["Z"], batch["v"]))
     print(f"exported {cell.runs} data sets with n={cell.label['n']} to {path}")
 

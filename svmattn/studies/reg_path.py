@@ -112,41 +112,41 @@ class Paths:
 
 def grid(fl: dict) -> np.ndarray:
   """The radii R (G,): fl["num_r"] radii from fl["r_min"] to fl["r_max"], evenly spaced in log R."""
-  return regpath.geometric_grid(fl["r_min"], fl["r_max"], fl["num_r"])
+  return regpath.geometric_grid(fl.r_min, fl.r_max, fl.num_r)
 
 
 def path_config(fl: dict, param: str) -> regpath.PathConfig:
-  return regpath.PathConfig(param=param, m=fl["m"], loss=fl["loss"], iters=fl["iters"],
-                            numerics=fl.get("numerics", "exact"),
-                            first_iters=fl["first_iters"]).validate()
+  return regpath.PathConfig(param=param, m=fl.m, loss=fl.loss, iters=fl.iters,
+                            numerics=fl.numerics,
+                            first_iters=fl.first_iters).validate()
 
 
 def _dtype(fl: dict):
-  return np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+  return np.float32 if fl.precision == "float32" else np.float64
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E7 study of flag values ``fl``: the data sets of fl["data"] (a .npz file; raises
   ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones. Raises ValueError
   for a bad grid (r_min, r_max, num_r)."""
-  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"], fl["attention"]).validate()
+  spec = data_lib.DataSpec(fl.n, fl.T, fl.d, fl.attention).validate()
   R = tuple(float(r) for r in grid(fl))
-  stage = tuple(Paths(p, path_config(fl, p), R, bool(fl["candidates"])) for p in fl["params"])
+  stage = tuple(Paths(p, path_config(fl, p), R, bool(fl.candidates)) for p in fl.params)
   dtype = _dtype(fl)
-  file_data = data_lib.load_npz(fl["data"], dtype) if fl.get("data") else None
-  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
+  file_data = data_lib.load_npz(fl.data, dtype) if fl.data else None
+  runs = file_data.X.shape[0] if file_data is not None else fl.runs
 
   def load(cell, runs):
     if file_data is not None:
       batch = data_lib.take(file_data, runs)
     else:   # drawn in float64 and rounded, so that float32 runs see the same data sets
-      batch = data_lib.generate_host(spec, fl["seed"], runs)
+      batch = data_lib.generate_host(spec, fl.seed, runs)
       batch = data_lib.Dataset(*(np.asarray(a).astype(dtype) for a in batch))
     gamma = local_convergence.token_scores(batch)
     return {**batch._asdict(), "gamma": gamma, **svms(batch.X, batch.Z, metrics.optimal_tokens(gamma))}
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load, lambda cell: stage, analyze,
-                        fl.get("batch_size", 50), fl["seed"], identity if identity is not None else fl,
+                        fl.batch_size, fl.seed, identity if identity is not None else fl,
                         light_analysis=True)
 
 
@@ -188,7 +188,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   """(results.npz arrays, summary) from the per-run arrays of the one cell."""
   a = cells[0]
   R = grid(fl)
-  params = list(fl["params"])
+  params = list(fl.params)
   opt = a["optimal_tokens"]
   B, n, T = a["token_scores"].shape
   d = a["svm_fro"].shape[-1]
@@ -205,7 +205,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
     arrays[f"nuclear_over_R_{p}"] = a[f"nuclear_over_R_{p}"]
     arrays[f"selected_at_rmax_{p}"] = a[f"selected_at_rmax_{p}"]
 
-  summary = {"experiment": "E7 regularization paths", "numerics": fl.get("numerics", "exact"),
+  summary = {"experiment": "E7 regularization paths", "numerics": fl.numerics,
              "data_sets": int(B),
              "shape": {"n": int(n), "T": int(T), "d": int(d)}, "R": R.tolist(),
              "svm_status": {norm: {s: int(np.sum(a[f"svm_{norm}_status"] == s)) for s in svm_lib.STATUSES}
@@ -297,8 +297,8 @@ def report(summary: dict, fl: dict) -> list[str]:
 def prepare(fl: dict, study: pipeline.Study) -> None:
   """Log the study's size and grid (at INFO: shown with --verbosity=0)."""
   R = grid(fl)
-  logging.info("E7: %d data sets, n=%d T=%d d=%d, %d radii in [%g, %g]", study.cells[0].runs, fl["n"], fl["T"],
-               fl["d"], len(R), R[0], R[-1])
+  logging.info("E7: %d data sets, n=%d T=%d d=%d, %d radii in [%g, %g]", study.cells[0].runs, fl.n, fl.T,
+               fl.d, len(R), R[0], R[-1])
 
 
 def _grid_rule(v):

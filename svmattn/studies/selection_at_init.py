@@ -20,11 +20,11 @@ from svmattn.study import pipeline
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
-  spec, configs = local_convergence.setup({**fl, "norms": None})
-  load = local_convergence.batches(spec, fl["seed"])
-  return pipeline.Study("selection_at_init", (pipeline.Cell({}, int(fl["runs"])),), lambda cell, runs: load(runs),
+  spec, configs = local_convergence.setup(fl.replace(norms=None))
+  load = local_convergence.batches(spec, fl.seed)
+  return pipeline.Study("selection_at_init", (pipeline.Cell({}, int(fl.runs)),), lambda cell, runs: load(runs),
                         lambda cell: tuple(local_convergence.train_stage(p, c, fl) for p, c in configs),
-                        functools.partial(analyze, params=tuple(fl["params"])), fl["batch_size"], fl["seed"],
+                        functools.partial(analyze, params=tuple(fl.params)), fl.batch_size, fl.seed,
                         identity if identity is not None else fl)
 
 
@@ -44,10 +44,10 @@ def analyze(label: dict, data: dict, trajs: dict, params=("W", "KQ")) -> dict:
 
 
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
-  T = int(fl["T"])
+  T = int(fl.T)
   summary = {"experiment": "selection at initialization", "data_sets": int(len(arrays["runs"])),
              "chance": 1.0 / T, "params": {}, "checks": []}
-  for p in fl["params"]:
+  for p in fl.params:
     summary["params"][p] = {"decided_at_init": float(np.mean(arrays[f"decided_at_init_{p}"])),
                             "optimal": float(np.mean(arrays[f"optimal_{p}"]))}
   return arrays, summary

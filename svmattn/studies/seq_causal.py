@@ -45,19 +45,19 @@ CORR_TARGET = 0.99
 def configs(fl: dict) -> tuple:
   """(("{mode}_{P}", mode, P, TrainConfig), ...) for every mode of fl["modes"] and P of fl["params"]."""
   out = []
-  for mode in fl["modes"]:
-    for p in fl["params"]:
-      config = train_lib.TrainConfig(param=p, model=mode, loss=fl["loss"], optimizer=fl["optimizer"], lr=fl["lr"],
-                                     steps=fl["steps"], snapshot_every=fl["snapshot_every"],
-                                     chunk_steps=fl["chunk_steps"], numerics=fl.get("numerics", "exact"),
-                                     minibatch=fl.get("minibatch", 0),
-                                     sampling=fl.get("sampling", "without")).validate()
+  for mode in fl.modes:
+    for p in fl.params:
+      config = train_lib.TrainConfig(param=p, model=mode, loss=fl.loss, optimizer=fl.optimizer, lr=fl.lr,
+                                     steps=fl.steps, snapshot_every=fl.snapshot_every,
+                                     chunk_steps=fl.chunk_steps, numerics=fl.numerics,
+                                     minibatch=fl.minibatch,
+                                     sampling=fl.sampling).validate()
       out.append((f"{mode}_{p}", mode, p, config))
   return tuple(out)
 
 
 def _dtype(fl: dict):
-  return np.float32 if fl.get("precision", "float64") == "float32" else np.float64
+  return np.float32 if fl.precision == "float32" else np.float64
 
 
 def token_scores(batch: data_lib.Dataset) -> np.ndarray:
@@ -72,29 +72,29 @@ def token_scores(batch: data_lib.Dataset) -> np.ndarray:
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E8 study of flag values ``fl``: the seq2seq data sets of fl["data"] (a .npz file; raises
   ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones."""
-  for mode in fl["modes"]:
+  for mode in fl.modes:
     if mode not in s2s.MODES:
       raise ValueError(f"unknown mode {mode!r}; use {', '.join(s2s.MODES)}")
   cfgs = configs(fl)
   dtype = _dtype(fl)
-  file_data = s2s.load_npz(fl["data"], dtype) if fl.get("data") else None
+  file_data = s2s.load_npz(fl.data, dtype) if fl.data else None
   if file_data is not None:
     minibatch.check_loaded(fl, file_data.X.shape[1])
-  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
-  spec = None if file_data is not None else s2s.Seq2SeqSpec(fl["n"], fl["T"], fl["d"], fl["labels"]).validate()
+  runs = file_data.X.shape[0] if file_data is not None else fl.runs
+  spec = None if file_data is not None else s2s.Seq2SeqSpec(fl.n, fl.T, fl.d, fl.labels).validate()
 
   def load(cell, runs):
     if file_data is not None:
       batch = data_lib.take(file_data, runs)
     else:   # drawn in the run's precision, as the E8 binary always did
-      batch = data_lib.generate_host(spec, fl["seed"], runs, sampler=s2s.unit_gaussian, dtype=dtype)
+      batch = data_lib.generate_host(spec, fl.seed, runs, sampler=s2s.unit_gaussian, dtype=dtype)
     batch = data_lib.Dataset(*(np.asarray(a) for a in batch))
     return {**batch._asdict(), "gamma": token_scores(batch)}
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), load,
                         lambda cell: tuple(stages.Train(name, c) for name, _, _, c in cfgs),
-                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
-                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+                        functools.partial(analyze, saturation=fl.saturation),
+                        fl.batch_size, fl.seed, identity if identity is not None else fl)
 
 
 def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
@@ -137,7 +137,7 @@ def _stats(x) -> dict:
 
 
 def steps(fl: dict) -> np.ndarray:
-  return train_lib.snapshot_steps(train_lib.schedule(fl["steps"], fl["snapshot_every"], fl["chunk_steps"]))
+  return train_lib.snapshot_steps(train_lib.schedule(fl.steps, fl.snapshot_every, fl.chunk_steps))
 
 
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
@@ -147,15 +147,15 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   B, n, T, _ = gamma.shape
   d = a[f"svm_{configs(fl)[0][0]}"].shape[-1]
   arrays = {"runs": a["runs"], "token_scores": gamma}
-  summary = {"experiment": "E8 seq2seq and causal attention", "numerics": fl.get("numerics", "exact"),
+  summary = {"experiment": "E8 seq2seq and causal attention", "numerics": fl.numerics,
              "data_sets": int(B),
              "shape": {"n": int(n), "T": int(T), "d": int(d)}, "final_corr": {}, "svm_status": {},
              "global_selection": {}, "convergence_types": {}, "diverged_runs": {}}
   out_checks = []
-  for mode in fl["modes"]:
+  for mode in fl.modes:
     scored = int(n * np.sum(s2s.scored_positions(T, T, mode)))          # queries with >= 2 visible tokens
     arrays[f"optimal_{mode}"] = a[f"optimal_{mode}"]
-    for p in fl["params"]:
+    for p in fl.params:
       name, norm = f"{mode}_{p}", OWN_NORM[p]
       for key in ("W_final", "selected", "svm"):
         arrays[f"{key}_{name}"] = a[f"{key}_{name}"]
@@ -220,10 +220,10 @@ def report(summary: dict, fl: dict) -> list[str]:
 
 def prepare(fl: dict, study: pipeline.Study) -> None:
   """Warn about float32, and log the study's size (at INFO: shown with --verbosity=0)."""
-  if fl.get("precision") == "float32":
+  if fl.precision == "float32":
     logging.warning("float32: gradients of saturated softmax underflow; see BUILD.md")
-  logging.info("E8: %d data sets, n=%d T=%d d=%d, modes %s, params %s", study.cells[0].runs, fl["n"], fl["T"],
-               fl["d"], fl["modes"], fl["params"])
+  logging.info("E8: %d data sets, n=%d T=%d d=%d, modes %s, params %s", study.cells[0].runs, fl.n, fl.T,
+               fl.d, fl.modes, fl.params)
 
 
 def key_numbers(summary: dict) -> list:

@@ -70,8 +70,8 @@ def parse_shapes(values) -> list[tuple[int, int]]:
 
 def grid(fl: dict) -> tuple[list[tuple[int, int]], list[int], list[tuple[int, int, int]]]:
   """(shapes, ds (sorted, distinct), cells (n, T, d) in the order shape-major, then d)."""
-  shapes = parse_shapes(fl["shapes"])
-  ds = sorted({int(x) for x in fl["ds"]})
+  shapes = parse_shapes(fl.shapes)
+  ds = sorted({int(x) for x in fl.ds})
   return shapes, ds, [(*c["shape"], c["d"]) for c in sweep_lib.grid({"shape": shapes, "d": ds})]
 
 
@@ -84,20 +84,20 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E3 study of flag values ``fl`` (runs, seed, shapes, ds, rtol, max_draws_factor,
   nuc_solver, batch_size)."""
   _, _, cells = grid(fl)
-  R = int(fl["runs"])
-  if R < 1 or int(fl["max_draws_factor"]) < 1:
+  R = int(fl.runs)
+  if R < 1 or int(fl.max_draws_factor) < 1:
     raise ValueError("runs and max_draws_factor must be >= 1")
-  if not float(fl["rtol"]) > 0:
-    raise ValueError(f"rtol must be positive, got {fl['rtol']}")
-  if fl.get("nuc_solver", DEFAULT_NUC_SOLVER) not in NUC_SOLVERS:
-    raise ValueError(f"unknown nuclear-norm solver {fl['nuc_solver']!r}")
-  max_draws = int(fl["max_draws_factor"]) * R
-  rtol, nuc_solver = float(fl["rtol"]), fl.get("nuc_solver", DEFAULT_NUC_SOLVER)
+  if not float(fl.rtol) > 0:
+    raise ValueError(f"rtol must be positive, got {fl.rtol}")
+  if fl.nuc_solver not in NUC_SOLVERS:
+    raise ValueError(f"unknown nuclear-norm solver {fl.nuc_solver!r}")
+  max_draws = int(fl.max_draws_factor) * R
+  rtol, nuc_solver = float(fl.rtol), fl.nuc_solver
 
   def load(cell, runs):
     label = cell.label
     spec = data_lib.DataSpec(label["n"], label["T"], label["d"]).validate()
-    data = data_lib.generate_host(spec, fl["seed"], runs)             # float64: host-side SVMs
+    data = data_lib.generate_host(spec, fl.seed, runs)             # float64: host-side SVMs
     alpha = opt_tokens(data)
     # the analysis options travel with the batch (analyze is a module-level function)
     return {"X": np.asarray(data.X, np.float64), "Z": np.asarray(data.Z, np.float64), "alpha": alpha,
@@ -107,7 +107,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
     return int(np.sum(arrays["feasible"])) >= R
 
   study_cells = tuple(pipeline.Cell({"n": n, "T": T, "d": d}, max_draws) for n, T, d in cells)
-  return pipeline.Study(NAME, study_cells, load, lambda cell: (), analyze, fl.get("batch_size", 25), fl["seed"],
+  return pipeline.Study(NAME, study_cells, load, lambda cell: (), analyze, fl.batch_size, fl.seed,
                         identity if identity is not None else fl, enough=enough, grow=True)
 
 
@@ -145,7 +145,7 @@ def analyze(label: dict, data: dict, stage_arrays: dict) -> dict:
 def kept(fl: dict, cell: dict) -> dict:
   """The first ``runs`` feasible data sets of a cell's per-run arrays (in run order) and the
   draw counts up to the one that completed the cell (all of them when it stayed incomplete)."""
-  R = int(fl["runs"])
+  R = int(fl.runs)
   feasible = np.asarray(cell["feasible"], bool)
   idx = np.flatnonzero(feasible)[:R]
   draws = int(idx[-1]) + 1 if len(idx) == R else len(feasible)
@@ -157,7 +157,7 @@ def kept(fl: dict, cell: dict) -> dict:
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   """(results.npz arrays, summary) from the per-run arrays of every cell (run order)."""
   shapes, ds, grid_cells = grid(fl)
-  R, rtol, dmax = int(fl["runs"]), float(fl["rtol"]), max(ds)
+  R, rtol, dmax = int(fl.runs), float(fl.rtol), max(ds)
   C = len(grid_cells)
   rank = {k: np.full((C, R), -1, np.int64) for k in NORMS}
   status = {k: np.full((C, R), "", dtype="<U10") for k in NORMS}
@@ -197,7 +197,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
             "status_fro": status["fro"], "status_nuc": status["nuc"], "singular_values_fro": sv["fro"],
             "singular_values_nuc": sv["nuc"], "kept_runs": kept_runs, "draws": draws,
             "infeasible_draws": infeasible, "rtol": np.array(rtol)}
-  nuc_solver = fl.get("nuc_solver", DEFAULT_NUC_SOLVER)
+  nuc_solver = fl.nuc_solver
   summary = {"experiment": "E3 rank of SVM solutions", "rank_rtol": rtol,
              "rank_definition": f"number of singular values > {rtol:g} * the largest (metrics.numerical_rank)",
              "solvers": {"fro": "nnls", "nuc": nuc_solver}, "cells": summary_cells,
@@ -267,7 +267,7 @@ def report(summary: dict, fl: dict) -> list[str]:
 
 
 def prepare(fl: dict, study: pipeline.Study) -> None:
-  absl_logging.info("E3: %d cells, %d feasible data sets each, rtol %g", len(study.cells), fl["runs"], fl["rtol"])
+  absl_logging.info("E3: %d cells, %d feasible data sets each, rtol %g", len(study.cells), fl.runs, fl.rtol)
 
 
 def _finite(x) -> bool:

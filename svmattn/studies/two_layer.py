@@ -37,27 +37,27 @@ NAME = "two_layer"
 def configs(fl: dict) -> tuple:
   from svmattn.models import flax_models   # here: flax takes 0.2 s of every process that imports the registry
   return tuple((p, train_lib.TrainConfig(
-      module=flax_models.TwoLayer(param_kind=p), lr=fl["lr"], steps=fl["steps"],
-      snapshot_every=fl["snapshot_every"], chunk_steps=fl["chunk_steps"], block_size=fl.get("block_size", 64),
-      optimizer=fl.get("optimizer", "normalized_gd"), numerics=fl.get("numerics", "exact"),
-      minibatch=fl.get("minibatch", 0), sampling=fl.get("sampling", "without")).validate())
-      for p in fl["params"])
+      module=flax_models.TwoLayer(param_kind=p), lr=fl.lr, steps=fl.steps,
+      snapshot_every=fl.snapshot_every, chunk_steps=fl.chunk_steps, block_size=fl.block_size,
+      optimizer=fl.optimizer, numerics=fl.numerics,
+      minibatch=fl.minibatch, sampling=fl.sampling).validate())
+      for p in fl.params)
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
-  spec = data_lib.DataSpec(fl["n"], fl["T"], fl["d"]).validate()
+  spec = data_lib.DataSpec(fl.n, fl.T, fl.d).validate()
   cfgs = configs(fl)
-  file_data = data_lib.load_npz(fl["data"]) if fl.get("data") else None
+  file_data = data_lib.load_npz(fl.data) if fl.data else None
   if file_data is not None:
     minibatch.check_loaded(fl, file_data.X.shape[1])
-  runs = file_data.X.shape[0] if file_data is not None else fl["runs"]
+  runs = file_data.X.shape[0] if file_data is not None else fl.runs
 
-  load = local_convergence.batches(spec, fl["seed"], np.float64, file_data)
+  load = local_convergence.batches(spec, fl.seed, np.float64, file_data)
 
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
                         lambda cell: tuple(stages.Train(p, c) for p, c in cfgs),
-                        functools.partial(analyze, saturation=fl.get("saturation", health.SATURATION)),
-                        fl.get("batch_size", 1000), fl["seed"], identity if identity is not None else fl)
+                        functools.partial(analyze, saturation=fl.saturation),
+                        fl.batch_size, fl.seed, identity if identity is not None else fl)
 
 
 def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION) -> dict:
@@ -96,8 +96,8 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
     rows[name]["layer1"]["attends_to_itself"] = _stats(arrays[f"{name}_layer1_self"])
     rows[name]["diverged"] = int(np.sum(~arrays[f"{name}_finite"]))
   summary = {"experiment": "E15 two-layer attention", "data_sets": len(arrays["runs"]),
-             "numerics": fl.get("numerics", "exact"), "params": rows, "health": health.summary(arrays),
-             "saturation_threshold": fl.get("saturation", health.SATURATION), "checks": []}
+             "numerics": fl.numerics, "params": rows, "health": health.summary(arrays),
+             "saturation_threshold": fl.saturation, "checks": []}
   return arrays, summary
 
 

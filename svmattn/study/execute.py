@@ -138,13 +138,13 @@ def build(experiment, values: dict, ident: dict | None = None):
       data_lib.check_file_magnitudes(values["data"], dtype(values))   # values that would overflow in --precision
       if not hasattr(module, "load_data_file"):                      # (E5's ReLU head checks its own V (B,d,d))
         data_lib.check_vector_head(values["data"])
-    study = module.build(values, ident)
+    study = module.build(F.Values(values), ident)
   except data_lib.DataError as e:
     raise F.ConfigError(f"--data: {e}" if values.get("data") else str(e)) from None
   except ValueError as e:
     raise F.ConfigError(str(e)) from None
   if experiment.prepare is not None:
-    experiment.prepare(values, study)
+    experiment.prepare(F.Values(values), study)
   return study
 
 
@@ -264,18 +264,18 @@ def _keys(experiment, summary):
 def reduce(experiment, values, cells):
   """(arrays, summary, extras) of one run (or one sweep combination) from its cells' per-run arrays."""
   module = experiment.study_module()
-  got = module.reduce(values, cells[0] if experiment.one_cell else list(cells))
+  got = module.reduce(F.Values(values), cells[0] if experiment.one_cell else list(cells))
   arrays, summary = got[0], got[1]
   return arrays, summary, (got[2] if len(got) > 2 else None)
 
 
 def draw(experiment, arrays, summary, out, values, extras) -> None:
   if experiment.figures is not None:
-    experiment.figures(arrays, summary, out, values, extras)
+    experiment.figures(arrays, summary, out, F.Values(values), extras)
 
 
 def report(experiment, summary, values) -> None:
-  lines = experiment.report(summary, values) if experiment.report is not None else [summary["experiment"]]
+  lines = experiment.report(summary, F.Values(values)) if experiment.report is not None else [summary["experiment"]]
   print_report(lines, summary)
 
 
