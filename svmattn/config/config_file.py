@@ -16,7 +16,12 @@ experiment's flags); ``svmattn.config.defaults("E2")`` gives one holding every d
 
 ``config.sweep`` maps fields to lists of values; every combination is a cell of one study
 (``study.sweep``). Fields the file leaves out keep the experiment's defaults. Every value is
-checked by the experiment's own fields (``config.fields``) before anything runs.
+checked by the experiment's own fields (``config.fields``), inside a sweep as outside it, before
+anything runs; a grid of more than ``MAX_CELLS`` combinations is refused before that.
+
+On the command line a value is parsed by its field's type. A list field takes its items separated
+by commas (``--config.params=W,KQ``, brackets optional); in a sweep of a list field the values are
+separated by semicolons (``--config.sweep.lams='0,15;1,5'`` sweeps [0, 15] and [1, 5]).
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ from svmattn import registry
 from svmattn.config import fields as F
 
 USAGE = ("usage: svmattn run --config=FILE.py [--config.FIELD=VALUE ...] [--config.sweep.FIELD=V1,V2,...] "
-         "--out=DIR [--resume]")
+         "--out=DIR [--resume]\n  (a list field: --config.FIELD=A,B; a sweep of it: --config.sweep.FIELD='A,B;C,D')")
+MAX_CELLS = 10_000        # the most combinations a sweep may have (checked before any is validated)
 
 
 def fail(message: str):
@@ -77,7 +83,7 @@ def load(path: str):
     fail(f"--config={path}: the file defines no get_config() returning the config")
   try:
     config = get_config()
-  except Exception as e:
+  except (Exception, KeyboardInterrupt) as e:
     fail(f"--config={path}: get_config() raised {type(e).__name__}: {e}")
   if not hasattr(config, "get") or not config.get("experiment"):
     fail(f"--config={path}: the config must name its experiment (config.experiment = \"E2\" or "
@@ -105,23 +111,62 @@ def full_config(config):
     except (TypeError, ValueError) as e:
       fail(f"config.{k}={v}: {field.problem(v) or e}")
   sweep = config.get("sweep") or {}
-  full.sweep = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in dict(sweep).items()}
+  if not hasattr(sweep, "items") or isinstance(sweep, str):
+    fail(f"config.sweep must map settings to lists of values (e.g. {{\"lr\": [0.01, 0.1]}}), "
+         f"got {type(sweep).__name__} {sweep!r}")
+  full.sweep = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in dict(sweep.items()).items()}
   return experiment, full
 
 
-def _parse_value(field: F.Field, text: str):
+def _parse_scalar(kind, text: str):
   text = text.strip()
-  if field.kind == "int":
+  if kind in ("int", int):
     return int(text)
-  if field.kind == "float":
+  if kind in ("float", float):
     return float(text)
-  if field.kind == "bool":
+  if kind in ("bool", bool):
     if text.lower() in ("true", "1", "yes"):
       return True
     if text.lower() in ("false", "0", "no"):
       return False
     raise ValueError(f"{text!r} is not true or false")
   return text
+
+
+def _parse_value(field: F.Field, text: str):
+  """One value of ``field`` from the command line (a list field: items separated by commas)."""
+  if field.kind != "list":
+    return _parse_scalar(field.kind, text)
+  inner = text.strip()
+  if inner[:1] in "[(" and inner[-1:] in "])":
+    inner = inner[1:-1]
+  return tuple(_parse_scalar(field.item, t) for t in inner.split(",") if t.strip())
+
+
+def _values_text(field: F.Field, text: str) -> list[str]:
+  """The texts of a command-line sweep's values: comma-separated, semicolons for a list field."""
+  return [t for t in text.split(";" if field.kind == "list" else ",") if t.strip()]
+
+
+def list_overrides(experiment, args: list[str]) -> list[str]:
+  """``args`` with each --config.LISTFIELD=A,B as the tuple literal ml_collections parses."""
+  out = []
+  for arg in args:
+    name, eq, text = arg[len("--config."):].partition("=") if arg.startswith("--config.") else ("", "", "")
+    if eq and name in experiment.settings.names and experiment.settings.field(name).kind == "list":
+      try:
+        arg = f"--config.{name}={_parse_value(experiment.settings.field(name), text)!r}"
+      except ValueError as e:
+        fail(f"--config.{name}={text}: {e}")
+    out.append(arg)
+  return out
+
+
+def _same_type(field: F.Field, value) -> str | None:
+  """Where a sweep's value is not of its field's type (the ConfigDict refuses it outside a sweep)."""
+  if field.kind == "int" and isinstance(value, float):
+    return "must be an integer"
+  return None
 
 
 def sweep_of(experiment, sweep: dict, args: list[str]) -> dict:
@@ -134,9 +179,15 @@ def sweep_of(experiment, sweep: dict, args: list[str]) -> dict:
            + F._suggest(name, experiment.settings.names))
     field = experiment.settings.field(name)
     try:
-      sweep[name] = [_parse_value(field, t) for t in text.split(",") if t.strip()]
+      sweep[name] = [_parse_value(field, t) for t in _values_text(field, text)]
     except ValueError as e:
       fail(f"--config.sweep.{name}={text}: {e}")
+  cells = 1
+  for name, values in sweep.items():
+    cells *= max(1, len(values)) if isinstance(values, (list, tuple)) else 1
+  if cells > MAX_CELLS:
+    fail(f"config.sweep: {' x '.join(str(len(v)) for v in sweep.values())} = {cells} combinations, "
+         f"more than the {MAX_CELLS} a sweep may have; sweep fewer values or split it into several runs")
   for name, values in sweep.items():
     if name not in experiment.settings.names:
       fail(f"config.sweep.{name}: no such setting of {experiment.id} {experiment.name}"
@@ -144,15 +195,16 @@ def sweep_of(experiment, sweep: dict, args: list[str]) -> dict:
     field = experiment.settings.field(name)
     if not field.sweepable:
       fail(f"config.sweep.{name}: {name} does not change the results (or names the run); it cannot be swept")
-    if not values:
-      fail(f"config.sweep.{name}: needs at least one value")
-    values = [field.coerce(v) for v in values]
-    if len(set(map(repr, values))) < len(values):
-      fail(f"config.sweep.{name}: repeats a value; list each value once")
+    if not isinstance(values, (list, tuple)) or not values:
+      fail(f"config.sweep.{name}: needs a list of at least one value")
     for v in values:
-      problem = field.problem(v)
+      problem = _same_type(field, v) or field.problem(v)
       if problem:
-        fail(f"config.sweep.{name}={v}: {problem}")
+        fail(f"config.sweep.{name}={F._show(v)}: {problem}")
+    values = [field.coerce(v) for v in values]
+    for i, v in enumerate(values):
+      if v in values[:i]:
+        fail(f"config.sweep.{name}: repeats the value {F._show(v)}; list each value once")
     sweep[name] = values
   return sweep
 
@@ -178,7 +230,7 @@ def main(argv: list[str]) -> None:
              + F._suggest(name, experiment.settings.names))
   sweep = dict(full.sweep)
   del full["sweep"]
-  sys.argv = ["svmattn run", *rest]      # (config_flags reads its overrides from sys.argv)
+  sys.argv = ["svmattn run", *list_overrides(experiment, rest)]      # (config_flags reads its overrides from sys.argv)
   handle = config_flags.DEFINE_config_dict("config", full, "The experiment's settings (from --config=FILE.py).")
   flags.DEFINE_string("out", None, "Results directory (also config.out).")
   flags.DEFINE_bool("resume", None, "Continue the unfinished run in --out (also config.resume).")
