@@ -81,6 +81,8 @@ def test_get_optimizer_by_name():
     ("_private", r"unknown optimizer '_private'"),
     ("__version__", r"unknown optimizer"),
     ("apply_updates", r"optax.apply_updates cannot be built from a learning rate alone"),
+    ("sd_l1e400", r"unknown optimizer 'sd_l1e400': p=1e400 overflows to infinity"),     # never rounded to sd_linf
+    ("md_l1e999", r"unknown optimizer 'md_l1e999': p=1e999 overflows to infinity"),
 ])
 def test_get_optimizer_errors(name, match):
   with pytest.raises(ValueError, match=match):

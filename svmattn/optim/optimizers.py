@@ -175,6 +175,9 @@ def _lp_optimizer(name: str, learning_rate: float):
   except ValueError:
     raise ValueError(f"unknown optimizer {name!r}: {kind}_l<p> needs a number p > 1 (e.g. {kind}_l3, "
                      f"{kind}_l1.5){', sd_l1 or sd_linf' if kind == 'sd' else ''}") from None
+  if math.isinf(p) and text.strip().lower() not in ("inf", "+inf", "infinity"):
+    raise ValueError(f"unknown optimizer {name!r}: p={text} overflows to infinity; write a finite p > 1"
+                     f"{' (or sd_linf for the l_inf norm)' if kind == 'sd' else ''}")
   if kind == "sd" and p in (1, math.inf):   # sd_l1.0, sd_linf spelled as a number
     return steepest.steepest_descent(learning_rate, "l1" if p == 1 else "linf")
   if not (1 < p < math.inf):
