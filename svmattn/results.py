@@ -48,8 +48,14 @@ OUT/cells/*/results.npz), else computed from the settings (``steps``, ``snapshot
 the cell's per-run arrays as they are (E1, E2, E7, E8, E10-E12, E14, E15) is read from there;
 any other raises ``ResultsError``.
 
-Errors (``ResultsError``, a ValueError) are one line: a directory without a run, a run that kept
-no per-run records, an unreadable or corrupt file.
+Errors (``ResultsError``, a ValueError) are one line: a directory without a run, an unfinished
+run, a run that kept no per-run records, an unreadable, corrupt or replaced file (each cell file is
+checked against the sha256 that runs/study.json holds), per-run arrays of unequal lengths.
+
+A run is finished when OUT/summary.json exists and OUT/work/ does not (a run removes its work
+directory once its results are written). ``load(out, allow_unfinished=True)`` reads what an
+unfinished run holds and says what is missing in ``df.attrs["unfinished"]`` (a sentence) and
+``df.attrs["missing"]`` (the missing files); on a finished run both are empty.
 """
 from __future__ import annotations
 
@@ -110,19 +116,35 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
 class _Run:
   """What a results directory holds: summary, study description, cell arrays (read lazily)."""
 
-  def __init__(self, out: str):
+  def __init__(self, out, allow_unfinished: bool = False):
+    if not isinstance(out, (str, os.PathLike)):
+      raise ResultsError(f"expected a results directory (a path), got {type(out).__name__} {out!r}")
     out = os.fspath(out)
     if not os.path.isdir(out):
       raise ResultsError(f"{out}: no such directory")
     self.out = out
+    self.allow_unfinished = allow_unfinished
     summary_path = os.path.join(out, "summary.json")
     study_path = os.path.join(out, "runs", "study.json")
+    working = os.path.isdir(os.path.join(out, "work"))
     if not os.path.exists(summary_path) and not os.path.exists(study_path):
-      hint = " (an unfinished run: finish it with --resume)" if os.path.isdir(os.path.join(out, "work")) else ""
+      hint = " (an unfinished run: finish it with --resume)" if working else ""
       raise ResultsError(f"{out} holds no finished run (neither summary.json nor runs/study.json){hint}")
+    self.missing = [] if os.path.exists(summary_path) else ["summary.json"]
+    why = (["no summary.json"] if self.missing else []) + (["its work/ directory is still there"] if working else [])
+    self.unfinished = f"an unfinished run ({' and '.join(why)})" if why else ""
+    if self.unfinished and not allow_unfinished:
+      raise ResultsError(f"{out}: {self.unfinished}; finish it with --resume, or read what it holds with "
+                         "load(..., allow_unfinished=True)")
     self.summary = _read_json(summary_path) if os.path.exists(summary_path) else {}
     self.study = _read_json(study_path) if os.path.exists(study_path) else None
-    self.flags = dict(self.summary.get("flags") or self.summary.get("config") or {})
+    flags = self.summary.get("flags") or self.summary.get("config") or {}
+    if not isinstance(flags, dict):
+      raise ResultsError(f"{summary_path}: corrupt (its flags are a {type(flags).__name__}, not a mapping)")
+    self.flags = dict(flags)
+    rows = self.summary.get("cells") if self.summary.get("sweep") else None
+    if rows is not None and not (isinstance(rows, list) and all(isinstance(r, dict) for r in rows)):
+      raise ResultsError(f"{summary_path}: corrupt (a sweep's cells must be a list of mappings)")
     if self.study is not None:
       if not isinstance(self.study.get("cells"), list):
         raise ResultsError(f"{study_path}: corrupt (no list of cells)")
@@ -131,8 +153,9 @@ class _Run:
           raise ResultsError(f"{study_path}: corrupt cell entry {c!r}")
       self.cells = [dict(c.get("label") or {}) for c in self.study["cells"]]
       self.cell_runs = [c.get("runs") for c in self.study["cells"]]
+      self.cell_sha256 = [c.get("sha256") for c in self.study["cells"]]
     else:
-      self.cells, self.cell_runs = None, None
+      self.cells, self.cell_runs, self.cell_sha256 = None, None, None
     self._results = None
 
   @property
@@ -155,12 +178,28 @@ class _Run:
     """[(cell index, label, arrays)]: from runs/cell_*.npz, or results.npz (see the module doc)."""
     paths = self.cell_paths()
     present = [os.path.exists(p) for p in paths]
-    if paths and all(present):
-      return [(c, self.cells[c], _read_npz(p)) for c, p in enumerate(paths)]
-    if any(present):
+    if paths and any(present) and not all(present):
       missing = paths[present.index(False)]
-      raise ResultsError(f"{self.out}: incomplete per-run record ({os.path.relpath(missing, self.out)} is missing)")
+      if not self.allow_unfinished:
+        raise ResultsError(f"{self.out}: incomplete per-run record ({os.path.relpath(missing, self.out)} is missing)")
+      self.missing += [os.path.relpath(p, self.out) for p, there in zip(paths, present) if not there]
+    if any(present):
+      return [(c, self.cells[c], self._cell(c, p)) for c, p in enumerate(paths) if present[c]]
     return [(0, self.cells[0] if self.cells else {}, self._fallback())]
+
+  def _cell(self, c: int, path: str) -> dict:
+    """A cell file's arrays, checked against its sha256 in study.json and for equal lengths."""
+    arrays = _read_npz(path)
+    want = self.cell_sha256[c] if self.cell_sha256 else None
+    if want is not None and results_io.file_sha256(path) != want:
+      raise ResultsError(f"{path}: damaged or replaced (its sha256 is not the one runs/study.json recorded)")
+    lengths = {k: np.shape(a)[0] for k, a in arrays.items() if np.ndim(a) >= 1 and k != CELL_STEPS}
+    if len(set(lengths.values())) > 1:
+      common = max(set(lengths.values()), key=list(lengths.values()).count)
+      odd = next(k for k, n in lengths.items() if n != common)
+      raise ResultsError(f"{path}: array {odd!r} has {lengths[odd]} rows, the cell's other arrays {common} "
+                         "(a cut or foreign array)")
+    return arrays
 
   def _fallback(self) -> dict:
     why = ("it was made with --nokeep_runs" if self.study is not None and self.study.get("runs_kept") is False
@@ -192,7 +231,8 @@ class _Run:
       arrays = self.results()
     if arrays and "steps" in arrays and np.ndim(arrays["steps"]) == 1:
       return "step", np.asarray(arrays["steps"])
-    settings = {**self.flags, **label}
+    identity = (self.study or {}).get("identity")
+    settings = {**(identity if isinstance(identity, dict) else {}), **self.flags, **label}
     if all(isinstance(settings.get(k), int) and not isinstance(settings.get(k), bool)
            for k in ("steps", "snapshot_every", "chunk_steps")):
       from svmattn.train import loop as train_lib
@@ -355,7 +395,7 @@ def _frame(run: _Run, curves: bool, metrics=None) -> pd.DataFrame:
   df = pd.concat(parts, ignore_index=True, sort=False)
   df.attrs["label_columns"] = list(label_cols.values())
   df.attrs.update({"study": run.name, "experiment": run.summary.get("experiment"), "flags": run.flags,
-                   "stages": stages, "out": run.out})
+                   "stages": stages, "out": run.out, "unfinished": run.unfinished, "missing": list(run.missing)})
   return df
 
 
@@ -379,24 +419,27 @@ def _named(chosen: dict, stage, label_cols) -> dict:
 # ----------------------------------------------------------------------------
 
 
-def load(out: str) -> pd.DataFrame:
+def load(out: str, allow_unfinished: bool = False) -> pd.DataFrame:
   """The run (or sweep) in directory ``out`` as a pandas DataFrame, one row per (cell, data set, stage).
 
   Columns: ``cell`` and the cell's swept settings, ``run`` (the data set's index), ``param`` (the
   parameterization or optimizer, where several are trained), then every per-run metric: a per-run
   array ``x_<P>_y`` as the column ``x_y``, a per-snapshot array as its final value ``final_<name>``
   (for E2: ``final_corr_fro``, ``final_corr_nuc``, ``convergence_type``, ``svm_fro_status``, ...).
-  Raises ``ResultsError`` with a one-line reason for a directory that holds no run results."""
-  run = _Run(out)
+  Raises ``ResultsError`` with a one-line reason for a directory that holds no run results, or an
+  unfinished run unless ``allow_unfinished`` (then ``df.attrs["unfinished"]`` and ``["missing"]``
+  say what is missing)."""
+  run = _Run(out, allow_unfinished)
   if run.study is None and not run.results():
     raise ResultsError(f"{run.out} holds no run results (no runs/study.json and no results.npz)")
   return _frame(run, curves=False)
 
 
-def load_curves(out: str, metrics=None) -> pd.DataFrame:
+def load_curves(out: str, metrics=None, allow_unfinished: bool = False) -> pd.DataFrame:
   """The per-snapshot arrays of the run in ``out``, long: one row per (cell, data set, stage,
-  snapshot) with ``step`` and one column per metric (only ``metrics`` if given); see the module doc."""
-  run = _Run(out)
+  snapshot) with ``step`` and one column per metric (only ``metrics`` if given); see the module doc
+  (and ``load`` for ``allow_unfinished``)."""
+  run = _Run(out, allow_unfinished)
   if run.study is None and not run.results():
     raise ResultsError(f"{run.out} holds no run results (no runs/study.json and no results.npz)")
   if isinstance(metrics, str):

@@ -76,3 +76,30 @@ def test_bad_directories_are_one_line_each(tmp_path, capsys):
   assert captured.err.splitlines() == [f"error: {empty}: no summary.json", f"error: {broken}: unreadable summary.json",
                                        f"error: {missing}: no such directory"]
   assert compare.main([]) == 1 and "usage" in capsys.readouterr().out
+
+
+def test_damaged_and_unfinished_runs_are_one_line_each(tmp_path, capsys):
+  """Damaged summaries and a run still working (its summary.json may be an earlier run's) are one line
+  each, exit 1, and no table."""
+  cases = {
+      "cells": ({"sweep": {"lr": [1]}, "cells": [1, 2]}, "a sweep's cells must be a list of mappings"),
+      "settings": ({"sweep": {"lr": [1]}, "cells": [{"settings": [1], "dir": "x"}]},
+                   "a sweep cell's settings are not a mapping"),
+      "checks": ({"checks": [1, 2]}, "its checks are not a list of mappings"),
+  }
+  for name, (extra, expect) in cases.items():
+    d = write_run(tmp_path / name, 0.9, 0.9)
+    with open(os.path.join(d, "summary.json")) as f:
+      summary = {**json.load(f), **extra}
+    with open(os.path.join(d, "summary.json"), "w") as f:
+      json.dump(summary, f)
+    assert compare.main([d]) == 1
+    err = capsys.readouterr()
+    assert err.out == "" and err.err.strip() == f"error: {d}: corrupt summary.json ({expect})"
+  working = write_run(tmp_path / "working", 0.9, 0.9)
+  os.makedirs(os.path.join(working, "work"))
+  assert compare.main([working]) == 1
+  assert "an unfinished run (its work/ directory is still there" in capsys.readouterr().err
+  timings = write_run(tmp_path / "timings", 0.9, 0.9, timings_s=[1])
+  assert compare.main([timings]) == 0
+  assert rows(capsys.readouterr().out)["wall time (s)"].split()[-1] == "-"

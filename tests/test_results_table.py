@@ -295,3 +295,55 @@ def test_errors_are_one_line(e2, tmp_path):
   error(bad, "study.json: corrupt")
   with pytest.raises(results.ResultsError, match="no per-snapshot metric 'bogus'"):
     results.load_curves(str(e2), metrics=["bogus"])
+
+
+def test_damaged_and_unfinished_runs_raise_never_guess(e2, tmp_path):
+  """An unfinished run, a replaced or cut cell file, damaged summaries and a non-path raise one line;
+  allow_unfinished=True reads what is there and says what is missing."""
+  def error(path, match, **kw):
+    with pytest.raises(results.ResultsError, match=match) as info:
+      results.load(path, **kw)
+    assert "\n" not in str(info.value)
+
+  def copy(name):
+    d = tmp_path / name
+    shutil.copytree(e2, d)
+    return d
+
+  for bad in (None, 123, ["a"]):
+    error(bad, "expected a results directory")
+  unfinished = copy("unfinished")
+  (unfinished / "summary.json").unlink()
+  error(str(unfinished), r"an unfinished run \(no summary.json\); finish it with --resume")
+  with pytest.raises(results.ResultsError, match="unfinished"):
+    results.load_curves(str(unfinished))
+  df = results.load(str(unfinished), allow_unfinished=True)
+  assert df.attrs["unfinished"] == "an unfinished run (no summary.json)" and df.attrs["missing"] == ["summary.json"]
+  assert "final_corr_fro" in df.columns           # the snapshot steps from the study's identity
+  working = copy("working")
+  (working / "work").mkdir()
+  error(str(working), r"its work/ directory is still there")
+  finished = results.load(str(e2))
+  assert finished.attrs["unfinished"] == "" and finished.attrs["missing"] == []
+
+  replaced = copy("replaced")
+  cell = dict(np.load(replaced / "runs" / "cell_0000.npz"))
+  cell["corr_W_fro"] = cell["corr_W_fro"] + 1.0
+  np.savez_compressed(replaced / "runs" / "cell_0000.npz", **cell)
+  error(str(replaced), r"cell_0000.npz: damaged or replaced")
+  cut = copy("cut")
+  study = _study(cut)
+  for c in study["cells"]:
+    c.pop("sha256")                                # (a record from before the digests: lengths still checked)
+  (cut / "runs" / "study.json").write_text(json.dumps(study))
+  cell = dict(np.load(cut / "runs" / "cell_0000.npz"))
+  cell["corr_W_fro"] = cell["corr_W_fro"][:-1]
+  np.savez_compressed(cut / "runs" / "cell_0000.npz", **cell)
+  error(str(cut), r"array 'corr_W_fro' has \d+ rows, the cell's other arrays \d+ \(a cut or foreign array\)")
+
+  flags = copy("flags")
+  summary = json.loads((flags / "summary.json").read_text())
+  (flags / "summary.json").write_text(json.dumps({**summary, "flags": [1, 2]}))
+  error(str(flags), r"summary.json: corrupt \(its flags are a list, not a mapping\)")
+  (flags / "summary.json").write_text(json.dumps({**summary, "sweep": {"lr": [1]}, "cells": [1, 2]}))
+  error(str(flags), r"summary.json: corrupt \(a sweep's cells must be a list of mappings\)")

@@ -9,6 +9,7 @@ every field of summary.json) is documented in docs/results.md.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -37,6 +38,15 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[str]:
   finally:
     if os.path.exists(tmp):
       os.remove(tmp)
+
+
+def file_sha256(path: str) -> str:
+  """The sha256 of a file's bytes (hex)."""
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
 
 
 def write_npz(path, arrays: dict[str, Any], compressed: bool = False) -> None:

@@ -28,11 +28,14 @@ def _checks(checks) -> str:
   if isinstance(checks, dict):          # a sweep cell's {"ok", "total", "failing"}
     return f"{checks.get('ok', 0)}/{checks.get('total', 0)}"
   checks = checks or []
+  if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
+    raise CompareError("corrupt summary.json (its checks are not a list of mappings)")
   return f"{sum(bool(c.get('ok')) for c in checks)}/{len(checks)}"
 
 
 def _wall(summary) -> float | None:
-  value = (summary.get("timings_s") or {}).get("total")
+  timings = summary.get("timings_s")
+  value = timings.get("total") if isinstance(timings, dict) else None
   return float(value) if isinstance(value, (int, float)) else None
 
 
@@ -52,13 +55,27 @@ def columns(directory: str) -> list[dict]:
     why = "no summary.json" if not os.path.isfile(os.path.join(directory, "summary.json")) else \
         "unreadable summary.json"
     raise CompareError(f"{directory}: {why}" if os.path.isdir(directory) else f"{directory}: no such directory")
+  if os.path.isdir(os.path.join(directory, "work")):
+    raise CompareError(f"{directory}: an unfinished run (its work/ directory is still there; its summary.json "
+                       "may be an earlier run's): finish it with --resume")
+  try:
+    return _columns(directory, summary)
+  except CompareError as e:
+    raise CompareError(f"{directory}: {e}") from None
+
+
+def _columns(directory: str, summary: dict) -> list[dict]:
   experiment = registry.of_summary(summary)
   label = experiment.id if experiment is not None else str(summary.get("experiment", "?"))
   numerics = summary.get("numerics_version")
-  if "sweep" in summary and isinstance(summary.get("cells"), list):
+  if "sweep" in summary:
+    if not isinstance(summary.get("cells"), list) or not all(isinstance(c, dict) for c in summary["cells"]):
+      raise CompareError("corrupt summary.json (a sweep's cells must be a list of mappings)")
     out = []
     for cell in summary["cells"]:
       settings = cell.get("settings") or {}
+      if not isinstance(settings, dict):
+        raise CompareError("corrupt summary.json (a sweep cell's settings are not a mapping)")
       cell_summary = records_lib.read_summary(os.path.join(directory, cell.get("dir", ""))) or {}
       keys = cell.get("key_numbers")
       keys = list(keys.items()) if isinstance(keys, dict) else (keys or _key_numbers(cell_summary, experiment))

@@ -71,16 +71,22 @@ def write_record(out: str, study: pipeline.Study, output: pipeline.Output, keep_
                  full: bool = False) -> None:
   """Every run's per-run arrays, one compressed file per cell, as the analysis returned them (replay
   compares a single run with its row; per-run matrices as digests unless ``full``: ``lean``),
-  and the study's description (study.json). Without ``keep_runs`` only the description is
+  and the study's description (study.json, with each cell file's sha256: what ``results.load``
+  checks a cell file against). Without ``keep_runs`` only the description is
   written ("runs_kept": false): replay still rebuilds and reruns any data set, with nothing to
   compare it with."""
+  digests = []
   for c, arrays in enumerate(output.cells):
     if keep_runs:
       results_io.write_npz(record_path(out, c), arrays if full else lean(arrays), compressed=True)
+      digests.append({"sha256": results_io.file_sha256(record_path(out, c))})
+    else:
+      digests.append({})
   results_io.write_json(record_path(out, None), {"study": study.name, "identity": study.identity,
                                               "numerics_version": svmattn.NUMERICS_VERSION,
                                               "gd_kernel": native_kernel.kernel_name(),
-                                              "cells": [{"label": c.label, "runs": c.runs} for c in study.cells],
+                                              "cells": [{"label": c.label, "runs": c.runs, **d}
+                                                        for c, d in zip(study.cells, digests)],
                                               "batch_size": study.batch_size, "seed": study.seed,
                                               "runs_kept": bool(keep_runs), "full_records": bool(full)})
 
