@@ -388,6 +388,9 @@ def run_study(study, values: dict, write):
   try:
     with stop_on_signals():
       return runner.execute(study, values["out"], write, options)
+  except runner.AlreadyComplete as e:
+    print(e)
+    sys.exit(0)
   except (pipeline.StudyError, ckpt_lib.CheckpointError) as e:
     fail(str(e))
 

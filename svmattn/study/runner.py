@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 from typing import Callable
 
 import numpy as np
 
 import svmattn
+from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import results as results_io
 from svmattn.study import hosts as hosts_lib
 from svmattn.study import pipeline
@@ -91,9 +93,52 @@ def write_record(out: str, study: pipeline.Study, output: pipeline.Output, keep_
                                               "runs_kept": bool(keep_runs), "full_records": bool(full)})
 
 
+class AlreadyComplete(pipeline.StudyError):
+  """``out`` holds this very run, finished: there is nothing to do (not an error)."""
+
+
+_RECORDED = ("study", "numerics_version", "gd_kernel", "identity", "batch_size", "seed")
+
+
+def finished_differences(out: str, study: pipeline.Study) -> list[str] | None:
+  """None where ``out`` holds no finished run (no summary.json and runs/study.json, or a work
+  directory still there); else how the finished run differs from ``study`` ([] for this very run:
+  its settings, numerics version and GD kernel)."""
+  record = record_path(out, None)
+  if not (os.path.isfile(os.path.join(out, "summary.json")) and os.path.isfile(record)) or \
+      os.path.isdir(pipeline.work_dir(out)):
+    return None
+  try:
+    with open(record) as f:
+      saved = json.load(f)
+    cells = [[c["label"], c["runs"]] for c in saved["cells"]]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    return [f"its record {record} is unreadable ({type(e).__name__})"]
+  if not isinstance(saved, dict):
+    return [f"its record {record} is not a mapping"]
+  wanted = pipeline.identity(study)
+  old = ckpt_lib._normalize({**{k: saved.get(k) for k in _RECORDED}, "cells": cells})
+  new = {k: wanted[k] for k in (*_RECORDED, "cells")}
+  return ckpt_lib._differences(old, new, ("the finished run", "this command"))
+
+
+def refuse_finished(out: str, study: pipeline.Study) -> None:
+  """A finished run in ``out`` is never replaced: AlreadyComplete for this very run, else
+  StudyError naming what differs (nothing in ``out`` is touched)."""
+  diff = finished_differences(out, study)
+  if diff is None:
+    return
+  if not diff:
+    raise AlreadyComplete(f"{out}: already complete (a finished run of these settings); nothing to do")
+  raise pipeline.StudyError(f"{out} holds a finished run with other settings: " + "; ".join(diff[:4])
+                            + (f" (and {len(diff) - 4} more)" if len(diff) > 4 else "")
+                            + ". Nothing was changed: choose another --out, or move that run away first")
+
+
 def execute(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], None],
             options: Options = Options()) -> pipeline.Output:
   o = options
+  refuse_finished(out, study)
   output = pipeline.run(study, out, o.resume, o.workers, o.progress, o.keep_checkpoints, o.process_index,
                         o.process_count, checkpoint_every_s=o.checkpoint_every_s)
   output = hosts_lib.gather(output, study, o.process_index, o.process_count)
