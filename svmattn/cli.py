@@ -18,6 +18,8 @@ import importlib
 import sys
 
 import svmattn
+from svmattn import registry
+from svmattn.config import flags_front
 
 # command -> (module, its entry point taking the arguments after the command, or None: absl main run())
 COMMANDS = {
@@ -30,7 +32,6 @@ COMMANDS = {
 
 
 def usage() -> str:
-  from svmattn import registry
   lines = ["usage: svmattn COMMAND [--flag=value ...]   (svmattn COMMAND --help: its flags)", "", "commands:"]
   lines += [f"  {name:<20} {help_}" for name, (_, _, help_) in COMMANDS.items()]
   lines += ["  list                 this list", "", "experiments (svmattn ID or svmattn NAME):"]
@@ -58,12 +59,10 @@ def main(argv: list[str] | None = None) -> None:
       if isinstance(result, int) and result:
         sys.exit(result)
     return
-  from svmattn import registry
   try:
     experiment = registry.get(command)
   except registry.UnknownExperiment:
     sys.exit(f"error: unknown command {command!r}\n\n{usage()}")
-  from svmattn.config import flags_front
   sys.argv = [f"svmattn {experiment.name}"] + argv[2:]
   flags_front.define(experiment.name)           # (after argv: its flags are the program's key flags)
   flags_front.main(experiment.name)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import pkgutil
 from typing import Any, Callable
 
@@ -84,10 +85,15 @@ class UnknownExperiment(ValueError):
   pass
 
 
+# The package whose modules declare the experiments, found by name: the study modules import the
+# registry (for ``Experiment``), so the registry imports them only when asked, as it does a user's.
+STUDIES = "svmattn.studies"
+
+
 def _modules():
-  from svmattn import studies
-  for m in pkgutil.iter_modules(studies.__path__):
-    yield f"{studies.__name__}.{m.name}"
+  package = importlib.import_module(STUDIES)
+  for m in pkgutil.iter_modules(package.__path__):
+    yield f"{STUDIES}.{m.name}"
 
 
 def experiments() -> list[Experiment]:
@@ -118,10 +124,8 @@ def get(name: str) -> Experiment:
   key = str(name).strip()
   module = key.replace("-", "_")
   if module.isidentifier():          # a name: import that study alone (not every study's module)
-    import importlib.util
-    from svmattn import studies
-    if importlib.util.find_spec(f"{studies.__name__}.{module}") is not None:
-      found = _load(f"{studies.__name__}.{module}")
+    if importlib.util.find_spec(f"{STUDIES}.{module}") is not None:
+      found = _load(f"{STUDIES}.{module}")
       if found is not None and found.name == module:
         return found
   every = experiments()
@@ -141,7 +145,6 @@ def get(name: str) -> Experiment:
 
 def _importable(name: str) -> bool:
   """Whether ``name`` is a module on the path (a study module of the user's, outside the package)."""
-  import importlib.util
   try:
     return importlib.util.find_spec(name) is not None
   except (ImportError, ValueError):

@@ -68,6 +68,7 @@ import numpy as np
 import pandas as pd
 
 from svmattn.io import results as results_io
+from svmattn.train import loop as train_lib
 
 __all__ = ["ResultsError", "load", "load_curves"]
 
@@ -235,7 +236,6 @@ class _Run:
     settings = {**(identity if isinstance(identity, dict) else {}), **self.flags, **label}
     if all(isinstance(settings.get(k), int) and not isinstance(settings.get(k), bool)
            for k in ("steps", "snapshot_every", "chunk_steps")):
-      from svmattn.train import loop as train_lib
       try:
         plan = train_lib.schedule(settings["steps"], settings["snapshot_every"], settings["chunk_steps"])
         return "step", np.asarray(train_lib.snapshot_steps(plan))

@@ -610,12 +610,11 @@ def test_an_analysis_in_this_process_gets_the_arrays_a_read_back_would_give(tmp_
 
 
 def test_a_replay_on_another_gd_kernel_is_refused_naming_both(monkeypatch):
-  from svmattn import studies
   from svmattn.study import replay
   from svmattn.train import native_kernel
   monkeypatch.setattr(native_kernel, "kernel_name", lambda: "xla")
   monkeypatch.setattr(native_kernel, "why_not", lambda: "SVMATTN_NATIVE_KERNEL=0")
   with pytest.raises(replay.ReplayError, match="trained on the native-cpu GD kernel, this process has the xla one"):
-    studies._same_kernel({"gd_kernel": "native-cpu"}, "OUT/runs/study.json")
-  studies._same_kernel({"gd_kernel": "xla"}, "OUT/runs/study.json")          # the same kernel: no error
-  studies._same_kernel({}, "OUT/runs/study.json")                            # a record from before: no check
+    replay._same_kernel({"gd_kernel": "native-cpu"}, "OUT/runs/study.json")
+  replay._same_kernel({"gd_kernel": "xla"}, "OUT/runs/study.json")          # the same kernel: no error
+  replay._same_kernel({}, "OUT/runs/study.json")                            # a record from before: no check

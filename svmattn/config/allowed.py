@@ -7,6 +7,10 @@ from __future__ import annotations
 import math
 import os
 
+from svmattn.io import plots
+from svmattn.models import attention as model_lib
+from svmattn.optim import optimizers
+
 SEED_LIMIT = 2 ** 32   # data set r of seed s: fold_in(PRNGKey(s), r), the seed passed as uint32 (data.generate)
 
 
@@ -90,7 +94,6 @@ def existing_file(path):
 def optimizer(value):
   """A name ``optim.optimizers.get_optimizer`` accepts (normalized_gd, gd, sd_*, momentum and
   schedule forms such as sd_linf+nesterov0.9@sqrt, an optax optimizer's name)."""
-  from svmattn.optim import optimizers
   try:
     optimizers.get_optimizer(value, 0.1)
   except ValueError as e:
@@ -102,7 +105,6 @@ def optimizer(value):
 
 def own_norms() -> dict[str, str]:
   """{parameterization: the SVM norm it is biased toward} (models.attention.Parameterization.svm_norm)."""
-  from svmattn.models import attention as model_lib
   # (prompt attention's "p" goes with its own model: E11 only)
   return {name: p.svm_norm for name, p in model_lib.PARAMETERIZATIONS.items() if name != "p"}
 
@@ -113,7 +115,6 @@ def params(values):
 
 
 def figure_formats(values):
-  from svmattn.io import plots
   formats = [str(f).strip().lower() for f in values]
   if not formats or any(f not in plots.FORMATS for f in formats):
     return f"must list formats among {', '.join(plots.FORMATS)}, got {','.join(map(str, values))}"
@@ -122,7 +123,6 @@ def figure_formats(values):
 
 def init(value):
   """An initialization scheme's name or an existing .npz file of starting parameters."""
-  from svmattn.models import attention as model_lib
   if value in model_lib.INIT_SCHEMES:
     return None
   if str(value).endswith(".npz"):

@@ -32,6 +32,8 @@ import sys
 import svmattn
 from svmattn import registry
 from svmattn.config import fields as F
+from svmattn.study import execute
+from svmattn.study import sweep as sweep_lib
 
 USAGE = ("usage: svmattn run --config=FILE.py [--config.FIELD=VALUE ...] [--config.sweep.FIELD=V1,V2,...] "
          "--out=DIR [--resume]\n  (a list field: --config.FIELD=A,B; a sweep of it: --config.sweep.FIELD='A,B;C,D')")
@@ -234,7 +236,6 @@ def main(argv: list[str]) -> None:
   handle = config_flags.DEFINE_config_dict("config", full, "The experiment's settings (from --config=FILE.py).")
   flags.DEFINE_string("out", None, "Results directory (also config.out).")
   flags.DEFINE_bool("resume", None, "Continue the unfinished run in --out (also config.resume).")
-  from svmattn.study import execute
   app.call_after_init(execute.install_stop_handlers)
 
   def run(rest_argv):
@@ -261,10 +262,4 @@ def main(argv: list[str]) -> None:
 
 
 def _combinations(sweep: dict):
-  from svmattn.study import sweep as sweep_lib
   return sweep_lib.grid(sweep) if sweep else []
-
-
-def defaults(experiment: str):
-  """The ConfigDict of every default of ``experiment`` (an id like "E2" or a name)."""
-  return registry.get(experiment).config()

@@ -20,6 +20,7 @@ from absl import flags
 import svmattn
 from svmattn import registry
 from svmattn.config import fields as F
+from svmattn.study import execute
 
 FLAGS = flags.FLAGS
 
@@ -71,7 +72,6 @@ def define(name: str) -> registry.Experiment:
     _define_rule(rule, settings)
   if "out" in settings.names:
     flags.mark_flag_as_required("out")
-  from svmattn.study import execute
   app.call_after_init(execute.install_stop_handlers)
   return experiment
 
@@ -111,7 +111,6 @@ def main(name: str) -> None:
   def run(argv):
     if len(argv) > 1:
       raise app.UsageError(f"unexpected arguments {argv[1:]}: settings are --name=value flags")
-    from svmattn.study import execute
     try:
       got = values(experiment)
     except F.ConfigError as e:

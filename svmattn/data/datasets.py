@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn.io import results as results_io
 from svmattn.models import heads
 import svmattn
 from svmattn import rng
@@ -347,7 +348,6 @@ def validate(data: Dataset, batched: bool = True, where: str = "data") -> Datase
 
 def save_npz(path: str | os.PathLike, data: Dataset) -> None:
   """Write a batch of data sets as .npz with arrays X, Y, Z, v (atomically)."""
-  from svmattn.io import results as results_io
   data = validate(data, batched=True, where=str(path))
   results_io.write_npz(path, data._asdict())
 

@@ -26,9 +26,11 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from svmattn import rng
+from svmattn.data import datasets as data_lib
 from svmattn.data.datasets import DataError
 from svmattn.data.datasets import Dataset
 from svmattn.data import token_graph
+from svmattn.io import results as results_io
 
 MAX_ATTEMPTS = 1000
 
@@ -67,7 +69,6 @@ def _draw(spec: TokenSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
   randint(kl, (n,), 0, K), one absent from its sequence replaced by the token at position
   randint(kr, (n,), 0, T)[i]. JAX's draws of those calls, computed without a program (numerics
   version 9; before, a compiled program per shape with XLA's norm of E)."""
-  from svmattn.data import datasets as data_lib
   keys = np.asarray(keys, np.uint32).reshape(-1, 2)
   B, K, d, n, T = len(keys), spec.K, spec.d, spec.n, spec.T
   ke, kt, kl, kr = np.moveaxis(rng.split_keys(keys, 4), 1, 0)
@@ -180,7 +181,6 @@ def load_npz(path: str | os.PathLike) -> TokenData:
 
 
 def save_npz(path: str | os.PathLike, data: TokenData) -> None:
-  from svmattn.io import results as results_io
   results_io.write_npz(os.fspath(path), {k: np.asarray(v) for k, v in data._asdict().items()})
 
 

@@ -24,12 +24,12 @@ def draw(arrays, summary, out, flags, extras=None):
     ax.legend(loc="lower right")
   plots.save(fig, f"{out}/joint.png")
   if summary["setting"] == "toy":
-    draw_toy(arrays, out)
+    draw_toy(arrays, list(summary["toy"]), out)
 
 
-def draw_toy(arrays, out):
-  """Per toy data set: the angle of p(t) and v(t) against iteration, with the SVMs' angles."""
-  from svmattn.studies import joint_training as study
+def draw_toy(arrays, names, out):
+  """Per toy data set: the angle of p(t) and v(t) against iteration, with the SVMs' angles; ``names``:
+  the data sets' names, in their order (the keys of the summary's "toy")."""
   angle = lambda u: np.degrees(np.arctan2(u[..., 1], u[..., 0]))  # noqa: E731
   fig, axes = plots.figure(ncols=2, width=4.8, height=3.8)
   steps = arrays["steps"]
@@ -42,6 +42,6 @@ def draw_toy(arrays, out):
                                      (arrays["v_mm_p"][run], "C2", "--", "v^mm")):
       ax.axhline(angle(ref), color=color, ls=style, lw=1, label=label)
     ax.set(xscale="symlog", xlim=(0, steps[-1]), xlabel="iteration", ylabel="direction (degrees)",
-           title=f"toy, {study.TOY_NAMES[i]} (n=3, T=2, d=2)")
+           title=f"toy, {names[i]} (n=3, T=2, d=2)")
     ax.legend()
   plots.save(fig, f"{out}/toy.png")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from svmattn.data import token_graph
 from svmattn.io import plots
 
 
@@ -36,7 +37,6 @@ def draw(arrays, summary, out, flags, extras=None):
 
 def draw_graph(arrays, out):
   """The token graph of the query token of data set 0 with the largest SCC."""
-  from svmattn.data import token_graph
   tokens, labels = arrays["tokens"][0], arrays["labels"][0]
   graphs = token_graph.graphs(tokens, labels)
   k, g = max(graphs.items(), key=lambda kv: (max(len(c) for c in kv[1].components), len(kv[1].nodes)))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from svmattn.config import fields as F
+from svmattn.data import images as images_lib
 from svmattn.io import plots
 
 
@@ -18,10 +20,9 @@ def _series(summary, p, *keys):
 
 
 def draw(arrays, summary, out, flags, extras=None):
-  """OUT/vs_n.png and OUT/attention.png; ``flags``: the settings with their dataset defaults
-  resolved (``studies.real_data.resolve``)."""
-  from svmattn.studies import real_data
-  fl = real_data.resolve(flags)
+  """OUT/vs_n.png and OUT/attention.png; ``flags``: the settings, with the patch size the run used
+  (the data set's default where --patch was unset) from the summary."""
+  fl = F.Values({**flags, "patch": summary["patch"]})
   ns = np.asarray([int(n) for n in summary["per_n"]])
   bound = summary["transition"][fl.params[0]]["n_at_counting_bound"]
   fig, axes = plots.figure(ncols=4, width=3.8, height=3.4)
@@ -54,7 +55,6 @@ def draw(arrays, summary, out, flags, extras=None):
 def draw_attention(arrays, summary, fl, out, columns: int = 6):
   """Rows: three values of n (smallest, middle, largest); columns: images of run 0 with the final
   attention over their patches (red: attention weight; box: the selected patch)."""
-  from svmattn.data import images as images_lib
   images, _ = images_lib.load_images(fl.dataset, root=fl.data_dir or None)
   H, Wd = images.shape[1:]
   grid = images_lib.patch_grid(H, Wd, fl.patch)

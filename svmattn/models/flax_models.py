@@ -30,12 +30,17 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import threading
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from svmattn.models import attention as model_lib
+
+# The module classes, defined with flax on first use (``__getattr__``): flax takes 0.2 s to import, and
+# every process that imports the registry imports this module (through the studies that train one).
+MODULES = ("KeyQuery", "CrossAttention", "SingleHead", "MultiHead", "SelfAttentionResidual", "TwoLayer")
+_DEFINING = threading.Lock()
 
 # loss_scale="auto" of a module's training (train.loop): None (plain softmax), a list (collect each
 # softmax's shift) or the shift c (scale every softmax's derivative by exp(c)). Set while tracing.
@@ -101,80 +106,96 @@ def uniform_init(key, shape, dtype=jnp.float64):
   return jax.random.uniform(key, shape, jnp.float64, -b, b).astype(dtype)
 
 
-class KeyQuery(nn.Module):
-  """A key-query matrix: W (d,d) ("W") or K Q^T with K, Q (d,m) ("KQ")."""
-  param_kind: str = "W"
-  m: int | None = None
-
-  @nn.compact
-  def __call__(self, d: int, dtype) -> jax.Array:
-    if self.param_kind == "W":
-      return self.param("W", uniform_init, (d, d), dtype)
-    if self.param_kind != "KQ":
-      raise ValueError(f"KeyQuery.param_kind must be 'W' or 'KQ', got {self.param_kind!r}")
-    m = self.m or d
-    return self.param("K", uniform_init, (d, m), dtype) @ self.param("Q", uniform_init, (d, m), dtype).T
+def __getattr__(name: str):
+  """``flax_models.MultiHead`` and the other module classes (``MODULES``), defined on first use."""
+  if name not in MODULES:
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+  with _DEFINING:
+    if name not in globals():
+      globals().update(_define_modules())
+  return globals()[name]
 
 
-class CrossAttention(nn.Module):
-  """s_i = softmax(X_i W z_i), sown with its W; returns (the pooled tokens r (n,d), s)."""
-  param_kind: str = "W"
+def _define_modules() -> dict:
+  """{name: class} of the module classes (flax.linen imported here)."""
+  import flax.linen as nn
 
-  @nn.compact
-  def __call__(self, X, Z):
-    W = KeyQuery(self.param_kind, name="kq_matrix")(X.shape[-1], X.dtype)
-    r, s = attend(model_lib.attention_logits(W, X, Z), X)
-    self.sow("intermediates", "kq", W)
-    self.sow("intermediates", "attention", s)
-    return r, s
+  class KeyQuery(nn.Module):
+    """A key-query matrix: W (d,d) ("W") or K Q^T with K, Q (d,m) ("KQ")."""
+    param_kind: str = "W"
+    m: int | None = None
 
+    @nn.compact
+    def __call__(self, d: int, dtype) -> jax.Array:
+      if self.param_kind == "W":
+        return self.param("W", uniform_init, (d, d), dtype)
+      if self.param_kind != "KQ":
+        raise ValueError(f"KeyQuery.param_kind must be 'W' or 'KQ', got {self.param_kind!r}")
+      m = self.m or d
+      return self.param("K", uniform_init, (d, m), dtype) @ self.param("Q", uniform_init, (d, m), dtype).T
 
-class SingleHead(nn.Module):
-  """The built-in single-query model with the linear head: f_i = v^T X_i^T softmax(X_i W z_i)."""
-  param_kind: str = "W"
+  class CrossAttention(nn.Module):
+    """s_i = softmax(X_i W z_i), sown with its W; returns (the pooled tokens r (n,d), s)."""
+    param_kind: str = "W"
 
-  @nn.compact
-  def __call__(self, X, Z, v):
-    r, _ = CrossAttention(self.param_kind, name="head0")(X, Z)
-    return r @ v
+    @nn.compact
+    def __call__(self, X, Z):
+      W = KeyQuery(self.param_kind, name="kq_matrix")(X.shape[-1], X.dtype)
+      r, s = attend(model_lib.attention_logits(W, X, Z), X)
+      self.sow("intermediates", "kq", W)
+      self.sow("intermediates", "attention", s)
+      return r, s
 
+  class SingleHead(nn.Module):
+    """The built-in single-query model with the linear head: f_i = v^T X_i^T softmax(X_i W z_i)."""
+    param_kind: str = "W"
 
-class MultiHead(nn.Module):
-  """H heads: f_i = sum_h v_h^T X_i^T softmax(X_i W_h z_i). v: (H,d) one fixed head per attention
-  head, or (d,) shared by all."""
-  heads: int = 2
-  param_kind: str = "W"
+    @nn.compact
+    def __call__(self, X, Z, v):
+      r, _ = CrossAttention(self.param_kind, name="head0")(X, Z)
+      return r @ v
 
-  @nn.compact
-  def __call__(self, X, Z, v):
-    f = 0.0
-    for h in range(self.heads):
-      r, _ = CrossAttention(self.param_kind, name=f"head{h}")(X, Z)
-      f = f + r @ (v[h] if v.ndim == 2 else v)
-    return f
+  class MultiHead(nn.Module):
+    """H heads: f_i = sum_h v_h^T X_i^T softmax(X_i W_h z_i). v: (H,d) one fixed head per attention
+    head, or (d,) shared by all."""
+    heads: int = 2
+    param_kind: str = "W"
 
+    @nn.compact
+    def __call__(self, X, Z, v):
+      f = 0.0
+      for h in range(self.heads):
+        r, _ = CrossAttention(self.param_kind, name=f"head{h}")(X, Z)
+        f = f + r @ (v[h] if v.ndim == 2 else v)
+      return f
 
-class SelfAttentionResidual(nn.Module):
-  """x1_k = x_k + sum_t softmax_t(x_t^T W x_k) x_t per sequence (every token x_k a query, values the tokens)."""
-  param_kind: str = "W"
+  class SelfAttentionResidual(nn.Module):
+    """x1_k = x_k + sum_t softmax_t(x_t^T W x_k) x_t per sequence (every token x_k a query, values the tokens)."""
+    param_kind: str = "W"
 
-  @nn.compact
-  def __call__(self, X):
-    W = KeyQuery(self.param_kind, name="kq_matrix")(X.shape[-1], X.dtype)
-    r, s = attend(model_lib.seq2seq_logits(W, X, X), X)      # s (n, T, T): query k over tokens t
-    self.sow("intermediates", "kq", W)
-    self.sow("intermediates", "attention", s)
-    return X + r
+    @nn.compact
+    def __call__(self, X):
+      W = KeyQuery(self.param_kind, name="kq_matrix")(X.shape[-1], X.dtype)
+      r, s = attend(model_lib.seq2seq_logits(W, X, X), X)      # s (n, T, T): query k over tokens t
+      self.sow("intermediates", "kq", W)
+      self.sow("intermediates", "attention", s)
+      return X + r
 
+  class TwoLayer(nn.Module):
+    """Layer 1: self-attention with a residual; layer 2: cross-attention of z over layer 1's outputs,
+    read out by the linear head v (d,)."""
+    param_kind: str = "W"
 
-class TwoLayer(nn.Module):
-  """Layer 1: self-attention with a residual; layer 2: cross-attention of z over layer 1's outputs,
-  read out by the linear head v (d,)."""
-  param_kind: str = "W"
+    @nn.compact
+    def __call__(self, X, Z, v):
+      X1 = SelfAttentionResidual(self.param_kind, name="layer1")(X)
+      self.sow("intermediates", "outputs", X1)
+      r, _ = CrossAttention(self.param_kind, name="layer2")(X1, Z)
+      return r @ v
 
-  @nn.compact
-  def __call__(self, X, Z, v):
-    X1 = SelfAttentionResidual(self.param_kind, name="layer1")(X)
-    self.sow("intermediates", "outputs", X1)
-    r, _ = CrossAttention(self.param_kind, name="layer2")(X1, Z)
-    return r @ v
+  classes = {"KeyQuery": KeyQuery, "CrossAttention": CrossAttention, "SingleHead": SingleHead,
+             "MultiHead": MultiHead, "SelfAttentionResidual": SelfAttentionResidual, "TwoLayer": TwoLayer}
+  assert tuple(classes) == MODULES
+  for name, cls in classes.items():
+    cls.__qualname__ = name          # as a class of the module's top level (pickle, repr)
+  return classes

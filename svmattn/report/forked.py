@@ -23,6 +23,9 @@ import subprocess
 import sys
 import time
 
+from svmattn import registry
+from svmattn.io import plots
+
 
 # What the experiments import before they compute (the flag-defining experiment modules are not
 # here: each fork defines its own binary's flags, as a fresh process does).
@@ -55,8 +58,6 @@ def preload(fork: bool = True) -> str | None:
     try:
       for name in PRELOAD:
         importlib.import_module(name)
-      from svmattn import registry
-      from svmattn.io import plots
       for experiment in registry.experiments():
         for module in (f"svmattn.studies.{experiment.name}", f"svmattn.figures.{experiment.name}"):
           if importlib.util.find_spec(module) is not None:

@@ -25,6 +25,7 @@ from svmattn.data import datasets as data_lib
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.svm import att_svm as svm_lib
+from svmattn.train import init_file as init_lib
 from svmattn.train import loop as train_lib
 from svmattn.figures import local_convergence as figures
 
@@ -117,7 +118,6 @@ def check_init(fl: dict, params: dict, runs: int, d: int, m, dtype) -> None:
   ({stage: "W" or "KQ"}), else ValueError naming the problem (before anything runs)."""
   init = fl.init or "uniform"
   if init.endswith(".npz"):
-    from svmattn.train import init_file as init_lib
     try:
       init_lib.check(init, params, int(runs), int(d), m, dtype)
     except data_lib.DataError as e:

@@ -28,6 +28,7 @@ from svmattn.config import minibatch
 from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.figures import multi_head as figures
+from svmattn.models import flax_models
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.studies import local_convergence
@@ -37,7 +38,6 @@ NAME = "multi_head"
 
 
 def configs(fl: dict) -> tuple:
-  from svmattn.models import flax_models   # here: flax takes 0.2 s of every process that imports the registry
   return tuple((p, train_lib.TrainConfig(
       module=flax_models.MultiHead(heads=fl.heads, param_kind=p), lr=fl.lr, steps=fl.steps,
       snapshot_every=fl.snapshot_every, chunk_steps=fl.chunk_steps, block_size=fl.block_size,

@@ -29,6 +29,7 @@ from svmattn.config import common
 from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.figures import optimizer_geometry as figures
+from svmattn.optim import optimizers
 from svmattn.study import pipeline
 from svmattn.studies import local_convergence
 from svmattn.svm import att_svm as svm_lib
@@ -218,7 +219,6 @@ MAX_P = 100   # l<p> norms: |W|^p of larger p overflows (l1e400 is p = inf)
 
 
 def _known_optimizers(values):
-  from svmattn.optim import optimizers
   message = ("must list distinct optimizer names such as normalized_gd, sd_l1, sd_linf, sd_l3, sd_spectral, sd_nuc, "
              "md_l1.75, adam, muon")
   try:

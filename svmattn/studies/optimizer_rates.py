@@ -36,6 +36,7 @@ from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.data import linear as linear_data
 from svmattn.figures import optimizer_rates as figures
+from svmattn.optim import optimizers
 from svmattn.study import pipeline
 from svmattn.study import stages
 from svmattn.study import sweep as sweep_lib
@@ -461,7 +462,6 @@ def key_numbers(summary: dict) -> list:
 
 
 def _known_entries(values):
-  from svmattn.optim import optimizers
   names = []
   for v in values:
     try:

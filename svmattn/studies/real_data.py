@@ -36,6 +36,7 @@ from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
 from svmattn.config import minibatch
+from svmattn.data import datasets as data_lib
 from svmattn.data import images as images_lib
 from svmattn.figures import real_data as figures
 from svmattn.study import pipeline
@@ -331,7 +332,6 @@ def export(fl: dict, study: pipeline.Study) -> None:
   """--export=PREFIX: each n's data sets to PREFIX_n<n>.npz (the --data format of the other experiments)."""
   if not fl.export:
     return
-  from svmattn.data import datasets as data_lib
   for cell in study.cells:
     batch = study.load(cell, np.arange(cell.runs))
     path = f"{fl.export}_n{cell.label['n']}.npz"

@@ -15,7 +15,6 @@ Every failure a user can cause ends the process with one line "error: ..." (exit
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import platform
 import signal
@@ -25,7 +24,19 @@ import time
 import numpy as np
 
 import svmattn
+from svmattn import registry
+from svmattn import xla_cache
 from svmattn.config import fields as F
+from svmattn.data import datasets as data_lib
+from svmattn.io import checkpoint as ckpt_lib
+from svmattn.io import plots
+from svmattn.io import results as results_io
+from svmattn.study import hosts as hosts_lib
+from svmattn.study import pipeline
+from svmattn.study import runner
+from svmattn.study import sweep as sweep_lib
+from svmattn.train import buckets
+from svmattn.train import native_kernel
 
 
 def fail(message: str):
@@ -52,14 +63,6 @@ class Timer:
     return time.perf_counter() - self.start
 
 
-def file_sha256(path: str) -> str:
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      h.update(block)
-  return h.hexdigest()
-
-
 def environment() -> dict:
   import importlib.metadata
   import jax
@@ -71,8 +74,6 @@ def environment() -> dict:
 
 
 def _gd_kernel() -> dict:
-  from svmattn.train import buckets
-  from svmattn.train import native_kernel
   return {**native_kernel.report(),
           "pad_d_buckets": buckets.enabled()}
 
@@ -90,7 +91,6 @@ def quiet_logs() -> None:
 
 
 def enable_compilation_cache(path: str) -> None:
-  from svmattn import xla_cache
   xla_cache.enable(path)
 
 
@@ -102,9 +102,9 @@ def identity(experiment, values: dict) -> dict:
   """The settings that define a run's results (and the --data / --init file's digest)."""
   ident = {k: v for k, v in values.items() if k not in operational(experiment)}
   if values.get("data"):
-    ident["data_sha256"] = file_sha256(values["data"])
+    ident["data_sha256"] = results_io.file_sha256(values["data"])
   if str(values.get("init") or "").endswith(".npz"):
-    ident["init_sha256"] = file_sha256(values["init"])
+    ident["init_sha256"] = results_io.file_sha256(values["init"])
   return ident
 
 
@@ -116,7 +116,6 @@ def hosts(values: dict) -> tuple[int, int]:
 def start_hosts(values: dict) -> None:
   """Join the other processes (before anything starts a JAX backend)."""
   if hosts(values)[1] > 1:
-    from svmattn.study import hosts as hosts_lib
     try:
       hosts_lib.initialize(values["coordinator_address"], values["num_processes"], values["process_id"],
                            values["hosts_timeout"])
@@ -130,7 +129,6 @@ def dtype(values: dict):
 
 def build(experiment, values: dict, ident: dict | None = None):
   """The study of ``values``; a bad --data file or setting is a ConfigError naming it."""
-  from svmattn.data import datasets as data_lib
   module = experiment.study_module()
   ident = identity(experiment, values) if ident is None else ident
   try:
@@ -151,7 +149,6 @@ def build(experiment, values: dict, ident: dict | None = None):
 def build_any(experiment, values: dict, sweep: dict | None = None, ident: dict | None = None):
   """The study of ``values``, or of every combination of ``sweep`` as the cells of one study
   (``study.sweep``); its identity ``ident`` (default: from the values and the sweep)."""
-  from svmattn.study import sweep as sweep_lib
   if not sweep:
     return build(experiment, values, ident)
   combos = sweep_lib.grid(sweep)
@@ -168,18 +165,15 @@ def build_any(experiment, values: dict, sweep: dict | None = None, ident: dict |
 def prepare_process(values: dict) -> None:
   """Logging, the compilation cache and the figure formats of ``values``."""
   quiet_logs()
-  from svmattn import xla_cache
   xla_cache.count_compiles()
-  if values.get("compilation_cache", False):
+  if values["compilation_cache"]:
     enable_compilation_cache(values["compilation_cache_dir"])
-  if values.get("figure_format"):
-    from svmattn.io import plots
+  if values["figure_format"]:
     plots.set_formats(values["figure_format"])
   import_in_background()
 
 
 def _imports():
-  from svmattn.io import plots
   plots.pyplot()
   import scipy.optimize  # noqa: F401  (the SVM solvers' NNLS)
 
@@ -202,7 +196,6 @@ def import_in_background(*modules: str) -> None:
 def run(experiment, values: dict, sweep: dict | None = None):
   """Run ``experiment`` with validated ``values`` (and a sweep {field: [values]}); returns the
   pipeline's output. Errors a user can cause end the process with one line."""
-  from svmattn.study import sweep as sweep_lib
   timer = Timer()
   prepare_process(values)
   start_hosts(values)
@@ -214,8 +207,6 @@ def run(experiment, values: dict, sweep: dict | None = None):
   per = [{**values, **c} for c in combos]
 
   def write(output):
-    from svmattn.io import plots
-    from svmattn.io import results as results_io
     if not sweep:
       arrays, summary, extras = reduce(experiment, values, output.cells)
       with timer("write"):
@@ -257,7 +248,6 @@ def _checks(summary):
 
 
 def _keys(experiment, summary):
-  from svmattn import registry
   return {label: value for label, value in registry.key_numbers(summary, experiment)}
 
 
@@ -304,18 +294,15 @@ def write_summary(experiment, summary: dict, values: dict, output, timer: Timer,
                            "total": timer.total()},
              "work": {**dict(getattr(output, "work", {}) or {}), **_compile_stats()},
              "environment": environment()}
-  from svmattn.io import results as results_io
   results_io.write_json(os.path.join(out, "summary.json"), summary)
   return summary
 
 
 def _compile_stats() -> dict:
-  from svmattn import xla_cache
   return xla_cache.compile_stats()
 
 
 def write_sweep_summary(experiment, values, sweep, rows, output, timer) -> dict:
-  from svmattn.io import results as results_io
   summary = {"experiment": f"{experiment.id} {experiment.name}: sweep", "name": experiment.name, "id": experiment.id,
              "flags": values, "sweep": {k: list(v) for k, v in sweep.items()}, "cells": rows,
              "numerics_version": svmattn.NUMERICS_VERSION,
@@ -373,18 +360,15 @@ def print_report(lines: list[str], summary: dict, each_check: bool = True) -> No
 def run_study(study, values: dict, write):
   """Run ``study`` with the pipeline settings of ``values``; ``write(output)`` writes the results
   on process 0. A results directory that cannot be used as asked ends with one clear line."""
-  from svmattn.io import checkpoint as ckpt_lib
-  from svmattn.study import pipeline
-  from svmattn.study import runner
   index, count = hosts(values)
   for cell in study.cells:
     if cell.runs < count:
       fail(f"{cell.runs} data sets cannot be shared by {count} processes")
-  options = runner.Options(resume=values.get("resume", False), workers=values.get("svm_workers"),
-                           progress=values.get("progress", True), keep_checkpoints=values.get("keep_checkpoints", 3),
-                           checkpoint_every_s=values.get("checkpoint_every_s", 0.0), process_index=index,
-                           process_count=count, keep_runs=values.get("keep_runs", True),
-                           full_records=values.get("full_records", False))
+  v = F.Values(values)
+  options = runner.Options(resume=v.resume, workers=v.svm_workers, progress=v.progress,
+                           keep_checkpoints=v.keep_checkpoints, checkpoint_every_s=v.checkpoint_every_s,
+                           process_index=index, process_count=count, keep_runs=v.keep_runs,
+                           full_records=v.full_records)
   try:
     with stop_on_signals():
       return runner.execute(study, values["out"], write, options)

@@ -1,6 +1,6 @@
 """Replay one data set of any study alone and compare it with the run's own record.
 
-    study, source = studies.rebuild(OUT)            # from OUT/runs/study.json or OUT/work/run.json
+    study, source = replay.rebuild(OUT)             # from OUT/runs/study.json or OUT/work/run.json
     data, stage_arrays, result = replay.run_one(study, cell, run)
     report = replay.compare(result, replay.reference(OUT, study, cell, run))
 
@@ -17,15 +17,49 @@ import os
 
 import numpy as np
 
+from svmattn import registry
+from svmattn.config import fields as F
 from svmattn.io import checkpoint as ckpt_lib
+from svmattn.study import execute
 from svmattn.study import pipeline
 from svmattn.study import runner
 from svmattn.study import stages
 from svmattn.train import loop as train_lib
+from svmattn.train import native_kernel
 
 
 class ReplayError(RuntimeError):
   """A run that cannot be replayed as asked, with the reason."""
+
+
+def rebuild(out: str) -> tuple[pipeline.Study, str]:
+  """(the study of the run in ``out``, the file it was read from): finished or partial run."""
+  for path in (runner.record_path(out), os.path.join(out, "work", "run.json")):
+    if os.path.exists(path):
+      try:
+        with open(path) as f:
+          saved = json.load(f)
+        name, ident = saved["study"], dict(saved["identity"])
+      except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ReplayError(f"{path}: unreadable run description ({e})") from None
+      try:
+        experiment = registry.get(name)
+        _same_kernel(saved, path)
+        sweep = ident.pop("sweep", None)
+        values = {**experiment.settings.defaults(), **ident}
+        return execute.build_any(experiment, values, sweep, saved["identity"]), path
+      except (ValueError, OSError, F.ConfigError) as e:
+        raise ReplayError(f"{path}: cannot rebuild study {name!r} ({e})") from None
+  raise ReplayError(f"{out} holds no study run (neither runs/study.json nor work/run.json)")
+
+
+def _same_kernel(saved: dict, path: str) -> None:
+  """A replay on another GD kernel than the run's would not give its bits: refuse it in one line."""
+  ran, here = saved.get("gd_kernel"), native_kernel.kernel_name()
+  if ran is not None and ran != here:
+    why = native_kernel.why_not()
+    raise ReplayError(f"{path}: the run trained on the {ran} GD kernel, this process has the {here} one"
+                      + (f" ({why})" if why else "") + ": replay it where the same kernel is available")
 
 
 def find_cell(study: pipeline.Study, cell: str) -> int:

@@ -22,7 +22,6 @@ from absl import app
 from absl import flags
 
 import svmattn
-from svmattn import studies
 from svmattn.config import common
 from svmattn.data import datasets as data_lib
 from svmattn.io import checkpoint as ckpt_lib
@@ -48,7 +47,7 @@ def main(argv):
   execute.enable_compilation_cache(common.DEFAULT_CACHE_DIR)
   out, run = FLAGS.out, FLAGS.run
   try:
-    study, source = studies.rebuild(out)
+    study, source = replay.rebuild(out)
     c = replay.find_cell(study, FLAGS.cell)
     replay.check_run(study, c, run)
   except replay.ReplayError as e:

@@ -20,6 +20,8 @@ import numpy as np
 
 from svmattn.analysis import health
 from svmattn.data import datasets as data_lib
+from svmattn.train import init_file as init_lib
+from svmattn.train import linear as linear_lib
 from svmattn.train import loop as train_lib
 
 
@@ -70,7 +72,6 @@ class Train:
     if self.init_file is not None:
       if self.config.module is not None:
         raise ValueError(f"stage {self.name!r}: init_file starts W or (K,Q) models, not a flax module")
-      from svmattn.train import init_file as init_lib
       d = np.shape(data.X)[-1]
       init_lib.check(self.init_file, {self.name: self.config.param}, int(np.max(runs)) + 1 if B else 0,
                      d, self.config.m, dtype)
@@ -114,7 +115,6 @@ class LinearTrain:
   block_size: int = 64
 
   def run(self, batch: dict, runs: np.ndarray, seed: int, progress: Callable[[int], None], checkpoints):
-    from svmattn.train import linear as linear_lib
     X, y = np.asarray(batch["X"], np.float64), np.asarray(batch["y"])
     B = len(runs)
     keys = np.asarray(train_lib.init_keys(seed, runs))

@@ -17,6 +17,7 @@ import threading
 import time
 
 import svmattn
+from svmattn.svm import att_svm as svm_lib
 
 
 WATCH_SECONDS = 0.25
@@ -80,7 +81,6 @@ def die_with_parent_from_env() -> None:
 def _start_worker(parent: int) -> None:
   import signal
   svmattn.configure()                # as the parent: float64 for what the analysis computes with JAX
-  from svmattn.svm import att_svm as svm_lib
   signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C reaches the whole group: the parent decides (terminate)
   svm_lib.THREADS = 1   # the workers already run in parallel
   _one_blas_thread()

@@ -49,6 +49,7 @@ import numpy as np
 
 import svmattn
 from svmattn.svm import norms as norms_lib
+from svmattn.svm import nuclear as svm_nuclear
 
 STATUSES = ("optimal", "infeasible", "failed")
 NORMS = ("fro", "nuc")  # the two norms the studies iterate over (E2); att_svm accepts more:
@@ -199,7 +200,6 @@ def _solve_nuclear_direct(A: np.ndarray, d: int, solver: str):
   (the dual by Clarabel's interior-point method) or "nuc_auto" (the faster of the two for the
   problem's size); see svmattn.svm.nuclear. The solution is
   rescaled so that its smallest margin is exactly 1."""
-  from svmattn.svm import nuclear as svm_nuclear
   if A.shape[0] == 0:
     return "optimal", np.zeros(d * d), np.zeros(0), "no constraints"
   solve = {"scs_direct": svm_nuclear.solve, "clarabel_dual": svm_nuclear.solve_dual, "nuc_auto": svm_nuclear.solve_auto,
@@ -419,7 +419,6 @@ def _fro_nnls_stack(jobs: Sequence[tuple]) -> list[SVMResult]:
 def _nuc_ipm_many(jobs: Sequence[tuple]) -> list[SVMResult]:
   """``att_svm(*job)`` for nuclear-norm jobs of the nuc_ipm solver, their problems stacked by shape
   (``nuclear.solve_ipm_many``): each result is the one ``att_svm`` gives the job alone, bit for bit."""
-  from svmattn.svm import nuclear as svm_nuclear
   prepared = []
   for job in jobs:
     X, Z, alpha = _check_inputs(*job[:3])

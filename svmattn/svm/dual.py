@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from svmattn.svm import att_svm as svm_lib
+
 _STEPS = 2.0 ** -jnp.arange(0, 30)  # projected-arc line search candidates
 
 
@@ -101,7 +103,6 @@ def att_svm_fro_batch(X, Z, alpha, tol: float = 1e-9, max_iter: int = 100):
   ("optimal" / "infeasible" / "failed"), kkt_residual (B,) of the device solve,
   fallback (B,) bool where the host NNLS solver was used instead.
   """
-  from svmattn.svm import att_svm as svm_lib
   X = np.asarray(X, np.float64)
   Z = np.asarray(Z, np.float64)
   alpha = np.asarray(alpha, np.int64)

@@ -34,6 +34,8 @@ import warnings
 
 import numpy as np
 
+from svmattn.svm import nuclear as svm_nuclear
+
 # Matrix norms and entrywise norms with a name of their own; "l<p>" adds any real p > 1.
 NAMED = ("fro", "l2", "nuc", "spectral", "l1", "linf")
 EXAMPLES = ("fro", "nuc", "spectral", "l1", "l1.75", "l2", "l3", "linf")
@@ -184,7 +186,6 @@ def solve(A: np.ndarray, d: int, norm, solver: str | None = None):
   if solver == "clarabel_reduced":
     if nm.kind != "spectral":
       raise ValueError(f"the clarabel_reduced solver solves the spectral SVM only, not {nm.name!r}")
-    from svmattn.svm import nuclear as svm_nuclear
     return svm_nuclear.unit_margin(svm_nuclear.solve_spectral(A, d), A, solver)
   solver = (solver or DEFAULT_SOLVER).upper()
   prob, A_par, W, margin = cvxpy_problem(N, d, nm.name)

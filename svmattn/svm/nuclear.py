@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import scipy.sparse as sp
 
 from svmattn.svm import nuclear_ipm
 
@@ -96,6 +95,7 @@ def _reduced(A: np.ndarray, d: int, name: str, pick):
 @functools.lru_cache(maxsize=64)
 def _structure_rect(N: int, p: int, q: int):
   """As _structure for a p x q variable W inside M = [[P, W], [W^T, Q]] of size p + q."""
+  import scipy.sparse as sp      # (here: every process that imports the registry imports this module)
   k = p + q
   size = k * (k + 1) // 2
   cols = np.arange(k)
@@ -113,6 +113,7 @@ def _structure_rect(N: int, p: int, q: int):
 
 
 def _solve_rect(A: np.ndarray, p: int, q: int):
+  import scipy.sparse as sp
   import scs
   N = A.shape[0]
   w_index, c, psd, b_vec, size, k = _structure_rect(N, p, q)
@@ -193,6 +194,7 @@ def _auto_pick(p: int, q: int):
 
 def _solve_dual_reduced(Ar: np.ndarray, p: int, q: int):
   import clarabel
+  import scipy.sparse as sp
   N = Ar.shape[0]
   block, eye, size = _structure_dual(p, q)
   rows = np.repeat(block[None, :], N, axis=0).reshape(-1) + N
@@ -238,6 +240,7 @@ def solve_spectral(A: np.ndarray, d: int):
 
 def _solve_spectral_reduced(Ar: np.ndarray, p: int, q: int):
   import clarabel
+  import scipy.sparse as sp
   N = Ar.shape[0]
   block, eye, size = _structure_dual(p, q)
   n_var = 1 + p * q                                   # x = (t, vec(Wr)) row-major

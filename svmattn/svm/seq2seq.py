@@ -33,6 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from svmattn.data import datasets as data_lib
+from svmattn.io import results as results_io
 from svmattn.models import heads
 from svmattn.svm import att_svm as svm_lib
 
@@ -142,7 +143,6 @@ def validate(data: data_lib.Dataset, batched: bool = True, where: str = "data") 
 
 def save_npz(path: str | os.PathLike, data: data_lib.Dataset) -> None:
   """Write a batch of seq2seq data sets as .npz with arrays X, Y, Z, v (atomically)."""
-  from svmattn.io import results as results_io
   data = validate(data, batched=True, where=str(path))
   results_io.write_npz(path, data._asdict())
 

@@ -34,8 +34,10 @@ import optax
 import svmattn
 from svmattn import rng
 from svmattn.data import datasets as data_lib
+from svmattn.models import flax_models
 from svmattn.models import heads
 from svmattn.models import attention as model_lib
+from svmattn.models import losses as losses_lib
 from svmattn.optim import optimizers
 from svmattn.train import block_kernel
 from svmattn.train import buckets
@@ -106,7 +108,6 @@ class TrainConfig:
     model_lib.get_parameterization(self.param)
     heads.get_head(self.head)
     model_lib.get_model(self.model)
-    from svmattn.models import losses as losses_lib
     losses_lib.get_loss(self.loss)
     optimizers.get_optimizer(self.optimizer, self.lr, self.numerics)
     if self.init not in model_lib.INIT_SCHEMES:
@@ -320,8 +321,6 @@ def _flax_trainer(config: TrainConfig) -> FlaxTrainer:
   """The objective mean_i l(Y_i f_i) of the module's predictions; loss_scale as ``model.make_loss``:
   a number S multiplies it, "auto" scales the derivative of every softmax the module takes through
   ``flax_models.softmax`` / ``attend`` (``flax_models.auto_scaled``)."""
-  from svmattn.models import flax_models
-  from svmattn.models import losses as losses_lib
   ell = losses_lib.get_loss(config.loss)
   module = config.module
   scale = config.loss_scale
