@@ -65,10 +65,10 @@ from svmattn.data import datasets as data_lib  # noqa: E402
 from svmattn.io import plots  # noqa: E402
 from svmattn import report as report_lib  # noqa: E402
 from svmattn.config import allowed  # noqa: E402
-from svmattn.io import results as results_io  # noqa: E402
+from svmattn.io import atomic_files as results_io  # noqa: E402
 from svmattn.svm import att_svm as svm_lib  # noqa: E402
 from svmattn.svm import dual as svm_dual  # noqa: E402
-from svmattn.study import execute  # noqa: E402
+from svmattn.execution import run_experiment  # noqa: E402
 from svmattn.train import block_kernel  # noqa: E402
 from svmattn.train import native_kernel  # noqa: E402
 from svmattn.train import native_train  # noqa: E402
@@ -720,7 +720,7 @@ def main(argv):
   unknown = set(FLAGS.suites) - set(SUITES)
   if unknown:
     raise app.UsageError(f"--suites: unknown {sorted(unknown)}; known: {sorted(SUITES)}")
-  report = {"device": str(jax.devices()[0]), "environment": execute.environment()}
+  report = {"device": str(jax.devices()[0]), "environment": run_experiment.environment()}
   for name in FLAGS.suites:
     SUITES[name](report)
   if FLAGS.out:

@@ -80,10 +80,10 @@ def define_data_flags(runs: int = 100) -> None:
   figure_format_flag()
 
   def cache(values):
-    from svmattn.study import execute
-    execute.quiet_logs()
+    from svmattn.execution import run_experiment
+    run_experiment.quiet_logs()
     if values["compilation_cache"]:
-      execute.enable_compilation_cache(values["compilation_cache_dir"])
+      run_experiment.enable_compilation_cache(values["compilation_cache_dir"])
     return True
   flags.register_multi_flags_validator(["compilation_cache", "compilation_cache_dir"], cache)
 

@@ -55,9 +55,9 @@ from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.io import plots
 from svmattn.io import progress as progress_lib
-from svmattn.io import results as results_io
+from svmattn.io import atomic_files as results_io
 from svmattn.svm import att_svm as svm_lib
-from svmattn.study import execute
+from svmattn.execution import run_experiment
 from svmattn.train import loop as train_lib
 
 FLAGS = flags.FLAGS
@@ -178,7 +178,7 @@ def summarize(corr_ref, corr_svm, norms, tail, steps, stalled):
 
 def main(argv):
   del argv
-  timer = execute.Timer()
+  timer = run_experiment.Timer()
   for v in FLAGS.variants:
     if v not in VARIANTS:
       raise app.UsageError(f"--variants: unknown variant {v!r}; use some of {VARIANTS}")
@@ -247,7 +247,7 @@ def main(argv):
     results_io.write_npz(f"{FLAGS.out}/results.npz", arrays)
     draw(arrays, FLAGS.params, variants, FLAGS.out)
   summary["timings_s"] = {"compile": compile_s, **timer.seconds, "total": timer.total()}
-  summary["environment"] = execute.environment()
+  summary["environment"] = run_experiment.environment()
   results_io.write_json(f"{FLAGS.out}/summary.json", summary)
   report(summary)
 
@@ -340,7 +340,7 @@ def report(summary):
                    f"final mean {fr['mean']:.7f} min {fr['min']:.7f}  below {FLAGS.threshold} from step "
                    f"{s['first_step_below_threshold']}  departs at c={s['tail_exponent_at_departure']['median']}"
                    f"  stalled {s['runs_stalled']}" + (f"  svm {svm['mean']:.4f}/{svm['min']:.4f}" if svm else ""))
-  execute.print_report(lines, summary)
+  run_experiment.print_report(lines, summary)
 
 
 checks_lib.distinct_lists("params", "variants", "figure_format")   # a repeated entry would compute the same thing twice

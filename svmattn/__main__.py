@@ -1,5 +1,5 @@
 """``python -m svmattn COMMAND ...``: the ``svmattn`` command (see ``svmattn.cli``)."""
-from svmattn.study import workers
+from svmattn.execution import workers
 
 workers.die_with_parent_from_env()     # started by reproduce: end with it, even if it is killed
 

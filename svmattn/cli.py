@@ -27,7 +27,7 @@ COMMANDS = {
     "reproduce": ("svmattn.report.reproduce", "run", "every experiment of the paper and after it, and the report"),
     "report": ("svmattn.report", "main", "re-render a reproduce run's report (OUT/report.md, report.html)"),
     "compare": ("svmattn.report.compare", "main", "key numbers of runs side by side"),
-    "replay": ("svmattn.study.replay_command", "run", "one data set of a run alone, against the run's record"),
+    "replay": ("svmattn.execution.replay_command", "run", "one data set of a run alone, against the run's record"),
 }
 
 

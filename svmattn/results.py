@@ -67,7 +67,7 @@ import zipfile
 import numpy as np
 import pandas as pd
 
-from svmattn.io import results as results_io
+from svmattn.io import atomic_files as results_io
 from svmattn.train import loop as train_lib
 
 __all__ = ["ResultsError", "load", "load_curves"]

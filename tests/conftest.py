@@ -93,9 +93,9 @@ def run_binary(module, out, *flags):
 
 def record_matches(record: dict, key: str, want) -> bool:
   """A per-run record's array ``key`` equals ``want`` (B, ...): the array itself, or for a per-run
-  matrix of a lean record (``study.runner.lean``) its digests."""
-  from svmattn.study import runner
+  matrix of a lean record (``execution.study_runner.lean``) its digests."""
+  from svmattn.execution import study_runner
   want = np.asarray(want)
   if key in record:
     return bool(np.array_equal(record[key], want, equal_nan=want.dtype.kind in "fc"))
-  return bool(np.array_equal(record[key + runner.DIGEST], runner.row_digests(want)))
+  return bool(np.array_equal(record[key + study_runner.DIGEST], study_runner.row_digests(want)))

@@ -46,7 +46,7 @@ def test_the_shipped_grid_config_is_short_and_names_nine_cells():
   lines = [line for line in open(CONFIG).read().splitlines() if line.strip()]
   assert len(lines) <= 15
   from svmattn.config import config_file
-  from svmattn.study import sweep as sweep_lib
+  from svmattn.execution import sweep as sweep_lib
   config = config_file.load(CONFIG)
   assert config.experiment == "local_convergence" and config.runs == 50
   assert len(sweep_lib.grid(dict(config.sweep))) == 9

@@ -14,7 +14,7 @@ Checked:
     block_size 1; sown arrays included.
   * train.loop.start_state accepts a flax model's nested parameters.
   * The README's user-written module (temperature-scaled attention) trains, sows what the
-    protocol says, and is analyzed by analysis.heads.svm_and_corr: its effective W/2 moves
+    protocol says, and is analyzed by analysis.per_attention.svm_and_corr: its effective W/2 moves
     toward the Att-SVM of its selection.
   * The README's module, executed from README.md, tracks the built-in W model over 2000 steps on
     three of the README's data sets: corr of the two W rises to > 1 - 3e-3, its corr with the
@@ -40,7 +40,7 @@ import pytest
 import scipy.special
 
 from conftest import REPO_ROOT
-from svmattn.analysis import heads as heads_analysis
+from svmattn.analysis import per_attention as heads_analysis
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib

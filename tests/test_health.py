@@ -10,7 +10,7 @@ from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.models import flax_models
-from svmattn.study import stages
+from svmattn.execution import stages
 from svmattn.studies import local_convergence
 from svmattn.train import loop as train_lib
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from svmattn.data import datasets as data_lib
-from svmattn.study import stages
+from svmattn.execution import stages
 from svmattn.train import init_file as init_lib
 from svmattn.train import loop as train_lib
 

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
-from svmattn.study import replay
-from svmattn.study import runner
+from svmattn.execution import replay
+from svmattn.execution import study_runner
 
 
 def test_the_lean_record_digests_matrices_and_keeps_the_rest():
   rng = np.random.default_rng(0)
   arrays = {"corr": rng.normal(size=(5, 7)), "selected": rng.integers(0, 3, (5, 2)), "W": rng.normal(size=(5, 3, 3)),
             "W_curve": rng.normal(size=(5, 7, 3, 3)), "outcome": np.array(["a", "b", "c", "d", "e"])}
-  rec = runner.lean(arrays)
+  rec = study_runner.lean(arrays)
   assert sorted(rec) == ["W__digest", "W_curve__digest", "corr", "outcome", "selected"]
   assert rec["W__digest"].dtype == np.uint64 and rec["W__digest"].shape == (5,)
   assert len(set(rec["W__digest"].tolist())) == 5                     # the runs' rows differ
@@ -28,7 +28,7 @@ def test_the_lean_record_digests_matrices_and_keeps_the_rest():
 def test_a_digest_tells_one_bit_apart():
   """A replay's matrix that differs from the record's in one bit, or in dtype or shape, is not identical."""
   W = np.random.default_rng(1).normal(size=(4, 3, 3))
-  rec = runner.lean({"W": W})
+  rec = study_runner.lean({"W": W})
   ref = {k: a[2] for k, a in rec.items()}
   assert replay.compare({"W": W[2:3]}, ref) == {"W": True}
   flipped = W[2:3].copy()

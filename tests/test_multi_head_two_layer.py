@@ -11,7 +11,7 @@ Checked:
     argmax_t x_t^T W_sum z of the regenerated data;
   * E15: layer 1's selection is (B,n,T) (every token a query), its "attends to itself" share is
     recomputed from it;
-  * the shared-head variant of E14 (the study run in-process through svmattn.study.pipeline, one
+  * the shared-head variant of E14 (the study run in-process through svmattn.execution.pipeline, one
     head v (d,) per data set) and the per-head vectors (unit norm, the same for a run in any batch);
   * bad flags (E14 --heads=0 and --params=V, E15 --T=1) end the binaries before anything is written,
     naming the flag, with no traceback; e14.build refuses heads < 1.
@@ -26,7 +26,7 @@ import pytest
 
 from conftest import REPO_ROOT
 from svmattn.data import datasets as data_lib
-from svmattn.study import pipeline
+from svmattn.execution import pipeline
 from svmattn.studies import multi_head
 from svmattn.studies import two_layer as e15
 from test_health_studies import check_summary

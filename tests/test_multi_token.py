@@ -17,7 +17,7 @@ from conftest import REPO_ROOT
 from svmattn.analysis import metrics
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
-from svmattn.study import runner
+from svmattn.execution import study_runner
 from svmattn.studies import multi_token as e5
 from svmattn.svm import gensvm
 from test_health_studies import check_summary
@@ -122,7 +122,7 @@ def test_study_is_rebuilt_from_the_summary_flags(outputs):
     runs = np.array([run])
     data = {**study.load(cell, runs), "runs": runs}
     arrays = {s.name: s.run(data, runs, study.seed, None, None)[0] for s in study.stages(cell)}
-    got = runner.lean(e5.analyze(cell.label, data, arrays))     # (its matrices as the record keeps them)
+    got = study_runner.lean(e5.analyze(cell.label, data, arrays))     # (its matrices as the record keeps them)
     assert sorted(got) == sorted(rec)
     for key, want in rec.items():
       a, w = got[key], want[run:run + 1]
@@ -195,9 +195,9 @@ def test_replay_of_one_kept_run_equals_its_batch(outputs):
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
   report = json.loads((path / f"replay_{run}.json").read_text())
   assert report["study"] == "multi_token" and report["label"] == {"d": 4} and report["differ"] == []
-  assert sorted(report["identical"]) == sorted(k.removesuffix(runner.DIGEST) for k in rec.files)
+  assert sorted(report["identical"]) == sorted(k.removesuffix(study_runner.DIGEST) for k in rec.files)
   assert all(report["identical"].values())
   assert f"{len(rec.files)}/{len(rec.files)} per-run arrays identical to the batch" in proc.stdout
   W = np.load(path / f"replay_{run}.npz")["W_W"]
   assert W.shape == (301, 4, 4)          # every step, ending at the batch's W (the record keeps its digest)
-  assert runner.row_digests(W[-1][None])[0] == rec["W_gd" + runner.DIGEST][run]
+  assert study_runner.row_digests(W[-1][None])[0] == rec["W_gd" + study_runner.DIGEST][run]

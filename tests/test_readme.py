@@ -136,11 +136,11 @@ def test_below_calibration_names_the_sizes_that_are_smaller():
 
 
 def test_a_small_run_prints_the_note_in_each_check_line(capsys):
-  from svmattn.study import execute
+  from svmattn.execution import run_experiment
   summary = {"checks": [{"name": "mean final corr W_vs_fro", "value": 0.98, "expected": ">= 0.99", "ok": False,
                          "note": "calibrated for 2000 steps; this run has 500 steps"}],
              "timings_s": {"total": 1.0}}
-  execute.print_report(["E2"], summary)
+  run_experiment.print_report(["E2"], summary)
   line = [l for l in capsys.readouterr().out.splitlines() if "W_vs_fro" in l][0]
   assert line.endswith("(expected >= 0.99; calibrated for 2000 steps; this run has 500 steps)")
 

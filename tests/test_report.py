@@ -217,7 +217,7 @@ def test_html_stands_alone(run):
 
 
 def test_rerender_from_reproduce_json(run, tmp_path):
-  from svmattn.io import results as results_io
+  from svmattn.io import atomic_files as results_io
   results_io.write_json(os.path.join(run["out"], "reproduce.json"), {"meta": run["meta"], "experiments": run["records"]})
   os.remove(os.path.join(run["out"], "report.html"))
   assert report_lib.main([run["out"]]) == 0
@@ -230,7 +230,7 @@ def test_rerender_as_a_command(run):
   """`python -m experiments.report OUT`, as a user runs it (every function defined before main runs)."""
   import subprocess
   import sys
-  from svmattn.io import results as results_io
+  from svmattn.io import atomic_files as results_io
   results_io.write_json(os.path.join(run["out"], "reproduce.json"), {"meta": run["meta"], "experiments": run["records"]})
   os.remove(os.path.join(run["out"], "report.html"))
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -90,7 +90,7 @@ DRIVER = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})
     from svmattn.report import reproduce
-    child = ("from svmattn.study import workers; workers.die_with_parent_from_env(); "
+    child = ("from svmattn.execution import workers; workers.die_with_parent_from_env(); "
              "import os, time; print(os.getpid(), flush=True); time.sleep(600)")
     reproduce.command = lambda run, out: [sys.executable, "-c", child]
     reproduce.run_all(reproduce.runs()[:2], {out!r}, jobs=2)

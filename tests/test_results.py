@@ -1,4 +1,4 @@
-"""svmattn.io.results: atomic writes (no temporary files left, old files intact on failure)."""
+"""svmattn.io.atomic_files: atomic writes (no temporary files left, old files intact on failure)."""
 import json
 import os
 import stat
@@ -6,7 +6,7 @@ import stat
 import numpy as np
 import pytest
 
-from svmattn.io import results as results_io
+from svmattn.io import atomic_files as results_io
 
 
 def test_write_npz_round_trip_and_no_temporary_files(tmp_path):

@@ -1,4 +1,4 @@
-"""The study pipeline (svmattn.study): grids of cells, early stops, workers that die with their
+"""The study pipeline (svmattn.execution): grids of cells, early stops, workers that die with their
 parent, flags checked before any work, and E4 (a grid with training) killed and resumed or
 shared by two processes, equal to one uninterrupted process."""
 import dataclasses
@@ -18,7 +18,8 @@ import pytest
 from conftest import REPO_ROOT
 import svmattn
 from svmattn.report import reproduce
-from svmattn.study import pipeline
+from svmattn.execution import pipeline
+from svmattn.execution import study_runner
 from test_sweep import ENV, assert_same_results, kill_when, listing, load
 
 # ----------------------------------------------------------------------------
@@ -107,7 +108,7 @@ def test_a_light_analysis_runs_in_this_process_and_gives_the_same_cells(tmp_path
 def test_workers_start_before_the_first_job():
   """``workers.start`` spawns every worker at once (a process pool otherwise spawns one only when a
   job arrives), each importing the module of what it is given; the pool then runs jobs as usual."""
-  from svmattn.study import workers as workers_lib
+  from svmattn.execution import workers as workers_lib
   pool = workers_lib.pool(2)
   try:
     assert not getattr(pool, "_processes", None)          # nothing spawned before a job or a start
@@ -446,7 +447,7 @@ def test_no_worker_outlives_its_parents_sigkill(tmp_path):
 PARENT = """
 import os, re, sys, time
 sys.path.insert(0, {root!r})
-from svmattn.study import workers as workers_lib
+from svmattn.execution import workers as workers_lib
 pool = workers_lib.pool(1)
 fut = pool.submit(re.match, "(a+)+$", "a" * 60 + "b")   # backtracking in C, holding the GIL for ages
 while not pool._processes:
@@ -588,7 +589,7 @@ def test_an_analysis_in_this_process_gets_the_arrays_a_read_back_would_give(tmp_
   it has just written) against work_files.write then load_arrays, and against an .npz read back:
   the same values, dtypes, shapes and memory order (which decides the order of a reduction's sums),
   and writable copies."""
-  from svmattn.io import results as results_io
+  from svmattn.io import atomic_files as results_io
   from svmattn.io import work_files
   base = np.arange(24.0).reshape(4, 6) / 7
   arrays = {"c": base, "f": np.asfortranarray(base), "strided": base[:, ::2], "transposed": base.T,
@@ -610,7 +611,7 @@ def test_an_analysis_in_this_process_gets_the_arrays_a_read_back_would_give(tmp_
 
 
 def test_a_replay_on_another_gd_kernel_is_refused_naming_both(monkeypatch):
-  from svmattn.study import replay
+  from svmattn.execution import replay
   from svmattn.train import native_kernel
   monkeypatch.setattr(native_kernel, "kernel_name", lambda: "xla")
   monkeypatch.setattr(native_kernel, "why_not", lambda: "SVMATTN_NATIVE_KERNEL=0")
@@ -618,3 +619,25 @@ def test_a_replay_on_another_gd_kernel_is_refused_naming_both(monkeypatch):
     replay._same_kernel({"gd_kernel": "native-cpu"}, "OUT/runs/study.json")
   replay._same_kernel({"gd_kernel": "xla"}, "OUT/runs/study.json")          # the same kernel: no error
   replay._same_kernel({}, "OUT/runs/study.json")                            # a record from before: no check
+
+
+def test_a_finished_run_is_never_replaced(tmp_path):
+  """A run into a directory that holds a finished run: the same study is "already complete" (nothing
+  rewritten); another study is refused naming what differs, and the finished run stays whole."""
+
+  def write(output):
+    (tmp_path / "summary.json").write_text("{}")
+
+  opts = study_runner.Options(workers=0, progress=False)
+  study_runner.run(_toy(3), str(tmp_path), write, opts)
+  assert study_runner.finished_differences(str(tmp_path), _toy(3)) == []
+  before = {p.name: p.read_bytes() for p in (tmp_path / "runs").iterdir()}
+  with pytest.raises(study_runner.AlreadyComplete, match="already complete"):
+    study_runner.run(_toy(3), str(tmp_path), write, opts)
+  with pytest.raises(pipeline.StudyError, match=r"holds a finished run with other settings: batch_size: "
+                     r"the finished run has 3, this command has 4\. Nothing was changed"):
+    study_runner.run(_toy(4), str(tmp_path), write, opts)
+  assert {p.name: p.read_bytes() for p in (tmp_path / "runs").iterdir()} == before
+  assert not (tmp_path / "work").exists()
+  (tmp_path / "work").mkdir()                      # a run still working here: not a finished one
+  assert study_runner.finished_differences(str(tmp_path), _toy(4)) is None

@@ -1,6 +1,6 @@
 """Interrupted runs: train() resumed from checkpoints, and the E2 binary killed and resumed.
 
-The claim (svmattn.train.loop, svmattn.study.pipeline): a run interrupted at any moment and continued
+The claim (svmattn.train.loop, svmattn.execution.pipeline): a run interrupted at any moment and continued
 with --resume produces results bit for bit equal to an uninterrupted run, and the
 number of SVM worker processes changes nothing but the wall time.
 

@@ -32,8 +32,8 @@ import sys
 import svmattn
 from svmattn import registry
 from svmattn.config import fields as F
-from svmattn.study import execute
-from svmattn.study import sweep as sweep_lib
+from svmattn.execution import run_experiment
+from svmattn.execution import sweep as sweep_lib
 
 USAGE = ("usage: svmattn run --config=FILE.py [--config.FIELD=VALUE ...] [--config.sweep.FIELD=V1,V2,...] "
          "--out=DIR [--resume]\n  (a list field: --config.FIELD=A,B; a sweep of it: --config.sweep.FIELD='A,B;C,D')")
@@ -236,7 +236,7 @@ def main(argv: list[str]) -> None:
   handle = config_flags.DEFINE_config_dict("config", full, "The experiment's settings (from --config=FILE.py).")
   flags.DEFINE_string("out", None, "Results directory (also config.out).")
   flags.DEFINE_bool("resume", None, "Continue the unfinished run in --out (also config.resume).")
-  app.call_after_init(execute.install_stop_handlers)
+  app.call_after_init(run_experiment.install_stop_handlers)
 
   def run(rest_argv):
     if len(rest_argv) > 1:
@@ -256,7 +256,7 @@ def main(argv: list[str]) -> None:
         experiment.settings.validate({**checked, **combination})
     except F.ConfigError as e:
       fail(str(e))
-    execute.run(experiment, checked, swept or None)
+    run_experiment.run(experiment, checked, swept or None)
 
   app.run(run, argv=sys.argv)
 

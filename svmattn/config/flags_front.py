@@ -20,7 +20,7 @@ from absl import flags
 import svmattn
 from svmattn import registry
 from svmattn.config import fields as F
-from svmattn.study import execute
+from svmattn.execution import run_experiment
 
 FLAGS = flags.FLAGS
 
@@ -72,7 +72,7 @@ def define(name: str) -> registry.Experiment:
     _define_rule(rule, settings)
   if "out" in settings.names:
     flags.mark_flag_as_required("out")
-  app.call_after_init(execute.install_stop_handlers)
+  app.call_after_init(run_experiment.install_stop_handlers)
   return experiment
 
 
@@ -114,8 +114,8 @@ def main(name: str) -> None:
     try:
       got = values(experiment)
     except F.ConfigError as e:
-      execute.fail(str(e))
-    execute.run(experiment, got)
+      run_experiment.fail(str(e))
+    run_experiment.run(experiment, got)
 
   app.run(run)
 

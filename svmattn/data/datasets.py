@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from svmattn.io import results as results_io
+from svmattn.io import atomic_files as results_io
 from svmattn.models import heads
 import svmattn
 from svmattn import rng

@@ -30,7 +30,7 @@ from svmattn.data import datasets as data_lib
 from svmattn.data.datasets import DataError
 from svmattn.data.datasets import Dataset
 from svmattn.data import token_graph
-from svmattn.io import results as results_io
+from svmattn.io import atomic_files as results_io
 
 MAX_ATTEMPTS = 1000
 

@@ -13,7 +13,7 @@ import warnings
 
 import numpy as np
 
-from svmattn.io import results as results_io
+from svmattn.io import atomic_files as results_io
 
 COLORS = {"W": "tab:blue", "KQ": "tab:red"}
 FORMATS = ("png", "pdf", "svg")      # the formats ``set_formats`` accepts
@@ -68,7 +68,7 @@ def warm_up() -> None:
 
 class _LazyPyplot:
   """``plt``: matplotlib.pyplot, imported when first used. The import costs 0.6-0.9 s, which a
-  binary spends on a thread while it generates data and compiles (``study.execute.prepare_process``)."""
+  binary spends on a thread while it generates data and compiles (``execution.run_experiment.prepare_process``)."""
 
   def __getattr__(self, name):
     return getattr(pyplot(), name)

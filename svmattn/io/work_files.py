@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from svmattn.io import results as results_io
+from svmattn.io import atomic_files as results_io
 
 MAGIC = b"SVMATTN-ARRAYS-1"
 ALIGN = 64

@@ -30,7 +30,7 @@ from svmattn.io import plots
 # What the experiments import before they compute (the flag-defining experiment modules are not
 # here: each fork defines its own binary's flags, as a fresh process does).
 PRELOAD = ("jax", "jax.numpy", "numpy", "scipy.linalg", "scipy.optimize", "svmattn.cli", "svmattn.registry",
-           "svmattn.config.flags_front", "svmattn.study.pipeline", "svmattn.study.execute", "svmattn.study.workers",
+           "svmattn.config.flags_front", "svmattn.execution.pipeline", "svmattn.execution.run_experiment", "svmattn.execution.workers",
            "svmattn.svm.att_svm", "svmattn.svm.nuclear_ipm", "svmattn.train.loop", "svmattn.io.checkpoint",
            "svmattn.io.plots")
 

@@ -6,7 +6,7 @@ import base64
 import html
 import os
 
-from svmattn.io import results as results_io
+from svmattn.io import atomic_files as results_io
 from svmattn.report import numerics
 from svmattn.report import records as records_lib
 from svmattn.report import stages

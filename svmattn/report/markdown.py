@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import re
 
-from svmattn.io import results as results_io
+from svmattn.io import atomic_files as results_io
 from svmattn.report import numerics
 from svmattn.report import records as records_lib
 from svmattn.report import stages

@@ -38,9 +38,9 @@ from svmattn import registry
 from svmattn import report as report_lib
 from svmattn.config import allowed
 from svmattn.report import forked
-from svmattn.io import results as results_io
-from svmattn.study import execute
-from svmattn.study import workers
+from svmattn.io import atomic_files as results_io
+from svmattn.execution import run_experiment
+from svmattn.execution import workers
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", "results", "Output directory: one subdirectory per experiment plus the report.")
@@ -273,7 +273,7 @@ def record_of(run: Run, out: str, cmd: list, wall: float, returncode: int, stdou
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  execute.quiet_logs()
+  run_experiment.quiet_logs()
   chosen = selected(FLAGS.only)
   out = FLAGS.out
   os.makedirs(out, exist_ok=True)
@@ -287,7 +287,7 @@ def main(argv):
           "total_s": time.perf_counter() - t0,
           "paper_s": sum(r["wall_s"] for r in records if not r.get("beyond")),
           "beyond_s": sum(r["wall_s"] for r in records if r.get("beyond")),
-          "environment": execute.environment(), "command": report_lib.command_line()}
+          "environment": run_experiment.environment(), "command": report_lib.command_line()}
   results_io.write_json(os.path.join(out, "reproduce.json"), {"meta": meta, "experiments": records})
   report_lib.write(out, records, meta)
   failed = [r["id"] for r in records if r["returncode"] != 0]
@@ -307,7 +307,7 @@ def main(argv):
 def run(argv=None) -> None:
   """The command: parse the flags of ``argv`` (default sys.argv) and run ``main``."""
   svmattn.configure()
-  app.call_after_init(execute.install_stop_handlers)
+  app.call_after_init(run_experiment.install_stop_handlers)
   app.run(main, argv=argv)
 
 

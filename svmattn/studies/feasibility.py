@@ -19,8 +19,8 @@ from svmattn.config import common
 from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.figures import feasibility as figures
-from svmattn.study import pipeline
-from svmattn.study import sweep as sweep_lib
+from svmattn.execution import pipeline
+from svmattn.execution import sweep as sweep_lib
 from svmattn.studies import svm_rank
 from svmattn.svm import feasibility as feas_lib
 

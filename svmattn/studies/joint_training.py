@@ -36,8 +36,8 @@ from svmattn.config import fields as F
 from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.figures import joint_training as figures
-from svmattn.study import pipeline
-from svmattn.study import stages
+from svmattn.execution import pipeline
+from svmattn.execution import stages
 from svmattn.studies import local_convergence
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import joint as joint_lib

@@ -32,8 +32,8 @@ from svmattn.config import fields as F
 from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.models import heads
-from svmattn.study import pipeline
-from svmattn.study import stages
+from svmattn.execution import pipeline
+from svmattn.execution import stages
 from svmattn.svm import gensvm
 from svmattn.train import loop as train_lib
 from svmattn.figures import lambda_head as figures

@@ -3,7 +3,7 @@
 One cell of ``runs`` data sets (generated from (seed, run), or the rows of a data file);
 W and/or (K,Q) trained on each; the host analysis solves the Frobenius and the nuclear
 Att-SVM at the tokens each parameterization selected and correlates every snapshot with
-them (``analysis.compare.compare_with_svms``).
+them (``analysis.versus_svm.compare_with_svms``).
 
 ``fl`` below is a dict of the experiment's settings (``SETTINGS``: the binary's flags or a
 config's fields), or the "flags" of its summary.json: replay rebuilds the same study from it.
@@ -15,15 +15,15 @@ import functools
 import numpy as np
 
 from svmattn import registry
-from svmattn.analysis import compare
+from svmattn.analysis import versus_svm
 from svmattn.analysis import health
 from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
-from svmattn.study import pipeline
-from svmattn.study import stages
+from svmattn.execution import pipeline
+from svmattn.execution import stages
 from svmattn.svm import att_svm as svm_lib
 from svmattn.train import init_file as init_lib
 from svmattn.train import loop as train_lib
@@ -140,7 +140,7 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
   parameterization P."""
   out = {}
   labels = {p: health.add(out, p, t, saturation) for p, t in trajs.items()}
-  out.update(compare.compare_with_svms(data["X"], data["Z"], data["gamma"], {p: t["W"] for p, t in trajs.items()},
+  out.update(versus_svm.compare_with_svms(data["X"], data["Z"], data["gamma"], {p: t["W"] for p, t in trajs.items()},
                                        {p: t["selected"] for p, t in trajs.items()}, norms=norms, health=labels))
   for p, t in trajs.items():
     out[f"W_final_{p}"] = t["W"][:, -1]
@@ -169,7 +169,7 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   for p in params:
     summary["diverged_runs"][p] = int(np.sum(~arrays[f"finite_{p}"]))
     for norm in norms(fl):
-      summary["final_corr"][f"{p}_vs_{norm}"] = compare.summarize_corr(arrays[f"corr_{p}_{norm}"][:, -1])
+      summary["final_corr"][f"{p}_vs_{norm}"] = versus_svm.summarize_corr(arrays[f"corr_{p}_{norm}"][:, -1])
       status = arrays[f"svm_{norm}_{p}_status"]
       summary["svm_status"][f"{norm}_{p}"] = {s: int(np.sum(status == s)) for s in svm_lib.STATUSES}
     if f"convergence_type_{p}" in arrays:          # (it needs the Frobenius SVM)

@@ -20,7 +20,7 @@ import numpy as np
 from svmattn import registry
 from svmattn import rng
 from svmattn.analysis import health
-from svmattn.analysis import heads as heads_analysis
+from svmattn.analysis import per_attention as heads_analysis
 from svmattn.analysis import metrics
 from svmattn.config import allowed
 from svmattn.config import common
@@ -29,8 +29,8 @@ from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.figures import multi_head as figures
 from svmattn.models import flax_models
-from svmattn.study import pipeline
-from svmattn.study import stages
+from svmattn.execution import pipeline
+from svmattn.execution import stages
 from svmattn.studies import local_convergence
 from svmattn.train import loop as train_lib
 

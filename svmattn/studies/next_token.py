@@ -34,8 +34,8 @@ from svmattn.config import fields as F
 from svmattn.config import minibatch
 from svmattn.data import next_token as next_token_data
 from svmattn.figures import next_token as figures
-from svmattn.study import pipeline
-from svmattn.study import stages
+from svmattn.execution import pipeline
+from svmattn.execution import stages
 from svmattn.svm import graph_svm
 from svmattn.train import loop as train_lib
 

@@ -30,7 +30,7 @@ from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.figures import optimizer_geometry as figures
 from svmattn.optim import optimizers
-from svmattn.study import pipeline
+from svmattn.execution import pipeline
 from svmattn.studies import local_convergence
 from svmattn.svm import att_svm as svm_lib
 from svmattn.train import loop as train_lib

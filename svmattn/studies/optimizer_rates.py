@@ -37,9 +37,9 @@ from svmattn.data import datasets as data_lib
 from svmattn.data import linear as linear_data
 from svmattn.figures import optimizer_rates as figures
 from svmattn.optim import optimizers
-from svmattn.study import pipeline
-from svmattn.study import stages
-from svmattn.study import sweep as sweep_lib
+from svmattn.execution import pipeline
+from svmattn.execution import stages
+from svmattn.execution import sweep as sweep_lib
 from svmattn.studies import local_convergence
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import linear_margin

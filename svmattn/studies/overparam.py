@@ -24,9 +24,9 @@ from svmattn.config import fields as F
 from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.figures import overparam as figures
-from svmattn.study import pipeline
-from svmattn.study import stages
-from svmattn.study import sweep as sweep_lib
+from svmattn.execution import pipeline
+from svmattn.execution import stages
+from svmattn.execution import sweep as sweep_lib
 from svmattn.studies import local_convergence
 from svmattn.studies import svm_rank
 from svmattn.svm import att_svm as svm_lib

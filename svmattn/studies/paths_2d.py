@@ -28,8 +28,8 @@ from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
 from svmattn.models import heads
-from svmattn.study import pipeline
-from svmattn.study import stages
+from svmattn.execution import pipeline
+from svmattn.execution import stages
 from svmattn.studies import local_convergence
 from svmattn.svm import att_svm as svm_lib
 from svmattn.train import loop as train_lib

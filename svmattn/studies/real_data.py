@@ -39,9 +39,9 @@ from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.data import images as images_lib
 from svmattn.figures import real_data as figures
-from svmattn.study import pipeline
-from svmattn.study import stages
-from svmattn.study import sweep as sweep_lib
+from svmattn.execution import pipeline
+from svmattn.execution import stages
+from svmattn.execution import sweep as sweep_lib
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import gensvm
 from svmattn.train import loop as train_lib

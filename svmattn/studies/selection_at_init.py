@@ -16,7 +16,7 @@ from svmattn import registry
 from svmattn.analysis import metrics
 from svmattn.config import fields as F
 from svmattn.studies import local_convergence
-from svmattn.study import pipeline
+from svmattn.execution import pipeline
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:

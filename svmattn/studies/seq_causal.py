@@ -29,8 +29,8 @@ from svmattn.config import fields as F
 from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.models import attention as model_lib
-from svmattn.study import pipeline
-from svmattn.study import stages
+from svmattn.execution import pipeline
+from svmattn.execution import stages
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import seq2seq as s2s
 from svmattn.train import loop as train_lib

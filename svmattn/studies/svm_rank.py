@@ -31,8 +31,8 @@ from svmattn.config import common
 from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.figures import svm_rank as figures
-from svmattn.study import pipeline
-from svmattn.study import sweep as sweep_lib
+from svmattn.execution import pipeline
+from svmattn.execution import sweep as sweep_lib
 from svmattn.svm import att_svm as svm_lib
 from svmattn.svm import feasibility as feas_lib
 

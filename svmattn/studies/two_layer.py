@@ -19,15 +19,15 @@ import numpy as np
 
 from svmattn import registry
 from svmattn.analysis import health
-from svmattn.analysis import heads as heads_analysis
+from svmattn.analysis import per_attention as heads_analysis
 from svmattn.analysis import metrics
 from svmattn.config import common
 from svmattn.config import minibatch
 from svmattn.data import datasets as data_lib
 from svmattn.figures import two_layer as figures
 from svmattn.models import flax_models
-from svmattn.study import pipeline
-from svmattn.study import stages
+from svmattn.execution import pipeline
+from svmattn.execution import stages
 from svmattn.studies import local_convergence
 from svmattn.studies import multi_head
 from svmattn.train import loop as train_lib

@@ -149,7 +149,7 @@ def least_distance(A: np.ndarray, b: np.ndarray | None = None):
   E = np.vstack([A.T, np.ones((1, N)) if b is None else np.asarray(b, np.float64)[None, :]])
   f = np.zeros(D + 1)
   f[-1] = 1.0
-  import scipy.optimize        # (here: 0.5 s that a binary spends beside its compiling, execute.import_in_background)
+  import scipy.optimize        # (here: 0.5 s that a binary spends beside its compiling, run_experiment.import_in_background)
   try:
     u, _ = scipy.optimize.nnls(E, f, maxiter=50 * (N + D + 1))
   except Exception as e:  # noqa: BLE001 - a solver failure is an outcome

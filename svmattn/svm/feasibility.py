@@ -180,7 +180,7 @@ def _nnls_one(D, Z, keep, s):
   E[-1] = 1.0
   f = np.zeros(d * d + 1)
   f[-1] = 1.0
-  import scipy.optimize   # here: 0.5 s that execute.import_in_background spends beside compiling
+  import scipy.optimize   # here: 0.5 s that run_experiment.import_in_background spends beside compiling
   try:
     u, _ = scipy.optimize.nnls(E, f, maxiter=50 * (N + d * d + 1))
   except Exception:  # noqa: BLE001 - a solver failure is an outcome

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from svmattn.data import datasets as data_lib
-from svmattn.io import results as results_io
+from svmattn.io import atomic_files as results_io
 from svmattn.models import heads
 from svmattn.svm import att_svm as svm_lib
 

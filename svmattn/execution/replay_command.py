@@ -25,11 +25,11 @@ import svmattn
 from svmattn.config import common
 from svmattn.data import datasets as data_lib
 from svmattn.io import checkpoint as ckpt_lib
-from svmattn.io import results as results_io
-from svmattn.study import execute
-from svmattn.study import pipeline
-from svmattn.study import replay
-from svmattn.study import stages
+from svmattn.io import atomic_files as results_io
+from svmattn.execution import run_experiment
+from svmattn.execution import pipeline
+from svmattn.execution import replay
+from svmattn.execution import stages
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Results directory of a run of any experiment (finished or partial).")
@@ -43,21 +43,21 @@ flags.mark_flags_as_required(["out", "run"])
 
 def main(argv):
   del argv
-  execute.quiet_logs()
-  execute.enable_compilation_cache(common.DEFAULT_CACHE_DIR)
+  run_experiment.quiet_logs()
+  run_experiment.enable_compilation_cache(common.DEFAULT_CACHE_DIR)
   out, run = FLAGS.out, FLAGS.run
   try:
     study, source = replay.rebuild(out)
     c = replay.find_cell(study, FLAGS.cell)
     replay.check_run(study, c, run)
   except replay.ReplayError as e:
-    execute.fail(str(e))
+    run_experiment.fail(str(e))
   except data_lib.DataError as e:
-    execute.fail(f"the run's --data: {e}")
+    run_experiment.fail(f"the run's --data: {e}")
   try:
     data, _, result = replay.run_one(study, c, run)
   except ckpt_lib.CheckpointError as e:
-    execute.fail(str(e))
+    run_experiment.fail(str(e))
   label = ",".join(f"{k}={v}" for k, v in study.cells[c].label.items())
   report = {"study": study.name, "cell": c, "label": study.cells[c].label, "run": run, "source": source,
             "stages": {}}
@@ -70,7 +70,7 @@ def main(argv):
       try:
         start = replay.start_from_checkpoint(out, study, c, run, data, stage, FLAGS.step)
       except ckpt_lib.CheckpointError as e:
-        execute.fail(str(e))
+        run_experiment.fail(str(e))
       if start is None:
         print(f"{stage.name}: no checkpoint at or before step {FLAGS.step}; replaying from step 0")
     traj = replay.every_step(study, c, data, stage, start)
@@ -82,7 +82,7 @@ def main(argv):
   try:
     ref = replay.reference(out, study, c, run)
   except pipeline.StudyError as e:       # a damaged record of the run
-    execute.fail(f"cannot compare with the run's record: {e}")
+    run_experiment.fail(f"cannot compare with the run's record: {e}")
   where = f"cell {c} ({label})" if label else "the run"
   if ref is None and not replay.runs_kept(out):
     report["compared"] = "nothing to compare with (the run was made with --nokeep_runs)"

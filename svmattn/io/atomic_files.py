@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-# The per-run record's name for the digests of a per-run matrix KEY: KEY__digest (``study.runner.lean``)
+# The per-run record's name for the digests of a per-run matrix KEY: KEY__digest (``execution.study_runner.lean``)
 DIGEST_SUFFIX = "__digest"
 
 

@@ -1,6 +1,6 @@
 """Run a study from start to results: pipeline, hosts, the results writer, clean-up.
 
-    runner.execute(study, out, write, Options(resume=True, workers=2))
+    study_runner.run(study, out, write, Options(resume=True, workers=2))
 
 ``write(output)`` gets every cell whole (``pipeline.Output``) and writes the results files;
 it runs on process 0 only, after the per-run record OUT/runs/ (``write_record``). The work
@@ -19,9 +19,9 @@ import numpy as np
 
 import svmattn
 from svmattn.io import checkpoint as ckpt_lib
-from svmattn.io import results as results_io
-from svmattn.study import hosts as hosts_lib
-from svmattn.study import pipeline
+from svmattn.io import atomic_files as results_io
+from svmattn.execution import hosts as hosts_lib
+from svmattn.execution import pipeline
 from svmattn.train import native_kernel
 
 
@@ -135,7 +135,7 @@ def refuse_finished(out: str, study: pipeline.Study) -> None:
                             + ". Nothing was changed: choose another --out, or move that run away first")
 
 
-def execute(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], None],
+def run(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], None],
             options: Options = Options()) -> pipeline.Output:
   o = options
   refuse_finished(out, study)

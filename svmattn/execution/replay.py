@@ -20,10 +20,10 @@ import numpy as np
 from svmattn import registry
 from svmattn.config import fields as F
 from svmattn.io import checkpoint as ckpt_lib
-from svmattn.study import execute
-from svmattn.study import pipeline
-from svmattn.study import runner
-from svmattn.study import stages
+from svmattn.execution import run_experiment
+from svmattn.execution import pipeline
+from svmattn.execution import study_runner
+from svmattn.execution import stages
 from svmattn.train import loop as train_lib
 from svmattn.train import native_kernel
 
@@ -34,7 +34,7 @@ class ReplayError(RuntimeError):
 
 def rebuild(out: str) -> tuple[pipeline.Study, str]:
   """(the study of the run in ``out``, the file it was read from): finished or partial run."""
-  for path in (runner.record_path(out), os.path.join(out, "work", "run.json")):
+  for path in (study_runner.record_path(out), os.path.join(out, "work", "run.json")):
     if os.path.exists(path):
       try:
         with open(path) as f:
@@ -47,7 +47,7 @@ def rebuild(out: str) -> tuple[pipeline.Study, str]:
         _same_kernel(saved, path)
         sweep = ident.pop("sweep", None)
         values = {**experiment.settings.defaults(), **ident}
-        return execute.build_any(experiment, values, sweep, saved["identity"]), path
+        return run_experiment.build_any(experiment, values, sweep, saved["identity"]), path
       except (ValueError, OSError, F.ConfigError) as e:
         raise ReplayError(f"{path}: cannot rebuild study {name!r} ({e})") from None
   raise ReplayError(f"{out} holds no study run (neither runs/study.json nor work/run.json)")
@@ -98,7 +98,7 @@ def run_one(study: pipeline.Study, c: int, run: int):
 def _runs_kept(out: str) -> bool | None:
   """False when the finished run in ``out`` was made with --nokeep_runs (None: not finished)."""
   try:
-    with open(runner.record_path(out)) as f:
+    with open(study_runner.record_path(out)) as f:
       return bool(json.load(f).get("runs_kept", True))
   except (OSError, ValueError, AttributeError):
     return None
@@ -111,7 +111,7 @@ def runs_kept(out: str) -> bool:
 
 def reference(out: str, study: pipeline.Study, c: int, run: int) -> tuple[dict, str] | None:
   """(the run's per-run arrays in the run's own record, where) or None if not analyzed yet."""
-  path = runner.record_path(out, c)
+  path = study_runner.record_path(out, c)
   row = run
   if not os.path.exists(path) and _runs_kept(out) is False:
     return None
@@ -126,11 +126,11 @@ def reference(out: str, study: pipeline.Study, c: int, run: int) -> tuple[dict, 
 
 def compare(result: dict, ref: dict) -> dict:
   """{key: identical?} for every per-run array of the replay (result: leading axis 1), against the
-  record's array or, for a per-run matrix of a lean record, its digest (``runner.row_digests``)."""
+  record's array or, for a per-run matrix of a lean record, its digest (``study_runner.row_digests``)."""
   same = {}
   for key, a in result.items():
-    if key not in ref and key + runner.DIGEST in ref:
-      same[key] = bool(runner.row_digests(np.asarray(a)[:1])[0] == ref[key + runner.DIGEST])
+    if key not in ref and key + study_runner.DIGEST in ref:
+      same[key] = bool(study_runner.row_digests(np.asarray(a)[:1])[0] == ref[key + study_runner.DIGEST])
       continue
     if key not in ref:
       same[key] = False

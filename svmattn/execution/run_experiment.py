@@ -1,7 +1,7 @@
 """Run an experiment from its settings: build the study, run it on the pipeline, write the results.
 
-    execute.run(registry.get("E2"), values)                 # values: validated settings (flags or config)
-    execute.run(experiment, values, sweep={"lr": [0.01, 0.1], "d": [4, 8]})
+    run_experiment.run(registry.get("E2"), values)                 # values: validated settings (flags or config)
+    run_experiment.run(experiment, values, sweep={"lr": [0.01, 0.1], "d": [4, 8]})
 
 Writes to values["out"]: results.npz, the experiment's figures, summary.json (the settings, the
 summary, the wall time of each stage, the software), runs/ (every run's per-run arrays, what
@@ -30,11 +30,11 @@ from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import plots
-from svmattn.io import results as results_io
-from svmattn.study import hosts as hosts_lib
-from svmattn.study import pipeline
-from svmattn.study import runner
-from svmattn.study import sweep as sweep_lib
+from svmattn.io import atomic_files as results_io
+from svmattn.execution import hosts as hosts_lib
+from svmattn.execution import pipeline
+from svmattn.execution import study_runner
+from svmattn.execution import sweep as sweep_lib
 from svmattn.train import buckets
 from svmattn.train import native_kernel
 
@@ -365,14 +365,14 @@ def run_study(study, values: dict, write):
     if cell.runs < count:
       fail(f"{cell.runs} data sets cannot be shared by {count} processes")
   v = F.Values(values)
-  options = runner.Options(resume=v.resume, workers=v.svm_workers, progress=v.progress,
+  options = study_runner.Options(resume=v.resume, workers=v.svm_workers, progress=v.progress,
                            keep_checkpoints=v.keep_checkpoints, checkpoint_every_s=v.checkpoint_every_s,
                            process_index=index, process_count=count, keep_runs=v.keep_runs,
                            full_records=v.full_records)
   try:
     with stop_on_signals():
-      return runner.execute(study, values["out"], write, options)
-  except runner.AlreadyComplete as e:
+      return study_runner.run(study, values["out"], write, options)
+  except study_runner.AlreadyComplete as e:
     print(e)
     sys.exit(0)
   except (pipeline.StudyError, ckpt_lib.CheckpointError) as e:

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import json
 
-from svmattn.study import pipeline
+from svmattn.execution import pipeline
 
 
 def key(combination: dict) -> str:

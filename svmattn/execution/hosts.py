@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from svmattn.study import pipeline
+from svmattn.execution import pipeline
 
 
 class HostsError(RuntimeError):

@@ -64,9 +64,9 @@ import numpy as np
 import svmattn
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import progress as progress_lib
-from svmattn.io import results as results_io
+from svmattn.io import atomic_files as results_io
 from svmattn.io import work_files
-from svmattn.study import workers as workers_lib
+from svmattn.execution import workers as workers_lib
 from svmattn.train import native_kernel
 
 log = logging.getLogger(__name__)
