@@ -15,6 +15,7 @@ commands below are the tools around them.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import svmattn
@@ -41,7 +42,24 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-  """The command's entry point: JAX set up as every engine program runs it (``svmattn.configure``)."""
+  """The command's entry point: JAX set up as every engine program runs it (``svmattn.configure``).
+  A reader that closes the pipe (``svmattn compare DIR | head -3``) ends the command quietly."""
+  try:
+    _main(argv)
+    sys.stdout.flush()
+  except BrokenPipeError:
+    _quiet_closed_pipe()
+
+
+def _quiet_closed_pipe() -> None:
+  """The reader of stdout has gone: no more output, no traceback, exit status 0 (what was asked
+  for has been read as far as the reader wanted)."""
+  devnull = os.open(os.devnull, os.O_WRONLY)
+  os.dup2(devnull, sys.stdout.fileno())     # (the interpreter's own flush at exit would raise again)
+  sys.exit(0)
+
+
+def _main(argv: list[str] | None) -> None:
   svmattn.configure()
   argv = list(sys.argv if argv is None else argv)
   if len(argv) < 2 or argv[1] in ("-h", "--help", "help", "list"):

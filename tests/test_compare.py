@@ -1,8 +1,14 @@
 """svmattn compare DIR1 DIR2 ...: key numbers, checks, numerics version and wall time side by side."""
 import json
 import os
+import subprocess
+import sys
 
+import pytest
+
+from conftest import REPO_ROOT
 from svmattn.report import compare
+from test_sweep import ENV
 
 
 def write_run(path, w, kq, checks=(True, True), numerics="1", total=12.5, **extra):
@@ -103,3 +109,16 @@ def test_damaged_and_unfinished_runs_are_one_line_each(tmp_path, capsys):
   timings = write_run(tmp_path / "timings", 0.9, 0.9, timings_s=[1])
   assert compare.main([timings]) == 0
   assert rows(capsys.readouterr().out)["wall time (s)"].split()[-1] == "-"
+
+
+@pytest.mark.parametrize("args", [["list"], ["compare", "RUN"]])
+def test_a_closed_pipe_ends_quietly(args, tmp_path):
+  """`svmattn list | true` and `svmattn compare DIR | true`: the reader is gone before the command
+  writes; it ends with status 0 and no traceback."""
+  run = write_run(tmp_path / "run", 0.9, 0.9)
+  r, w = os.pipe()
+  os.close(r)                                      # the reader has gone before anything is written
+  proc = subprocess.run([sys.executable, "-m", "svmattn", *[run if a == "RUN" else a for a in args]],
+                        cwd=REPO_ROOT, env=ENV, stdout=w, stderr=subprocess.PIPE, text=True, timeout=300)
+  os.close(w)
+  assert proc.returncode == 0 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
