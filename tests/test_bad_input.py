@@ -316,3 +316,51 @@ def test_a_matrix_head_is_refused_where_the_head_is_a_vector(tmp_path):
   data_lib.load_npz(path)                      # a valid file (a matrix head's format) ...
   with pytest.raises(data_lib.DataError, match=r"v must have shape \(B, d\).*got \(2, 4, 4\)"):
     data_lib.check_vector_head(path)           # ... but not for a linear head (E2, E15, precision, ...)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 120 KB tmpfs (needs the right to mount: skipped, with the reason, where there is none)."""
+  where = tmp_path / "disk"
+  where.mkdir()
+  got = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=120k", "tmpfs", str(where)], capture_output=True, text=True)
+  if got.returncode != 0:
+    pytest.skip(f"cannot mount a small tmpfs here ({got.stderr.strip() or got.returncode})")
+  yield where
+  subprocess.run(["umount", str(where)], capture_output=True)
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_one_line_and_resume_completes_the_run(small_disk, tmp_path):
+  """E2 on a disk that fills in its write phase: one line naming the cause, exit 1; once there is
+  space, --resume completes it, bit for bit the run made on a roomy disk."""
+  out = small_disk / "e2"
+  args = ("--runs=4", "--steps=40", "--noprogress")
+  full = _run("local_convergence", f"--out={out}", *args)
+  _assert_clean_error(full, "No space left on device: nothing finished was lost")
+  subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)
+  resumed = _run("local_convergence", f"--out={out}", *args, "--resume")
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  roomy = _run("local_convergence", f"--out={tmp_path / 'roomy'}", *args)
+  assert roomy.returncode == 0, roomy.stderr[-3000:]
+  for name in ("results.npz", "runs/cell_0000.npz"):
+    with np.load(out / name) as a, np.load(tmp_path / "roomy" / name) as b:
+      assert sorted(a.files) == sorted(b.files)
+      for k in a.files:
+        assert np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f"), (name, k)
+
+
+@pytest.mark.slow
+def test_a_run_into_a_finished_directory_keeps_it(tmp_path):
+  """Other settings into a finished --out: refused in one line naming them, nothing touched; the
+  same settings: "already complete", exit 0."""
+  out = tmp_path / "e2"
+  args = ("--runs=2", "--steps=20", "--noprogress")
+  assert _run("local_convergence", f"--out={out}", *args).returncode == 0
+  before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+  other = _run("local_convergence", f"--out={out}", "--runs=2", "--steps=30", "--noprogress")
+  _assert_clean_error(other, "holds a finished run with other settings: identity.steps: the finished run has 20, "
+                             "this command has 30. Nothing was changed")
+  same = _run("local_convergence", f"--out={out}", *args)
+  assert same.returncode == 0 and "already complete" in same.stdout, same.stderr[-2000:]
+  assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

@@ -15,6 +15,7 @@ Every failure a user can cause ends the process with one line "error: ..." (exit
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import platform
 import signal
@@ -377,6 +378,15 @@ def run_study(study, values: dict, write):
     sys.exit(0)
   except (pipeline.StudyError, ckpt_lib.CheckpointError) as e:
     fail(str(e))
+  except OSError as e:
+    if e.errno not in DISK_ERRORS:
+      raise
+    fail(f"{values['out']}: {e.strerror or e}" + (f" ({e.filename})" if e.filename else "")
+         + ": nothing finished was lost; free space or fix the path, then rerun the same command with --resume")
+
+
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.EFBIG}
+"""What a full disk, a quota, a read-only or forbidden place or an over-long name raises: one line."""
 
 
 def install_stop_handlers() -> None:
