@@ -46,7 +46,9 @@ def loss_scale(value: str, precision: str):
 
 
 def setup(fl: dict):
-  """(DataSpec, ((name, TrainConfig), ...)) of an E2 run from its flag values."""
+  """(DataSpec, ((name, TrainConfig), ...)) of an E2 run from its settings (``config.fields.Values``,
+  or any mapping of every E2 setting)."""
+  fl = F.Values(fl)
   spec = data_lib.DataSpec(fl.n, fl.T, fl.d, fl.attention, fl.query_pos).validate()
   configs = tuple((p, train_lib.TrainConfig(
       param=p, m=fl.m, loss=fl.loss, optimizer=fl.optimizer, lr=fl.lr, steps=fl.steps,
@@ -107,6 +109,7 @@ def init_scheme(fl: dict) -> str:
 
 def train_stage(name: str, config: train_lib.TrainConfig, fl: dict) -> stages.Train:
   """The training stage of one parameterization; with --init=FILE.npz, every run starts from its row."""
+  fl = F.Values(fl)
   init = fl.init or "uniform"
   if init.endswith(".npz"):
     return stages.Train(name, config, init_file=init)
