@@ -112,10 +112,8 @@ def finished_differences(out: str, study: pipeline.Study) -> list[str] | None:
     with open(record) as f:
       saved = json.load(f)
     cells = [[c["label"], c["runs"]] for c in saved["cells"]]
-  except (OSError, ValueError, KeyError, TypeError) as e:
+  except (OSError, ValueError, KeyError, TypeError) as e:   # (TypeError: a record that is not a mapping)
     return [f"its record {record} is unreadable ({type(e).__name__})"]
-  if not isinstance(saved, dict):
-    return [f"its record {record} is not a mapping"]
   wanted = pipeline.identity(study)
   old = ckpt_lib._normalize({**{k: saved.get(k) for k in _RECORDED}, "cells": cells})
   new = {k: wanted[k] for k in (*_RECORDED, "cells")}
