@@ -168,7 +168,8 @@ def test_head_vectors_are_unit_and_do_not_depend_on_the_batch():
 
 
 def _flags(**kw):
-  fl = {"n": N, "T": T, "d": D, "runs": RUNS, "seed": 0, "heads": 2, "shared_head": True, "params": ["W"],
+  """E14's settings (the declared defaults, then these sizes; not validated: a bad one reaches build)."""
+  fl = {**multi_head.SETTINGS.defaults(), "n": N, "T": T, "d": D, "runs": RUNS, "seed": 0, "heads": 2, "shared_head": True, "params": ["W"],
         "steps": STEPS, "lr": 0.1, "snapshot_every": EVERY, "chunk_steps": 50, "block_size": 4, "batch_size": 2,
         "optimizer": "normalized_gd", "numerics": "exact", "data": None}
   fl.update(kw)
@@ -240,7 +241,7 @@ def test_two_layer_outputs(outputs):
 
 
 def test_two_layer_study_configs():
-  cfgs = e15.configs(_flags(params=["W", "KQ"]))
+  cfgs = e15.configs({**e15.SETTINGS.defaults(), **_flags(params=["W", "KQ"])})
   assert [p for p, _ in cfgs] == ["W", "KQ"]
   assert [c.module.param_kind for _, c in cfgs] == ["W", "KQ"]
   assert all(c.steps == STEPS and c.block_size == 4 for _, c in cfgs)

@@ -167,7 +167,7 @@ def test_a_data_sets_path_does_not_depend_on_the_batch_size():
   at this size already); ``Paths`` solves every batch in blocks of ``BLOCK``, so a batch of 50 and
   two batches of 25 (and a last batch of one) give every data set the same bits."""
   from svmattn.studies import reg_path as study
-  fl = dict(n=6, T=8, d=10, attention="cross", seed=0, runs=51, data=None, params=["W", "KQ"], m=None,
+  fl = dict(study.SETTINGS.defaults(), n=6, T=8, d=10, attention="cross", seed=0, runs=51, data=None, params=["W", "KQ"], m=None,
             loss="logistic", iters=20, first_iters=40, num_r=2, r_min=0.5, r_max=300.0, candidates=True)
   st = study.build(fl)
   batches = {b: st.load(st.cells[0], np.arange(lo, hi)) for b, (lo, hi) in

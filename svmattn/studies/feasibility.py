@@ -52,6 +52,7 @@ def token_choices(spec, seed, runs, data) -> dict:
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E9 study of flag values ``fl`` (runs, seed, shapes, d_min, d_max, alphas, batch_size)."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   shapes, ds, alphas = grid(fl)
   if int(fl.runs) < 1:
     raise ValueError("runs must be >= 1")
@@ -87,6 +88,7 @@ def analyze(label: dict, data: dict, stage_arrays: dict) -> dict:
 
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   """(results.npz arrays, summary) from the per-run arrays of every cell (run order)."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   shapes, ds, alphas = grid(fl)
   R, D = int(fl.runs), len(ds)
   batch = int(fl.batch_size)

@@ -98,6 +98,7 @@ def configs(fl: dict) -> tuple:
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   ident = identity if identity is not None else fl
   fl = resolve(fl)
   setting = fl.setting

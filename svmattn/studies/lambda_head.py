@@ -100,6 +100,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E6 study of flag values ``fl`` (a dict as in summary.json "flags"): one cell per
   lambda of fl["lams"], each the same data sets (generated, or those of the file fl["data"];
   raises ``data.datasets.DataError`` for a bad one, ValueError for bad sizes)."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   dtype = dtype_of(fl)
   lams = lams_of(fl)
   if any(not np.isfinite(lam) or lam < 0 for lam in lams) or not lams:
@@ -175,6 +176,7 @@ stats = metrics.quantile_stats
 def reduce(fl: dict, cells: list) -> tuple[dict, dict, list]:
   """(results.npz arrays, summary, per-lambda arrays) from the per-run arrays of every cell
   (one per lambda, in the order of fl["lams"])."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   lams = lams_of(fl)
   per = []
   for cell in cells:

@@ -83,6 +83,7 @@ def batches(spec: data_lib.DataSpec, seed: int, dtype=np.float64, file_data: dat
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E2 study of flag values ``fl``: the data sets of fl["data"] (a .npz file; raises
   ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   spec, configs = setup(fl)
   dtype = np.float32 if fl.precision == "float32" else np.float64
   file_data = data_lib.load_npz(fl.data, dtype) if fl.data else None
@@ -160,6 +161,7 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
 
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   """(results.npz arrays, summary) of the whole run from its per-run ``arrays``."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   _, configs = setup(fl)
   arrays = {**arrays, "steps": train_lib.config_snapshot_steps(configs[0][1])}   # the same for every config
   params = [p for p, _ in configs]

@@ -58,6 +58,7 @@ def head_vectors(seed: int, H: int, d: int, runs: np.ndarray) -> np.ndarray:
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   spec = data_lib.DataSpec(fl.n, fl.T, fl.d).validate()
   if fl.heads < 1:
     raise ValueError(f"heads must be positive, got {fl.heads}")
@@ -116,6 +117,7 @@ _stats = metrics.finite_stats
 
 
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   cfgs = configs(fl)
   arrays = {**arrays, "steps": train_lib.config_snapshot_steps(cfgs[0][1])}   # the same for every config
   rows = {}

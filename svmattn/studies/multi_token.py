@@ -140,6 +140,7 @@ class TrainNegative(stages.Train):
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E5 study of flag values ``fl`` (a dict as in summary.json "flags"): one cell per d of
   fl["ds"], or the d of the data file fl["data"] (raises ``data.datasets.DataError`` for a bad one)."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   dtype = dtype_of(fl)
   cfg = config(fl)
   if not 0 < fl.tau_L < fl.tau_H < 1:
@@ -286,6 +287,7 @@ def reduce_cell(fl: dict, arrays: dict, S: int) -> tuple[dict, dict, dict]:
 
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   """(results.npz arrays, summary) from the per-draw arrays of every cell (one per d)."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   steps = snapshot_steps(fl)
   ds = [int(c["X"].shape[-1]) for c in cells]
   n, T = int(fl.n), int(fl.T)

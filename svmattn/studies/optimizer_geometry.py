@@ -85,6 +85,7 @@ def configs(fl: dict) -> tuple:
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   spec = data_lib.DataSpec(fl.n, fl.T, fl.d).validate()
   cfgs = configs(fl)
   dtype = np.float32 if fl.precision == "float32" else np.float64
@@ -142,6 +143,7 @@ def _mean(x):
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   """(results.npz arrays, summary): the optimizer x norm tables of mean final corr, mean final
   distance and (l_p) mean Bregman divergence, the nearest norm of each optimizer, and checks."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   cfgs = configs(fl)
   arrays = {**arrays, "steps": train_lib.config_snapshot_steps(cfgs[0][3])}   # the same for every config
   norms = list(fl.norms)

@@ -92,6 +92,7 @@ def cells(fl: dict) -> tuple:
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   spec = data_lib.DataSpec(fl.n, fl.T, fl.d).validate()
   attention = local_convergence.batches(spec, fl.seed)
   entries = [parse_entry(e, fl.lr) for e in fl.optimizers]
@@ -326,6 +327,7 @@ def _cell_summary(fl: dict, label: dict, a: dict) -> dict:
 def reduce(fl: dict, cell_arrays: list) -> tuple[dict, dict]:
   """(results.npz arrays, summary): per-cell arrays under "<model>_mb<minibatch>__<name>", and the
   per-cell tables, the questions' numbers and the checks."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   arrays = {}
   table = {}
   for cell, a in zip(cells(fl), cell_arrays):

@@ -42,6 +42,7 @@ def grid(fl: dict) -> tuple[list[int], np.ndarray]:
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   n_values, ds = grid(fl)
   every = min(fl.chunk_steps, fl.steps) if fl.steps > 0 else 1
   config = train_lib.TrainConfig(param="W", lr=fl.lr, steps=fl.steps, snapshot_every=every,
@@ -83,6 +84,7 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
 
 def reduce(fl: dict, cells: list) -> tuple[dict, dict, dict]:
   """(results.npz arrays, summary, shares per type (len(n_values), D)) from the per-run arrays of every cell."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   n_values, ds = grid(fl)
   T, R = fl.T, fl.runs
   shape = (len(n_values), len(ds), R)

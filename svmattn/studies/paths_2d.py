@@ -83,6 +83,7 @@ def _dtype(fl: dict):
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E1 study of flag values ``fl``: the data sets of fl["data"] (a .npz file; raises
   ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones (``two_clusters``)."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   sp, cfgs = spec(fl), configs(fl)
   dtype = _dtype(fl)
   file_data = data_lib.load_npz(fl.data, dtype) if fl.data else None
@@ -141,6 +142,7 @@ KEYS = ("runs", "X", "Y", "Z", "v", "optimal_tokens", "token_scores")
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   """(results.npz arrays, summary) from the per-run arrays of the one cell; the summary holds
   the data set drawn in the figure ("drawn_data_set") and the checks."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   a = cells[0]
   opt = a["optimal_tokens"]
   B, n, T, d = a["X"].shape

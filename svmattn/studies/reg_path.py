@@ -129,6 +129,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E7 study of flag values ``fl``: the data sets of fl["data"] (a .npz file; raises
   ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones. Raises ValueError
   for a bad grid (r_min, r_max, num_r)."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   spec = data_lib.DataSpec(fl.n, fl.T, fl.d, fl.attention).validate()
   R = tuple(float(r) for r in grid(fl))
   stage = tuple(Paths(p, path_config(fl, p), R, bool(fl.candidates)) for p in fl.params)
@@ -186,6 +187,7 @@ def analyze(label: dict, data: dict, paths: dict) -> dict:
 
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   """(results.npz arrays, summary) from the per-run arrays of the one cell."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   a = cells[0]
   R = grid(fl)
   params = list(fl.params)

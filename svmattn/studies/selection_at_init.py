@@ -20,6 +20,7 @@ from svmattn.execution import pipeline
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   spec, configs = local_convergence.setup(fl.replace(norms=None))
   load = local_convergence.batches(spec, fl.seed)
   return pipeline.Study("selection_at_init", (pipeline.Cell({}, int(fl.runs)),), lambda cell, runs: load(runs),
@@ -44,6 +45,7 @@ def analyze(label: dict, data: dict, trajs: dict, params=("W", "KQ")) -> dict:
 
 
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   T = int(fl.T)
   summary = {"experiment": "selection at initialization", "data_sets": int(len(arrays["runs"])),
              "chance": 1.0 / T, "params": {}, "checks": []}

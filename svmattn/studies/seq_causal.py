@@ -72,6 +72,7 @@ def token_scores(batch: data_lib.Dataset) -> np.ndarray:
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E8 study of flag values ``fl``: the seq2seq data sets of fl["data"] (a .npz file; raises
   ``data.datasets.DataError`` for a bad one) or fl["runs"] generated ones."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   for mode in fl.modes:
     if mode not in s2s.MODES:
       raise ValueError(f"unknown mode {mode!r}; use {', '.join(s2s.MODES)}")
@@ -142,6 +143,7 @@ def steps(fl: dict) -> np.ndarray:
 
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   """(results.npz arrays, summary) from the per-run arrays of the one cell."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   a = cells[0]
   gamma = a["token_scores"]
   B, n, T, _ = gamma.shape

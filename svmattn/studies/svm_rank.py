@@ -83,6 +83,7 @@ def opt_tokens(data: data_lib.Dataset) -> np.ndarray:
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   """The E3 study of flag values ``fl`` (runs, seed, shapes, ds, rtol, max_draws_factor,
   nuc_solver, batch_size)."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   _, _, cells = grid(fl)
   R = int(fl.runs)
   if R < 1 or int(fl.max_draws_factor) < 1:
@@ -156,6 +157,7 @@ def kept(fl: dict, cell: dict) -> dict:
 
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   """(results.npz arrays, summary) from the per-run arrays of every cell (run order)."""
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   shapes, ds, grid_cells = grid(fl)
   R, rtol, dmax = int(fl.runs), float(fl.rtol), max(ds)
   C = len(grid_cells)

@@ -18,6 +18,7 @@ import functools
 import numpy as np
 
 from svmattn import registry
+from svmattn.config import fields as F
 from svmattn.analysis import health
 from svmattn.analysis import per_attention as heads_analysis
 from svmattn.analysis import metrics
@@ -36,6 +37,7 @@ NAME = "two_layer"
 
 
 def configs(fl: dict) -> tuple:
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   return tuple((p, train_lib.TrainConfig(
       module=flax_models.TwoLayer(param_kind=p), lr=fl.lr, steps=fl.steps,
       snapshot_every=fl.snapshot_every, chunk_steps=fl.chunk_steps, block_size=fl.block_size,
@@ -45,6 +47,7 @@ def configs(fl: dict) -> tuple:
 
 
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   spec = data_lib.DataSpec(fl.n, fl.T, fl.d).validate()
   cfgs = configs(fl)
   file_data = data_lib.load_npz(fl.data) if fl.data else None
@@ -88,6 +91,7 @@ _stats = metrics.finite_stats
 
 
 def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
+  fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   cfgs = configs(fl)
   arrays = {**arrays, "steps": train_lib.config_snapshot_steps(cfgs[0][1])}   # the same for every config
   rows = {}
