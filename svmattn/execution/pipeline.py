@@ -57,7 +57,7 @@ import shutil
 import threading
 import time
 import zipfile
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -412,277 +412,315 @@ def run(study: Study, out: str, resume: bool = False, workers: int | None = None
   if study.enough is not None and process_count > 1:
     raise StudyError(f"{study.name}: a study whose cells stop early runs on one process")
   work, lock = _prepare(out, study, resume, process_index, process_count)
-  todo = units(study, process_index, process_count)
-  stages = {c: tuple(study.stages(cell)) for c, cell in enumerate(study.cells)}
-  sets = sum(len(u.runs) for u in todo)
-  steps = sum(sum(s.steps for s in stages[u.cell]) for u in todo)
-  counters = {"svm": (sets, "sets")}
-  if steps:
-    counters = {"train": (steps, "steps"), **counters}
-  bar = progress_lib.MultiProgress(counters, enabled=show_progress)
-  if workers is None:
-    workers = default_workers(steps > 0, study.light_analysis)
-  pool = workers_lib.pool(workers) if workers > 0 and len(todo) > 1 else None
-  pending: dict[Unit, concurrent.futures.Future] = {}
-  # data_s: the loads' seconds, on this thread or the prefetch thread (beside training and the SVM
-  # workers); data_wait_s: the seconds this thread waited for data, what the loads added to the wall
-  timings = {"data_s": 0.0, "data_wait_s": 0.0, "train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0, "svm_wait_s": 0.0}
-  # the work this run did (resumed units excluded): the floors of its stages (benchmark --suites=stages)
-  counts = {"cells": len({u.cell for u in todo}), "sets_loaded": 0, "data_bytes": 0, "dataset_steps": 0,
-            "sets_analyzed": 0}
+  return _Run(study, work, lock, workers, show_progress, keep_checkpoints, checkpoint_every_s,
+              units(study, process_index, process_count)).run()
 
-  tally = threading.Lock()      # loads also run on the prefetch thread
 
-  def timed_load(cell, runs):
+class _Prefetch:
+  """The next unit's data loaded on a thread while this unit trains or waits for its analysis: a
+  new shape's first load compiles its generator (about a second, on one core), which then runs
+  beside the device or the SVM worker instead of before them. Loads are deterministic, so the
+  data are the same as loaded in turn."""
+
+  def __init__(self, study: Study, timings: dict, counts: dict, threaded: bool):
+    self.study, self.timings, self.counts = study, timings, counts
+    self.tally = threading.Lock()      # loads also run on the prefetch thread
+    self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="prefetch") if threaded else None
+    self.futures: dict[str, concurrent.futures.Future] = {}
+
+  def timed_load(self, cell, runs):
     t0 = time.perf_counter()
-    data = study.load(cell, runs)
-    with tally:
-      timings["data_s"] += time.perf_counter() - t0
-      counts["sets_loaded"] += len(runs)
-      counts["data_bytes"] += sum(int(np.asarray(a).nbytes) for a in data.values())
+    data = self.study.load(cell, runs)
+    with self.tally:
+      self.timings["data_s"] += time.perf_counter() - t0
+      self.counts["sets_loaded"] += len(runs)
+      self.counts["data_bytes"] += sum(int(np.asarray(a).nbytes) for a in data.values())
     return data
 
-  # The next unit's data is loaded on a thread while this unit trains or waits for its analysis:
-  # a new shape's first load compiles its generator (about a second, on one core), which then
-  # runs beside the device or the SVM worker instead of before them. Loads are deterministic,
-  # so the data are the same as loaded in turn.
-  prefetcher = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="prefetch") if len(todo) > 1 else None
-  prefetched: dict[str, concurrent.futures.Future] = {}
-
-  def load(cell, runs, u=None):
+  def load(self, cell, runs, u: Unit) -> dict:
     t0 = time.perf_counter()
-    fut = prefetched.pop(u.tag, None) if u is not None else None
-    data = fut.result() if fut is not None else timed_load(cell, runs)
-    timings["data_wait_s"] += time.perf_counter() - t0
+    fut = self.futures.pop(u.tag, None)
+    data = fut.result() if fut is not None else self.timed_load(cell, runs)
+    self.timings["data_wait_s"] += time.perf_counter() - t0
     return data
 
-  def prefetch_after(u):
+  def start(self, wanted: list[Unit]) -> None:
+    for later in wanted:
+      if later.tag not in self.futures:
+        self.futures[later.tag] = self.thread.submit(self.timed_load, self.study.cells[later.cell], later.runs)
+
+  def close(self) -> None:
+    if self.thread is not None:
+      self.thread.shutdown(wait=True, cancel_futures=True)
+
+
+class _Run:
+  """One process's run of a study's units (``run``): the loop over the queue of units, each loaded,
+  trained stage by stage and analyzed here or in a worker; the early stop of a cell; the worker
+  pool and its replacement after a worker died."""
+
+  def __init__(self, study, work, lock, workers, show_progress, keep_checkpoints, checkpoint_every_s, todo):
+    self.study, self.work, self.lock, self.todo = study, work, lock, todo
+    self.keep_checkpoints, self.checkpoint_every_s = keep_checkpoints, checkpoint_every_s
+    self.stages = {c: tuple(study.stages(cell)) for c, cell in enumerate(study.cells)}
+    sets = sum(len(u.runs) for u in todo)
+    self.steps = sum(sum(s.steps for s in self.stages[u.cell]) for u in todo)
+    counters = {"svm": (sets, "sets")}
+    if self.steps:
+      counters = {"train": (self.steps, "steps"), **counters}
+    self.bar = progress_lib.MultiProgress(counters, enabled=show_progress)
+    if workers is None:
+      workers = default_workers(self.steps > 0, study.light_analysis)
+    self.workers = workers
+    self.pool = workers_lib.pool(workers) if workers > 0 and len(todo) > 1 else None
+    self.pending: dict[Unit, concurrent.futures.Future] = {}
+    # data_s: the loads' seconds, on this thread or the prefetch thread (beside training and the SVM
+    # workers); data_wait_s: the seconds this thread waited for data, what the loads added to the wall
+    self.timings = {"data_s": 0.0, "data_wait_s": 0.0, "train_s": 0.0, "compile_s": 0.0, "svm_s": 0.0,
+                    "svm_wait_s": 0.0}
+    # the work this run did (resumed units excluded): the floors of its stages (benchmark --suites=stages)
+    self.counts = {"cells": len({u.cell for u in todo}), "sets_loaded": 0, "data_bytes": 0, "dataset_steps": 0,
+                   "sets_analyzed": 0}
+    self.prefetch = _Prefetch(study, self.timings, self.counts, threaded=len(todo) > 1)
+    self.finished: dict[int, list] = {c: [] for c in range(len(study.cells))}   # analyzed units per cell, in order
+    self.stopped: set[int] = set()
+    self.started: set[str] = set()     # units the loop has reached
+    self.prefix: dict[int, list] = {c: [] for c in range(len(study.cells))}   # early stop: analyzed batches 0..k-1
+    self.enough_at: dict[int, int] = {}  # early stop: the number of a cell's batches that suffice
+    self.restarts = 0
+    self.bar_lock = threading.Lock()
+    self.queue = list(todo)     # the units not yet reached, in order
+
+  def path(self, u: Unit, name: str | None = None) -> str:
+    return work_path(self.work, u.tag + (f"_{name}" if name else ""))
+
+  # -- the loop ---------------------------------------------------------------------------------
+
+  def run(self) -> Output:
+    t_start = time.perf_counter()
+    if self.pool is not None and not all(os.path.exists(self.path(u)) for u in self.todo):
+      workers_lib.start(self.pool, self.workers, self.study.analyze)  # their imports beside the first batch
+    try:
+      while self.queue:
+        self.run_unit(self.next_unit())
+      while self.pending:
+        self.collect(block=True)
+    except BaseException:
+      if self.pool is not None:        # interrupted or failed: the workers' current jobs are not waited for
+        workers_lib.terminate(self.pool)
+      raise
+    finally:
+      self.prefetch.close()
+      if self.pool is not None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+      self.bar.close()
+      os.close(self.lock)       # finish() removes the directory; a kill releases the lock by itself
+    cells = []
+    for c in range(len(self.study.cells)):
+      done = sorted(self.finished[c], key=lambda x: x.batch)[:self.enough_at.get(c)]
+      cells.append(_concat([load_arrays(self.path(u)) for u in done]))
+    self.counts["sets_analyzed"] = sum(len(u.runs) for c in self.finished for u in self.finished[c])
+    timings = self.timings
+    timings["wall_s"] = time.perf_counter() - t_start
+    timings["overlap"] = (timings["train_s"] + timings["svm_s"]) / max(timings["wall_s"], 1e-9)
+    return Output(cells, timings, self.counts)
+
+  def next_unit(self) -> Unit:
+    """The first unit of the queue, except in a study whose cells stop early: a cell's next batch
+    does not start while one of its batches is being analyzed (that batch may complete the cell,
+    and the next one would be solved for nothing), as long as another cell's batch can start
+    instead; when none can, the loop waits for an analysis. Each batch's results depend on it
+    alone and a cell ends at the first batch that suffices, so the order changes no result."""
+    while self.study.enough is not None and self.pending:
+      busy = {w.cell for w in self.pending}
+      for k, u in enumerate(self.queue):
+        if u.cell not in busy or u.cell in self.stopped:
+          return self.queue.pop(k)
+      concurrent.futures.wait(list(self.pending.values()), return_when=concurrent.futures.FIRST_COMPLETED)
+      self.collect(block=False)
+    return self.queue.pop(0)
+
+  def run_unit(self, u: Unit) -> None:
+    """Train what is left of unit ``u`` and analyze it (here, or submitted to a worker)."""
+    cell, stages, path = self.study.cells[u.cell], self.stages[u.cell], self.path
+    self.started.add(u.tag)
+    if readable(path(u)):
+      for s in stages:
+        self.bar.update("train", s.steps)
+      self.bar.update("svm", len(u.runs))
+      self.cleanup(u)
+      self.note_done(u)
+      return
+    if u.cell in self.stopped:
+      return
+    stage_paths, data, to_run, data_written, stage_written = {}, None, [], None, {}
+    for stage in stages:
+      target = stage_paths[stage.name] = path(u, stage.name)
+      if readable(target):
+        shutil.rmtree(self.checkpoint_dir(u, stage), ignore_errors=True)  # killed between the arrays and this
+        self.bar.update("train", stage.steps)
+        continue
+      to_run.append(stage)
+    if to_run:
+      data = self.prefetch.load(cell, u.runs, u)
+      data_written = self.write_data(u, data)
+      self.prefetch_after(u)
+    t0 = time.perf_counter()
+    run_stage = functools.partial(self.run_stage, u, data, stage_paths, stage_written)
+    if len(to_run) > 1 and all(getattr(s, "concurrent", False) for s in to_run):
+      compile_times = _on_devices([functools.partial(run_stage, s) for s in to_run])
+    else:
+      compile_times = [run_stage(s) for s in to_run]
+    self.timings["train_s"] += time.perf_counter() - t0
+    self.timings["compile_s"] += sum(compile_times)
+    for stage in to_run:
+      if getattr(stage, "gradient_steps", True):       # E7's path points are no GD steps
+        self.counts["dataset_steps"] += stage.steps * len(u.runs)
+    if not readable(path(u, "data")):  # no stage, or trained earlier and the data file lost
+      self.write_data(u, self.prefetch.load(cell, u.runs, u))
+      self.prefetch_after(u)
+    if self.pool is None:
+      whole = data_written is not None and len(stage_written) == len(stage_paths)   # every file written now
+      self.timings["svm_s"] += _analyze_and_save(self.study.analyze, cell.label, path(u, "data"), stage_paths,
+                                                 path(u), (data_written, stage_written) if whole else None)
+      self.cleanup(u)
+      self.bar.update("svm", len(u.runs))
+      self.note_done(u)
+    else:
+      self.submit(u)
+      self.collect(block=False)
+      self.bound_in_flight()
+
+  def checkpoint_dir(self, u: Unit, stage) -> str:
+    return os.path.join(self.work, f"ckpt_{u.tag}_{stage.name}")
+
+  def run_stage(self, u: Unit, data, stage_paths: dict, stage_written: dict, stage) -> float:
+    checkpoints = ckpt_lib.Checkpoints(self.checkpoint_dir(u, stage),
+                                       {"cell": u.cell, "batch": u.batch, "stage": stage.name,
+                                        **ckpt_lib._normalize({"identity": self.study.identity})},
+                                       keep=self.keep_checkpoints, every_s=self.checkpoint_every_s)
+    arrays, compile_s = stage.run(data, u.runs, self.study.seed, self.update_train, checkpoints)
+    work_files.write(stage_paths[stage.name], arrays)
+    if self.pool is None:       # analyzed here next: kept for it (a worker reads the file; memory stays one batch's)
+      stage_written[stage.name] = arrays
+    checkpoints.remove()
+    return compile_s
+
+  def update_train(self, steps) -> None:
+    with self.bar_lock:
+      self.bar.update("train", steps)
+
+  def write_data(self, u: Unit, data):
+    """Write the unit's data file unless it is there; returns what it wrote (None: nothing)."""
+    if not readable(self.path(u, "data")):
+      written = {**data, "runs": u.runs}
+      work_files.write(self.path(u, "data"), written)
+      return written
+    return None
+
+  def prefetch_after(self, u: Unit) -> None:
     """Start loading the next unit that needs data and the first one of the next cell (whose
     load compiles; a cell stopping early skips its remaining units)."""
-    if prefetcher is None:
+    if self.prefetch.thread is None:
       return
     wanted = []
-    for later in queue:
-      if later.cell in stopped or os.path.exists(path(later)) or os.path.exists(path(later, "data")):
+    for later in self.queue:
+      if later.cell in self.stopped or os.path.exists(self.path(later)) or \
+          os.path.exists(self.path(later, "data")):
         continue
       if not wanted or later.cell != wanted[0].cell:
         wanted.append(later)
       if len(wanted) == 2 or later.cell != u.cell:
         break
-    for later in wanted:
-      if later.tag not in prefetched:
-        prefetched[later.tag] = prefetcher.submit(timed_load, study.cells[later.cell], later.runs)
-  t_start = time.perf_counter()
-  path = lambda u, name=None: work_path(work, u.tag + (f"_{name}" if name else ""))  # noqa: E731
-  if pool is not None and not all(os.path.exists(path(u)) for u in todo):
-    workers_lib.start(pool, workers, study.analyze)    # their imports beside the first batch's data and training
-  finished: dict[int, list] = {c: [] for c in range(len(study.cells))}   # analyzed units per cell, in order
-  stopped: set[int] = set()
-  started: set[str] = set()     # units the loop has reached
-  prefix: dict[int, list] = {c: [] for c in range(len(study.cells))}   # early stop: analyzed batches 0..k-1
-  enough_at: dict[int, int] = {}  # early stop: the number of a cell's batches that suffice
+    self.prefetch.start(wanted)
 
-  def cleanup(u):
-    for name in [s.name for s in stages[u.cell]] + ["data"]:
-      if os.path.exists(path(u, name)):
-        os.remove(path(u, name))
+  def cleanup(self, u: Unit) -> None:
+    for name in [s.name for s in self.stages[u.cell]] + ["data"]:
+      if os.path.exists(self.path(u, name)):
+        os.remove(self.path(u, name))
 
-  def note_done(u):
-    finished[u.cell].append(u)
+  def note_done(self, u: Unit) -> None:
+    """Record an analyzed unit; in a study whose cells stop early, ask whether its cell has enough."""
     c = u.cell
-    if study.enough is None or c in stopped:
+    self.finished[c].append(u)
+    if self.study.enough is None or c in self.stopped:
       return
-    have = {x.batch: x for x in finished[c]}
-    while len(prefix[c]) in have:       # extend the cell's contiguous prefix of analyzed batches
-      prefix[c].append(_Analyzed(path(have[len(prefix[c])])))
-      if study.enough(study.cells[c].label, _Joined(prefix[c])):
-        stopped.add(c)
-        enough_at[c] = len(prefix[c])
-        prefix[c] = []
-        for later in todo:     # the display counts only what will still run
-          if later.cell == c and later.tag not in started:
-            bar.total["svm"] -= len(later.runs)
-            if "train" in bar.total:
-              bar.total["train"] -= sum(s.steps for s in stages[later.cell])
+    have = {x.batch: x for x in self.finished[c]}
+    prefix = self.prefix[c]
+    while len(prefix) in have:       # extend the cell's contiguous prefix of analyzed batches
+      prefix.append(_Analyzed(self.path(have[len(prefix)])))
+      if self.study.enough(self.study.cells[c].label, _Joined(prefix)):
+        self.stopped.add(c)
+        self.enough_at[c] = len(prefix)
+        self.prefix[c] = []
+        for later in self.todo:     # the display counts only what will still run
+          if later.cell == c and later.tag not in self.started:
+            self.bar.total["svm"] -= len(later.runs)
+            if "train" in self.bar.total:
+              self.bar.total["train"] -= sum(s.steps for s in self.stages[later.cell])
         return
 
-  restarts = [0]
-  bar_lock = threading.Lock()
+  # -- the SVM workers --------------------------------------------------------------------------
 
-  def update_train(steps):
-    with bar_lock:
-      bar.update("train", steps)
-
-  def submit(u):
-    nonlocal pool
-    args = (study.analyze, study.cells[u.cell].label, path(u, "data"),
-            {s.name: path(u, s.name) for s in stages[u.cell]}, path(u))
+  def submit(self, u: Unit) -> None:
+    args = (self.study.analyze, self.study.cells[u.cell].label, self.path(u, "data"),
+            {s.name: self.path(u, s.name) for s in self.stages[u.cell]}, self.path(u))
     try:
-      pending[u] = pool.submit(_analyze_and_save, *args)
+      self.pending[u] = self.pool.submit(_analyze_and_save, *args)
     except concurrent.futures.process.BrokenProcessPool:
-      replace_pool(u)
-      pending[u] = pool.submit(_analyze_and_save, *args)
+      self.replace_pool(u)
+      self.pending[u] = self.pool.submit(_analyze_and_save, *args)
 
-  def replace_pool(u):
+  def replace_pool(self, u: Unit) -> None:
     """A worker died (killed, out of memory): start new workers and redo every unit in flight."""
-    nonlocal pool
-    restarts[0] += 1
-    if restarts[0] > MAX_POOL_RESTARTS:
-      raise StudyError(f"the SVM worker processes died {restarts[0]} times (last while analyzing batch {u.tag}); "
+    self.restarts += 1
+    if self.restarts > MAX_POOL_RESTARTS:
+      raise StudyError(f"the SVM worker processes died {self.restarts} times (last while analyzing batch {u.tag}); "
                        "see the system log (out of memory?), or pass --svm_workers=0; then the same command "
                        "with --resume continues")
     log.warning("an SVM worker process died while analyzing %s; replacing the workers and redoing %d batch(es)",
-                u.tag, len(pending))
-    pool.shutdown(wait=False, cancel_futures=True)
-    pool = workers_lib.pool(workers)
-    for w in list(pending):
-      pending.pop(w)
-      submit(w)
+                u.tag, len(self.pending))
+    self.pool.shutdown(wait=False, cancel_futures=True)
+    self.pool = workers_lib.pool(self.workers)
+    for w in list(self.pending):
+      self.pending.pop(w)
+      self.submit(w)
 
-  def collect(block: bool):
-    for u in list(pending):
-      if u not in pending:      # redone after a worker died
+  def collect(self, block: bool) -> None:
+    for u in list(self.pending):
+      if u not in self.pending:      # redone after a worker died
         continue
-      fut = pending[u]
+      fut = self.pending[u]
       if not block and not fut.done():
         continue
       t0 = time.perf_counter()
       try:
         seconds = fut.result()
       except concurrent.futures.process.BrokenProcessPool:
-        replace_pool(u)
+        self.replace_pool(u)
         continue
-      timings["svm_s"] += seconds
-      timings["svm_wait_s"] += time.perf_counter() - t0
-      cleanup(u)
-      bar.update("svm", len(u.runs))
-      del pending[u]
-      note_done(u)
+      self.timings["svm_s"] += seconds
+      self.timings["svm_wait_s"] += time.perf_counter() - t0
+      self.cleanup(u)
+      self.bar.update("svm", len(u.runs))
+      del self.pending[u]
+      self.note_done(u)
 
-  def write_data(u, data):
-    """Write the unit's data file unless it is there; returns what it wrote (None: nothing)."""
-    if not readable(path(u, "data")):
-      written = {**data, "runs": u.runs}
-      work_files.write(path(u, "data"), written)
-      return written
-    return None
-
-  queue = list(todo)     # the units not yet reached, in order
-
-  def next_unit():
-    """The first unit of the queue, except in a study whose cells stop early: a cell's next batch
-    does not start while one of its batches is being analyzed (that batch may complete the cell,
-    and the next one would be solved for nothing), as long as another cell's batch can start
-    instead; when none can, the loop waits for an analysis. Each batch's results depend on it
-    alone and a cell ends at the first batch that suffices, so the order changes no result."""
-    while study.enough is not None and pending:
-      busy = {w.cell for w in pending}
-      for k, u in enumerate(queue):
-        if u.cell not in busy or u.cell in stopped:
-          return queue.pop(k)
-      concurrent.futures.wait(list(pending.values()), return_when=concurrent.futures.FIRST_COMPLETED)
-      collect(block=False)
-    return queue.pop(0)
-
-  try:
-    while queue:
-      u = next_unit()
-      cell = study.cells[u.cell]
-      started.add(u.tag)
-      if readable(path(u)):
-        for s in stages[u.cell]:
-          bar.update("train", s.steps)
-        bar.update("svm", len(u.runs))
-        cleanup(u)
-        note_done(u)
-        continue
-      if u.cell in stopped:
-        continue
-      stage_paths, data, to_run, data_written, stage_written = {}, None, [], None, {}
-      for stage in stages[u.cell]:
-        target = stage_paths[stage.name] = path(u, stage.name)
-        ckdir = os.path.join(work, f"ckpt_{u.tag}_{stage.name}")
-        if readable(target):
-          shutil.rmtree(ckdir, ignore_errors=True)  # killed between writing the arrays and this
-          bar.update("train", stage.steps)
-          continue
-        to_run.append(stage)
-      if to_run:
-        data = load(cell, u.runs, u)
-        data_written = write_data(u, data)
-        prefetch_after(u)
-
-      def run_stage(stage):
-        ckdir = os.path.join(work, f"ckpt_{u.tag}_{stage.name}")
-        checkpoints = ckpt_lib.Checkpoints(ckdir, {"cell": u.cell, "batch": u.batch, "stage": stage.name,
-                                                   **ckpt_lib._normalize({"identity": study.identity})},
-                                           keep=keep_checkpoints, every_s=checkpoint_every_s)
-        arrays, compile_s = stage.run(data, u.runs, study.seed, update_train, checkpoints)
-        work_files.write(stage_paths[stage.name], arrays)
-        if pool is None:       # analyzed here next: kept for it (a worker reads the file; memory stays one batch's)
-          stage_written[stage.name] = arrays
-        checkpoints.remove()
-        return compile_s
-
-      t0 = time.perf_counter()
-      if len(to_run) > 1 and all(getattr(s, "concurrent", False) for s in to_run):
-        compile_times = _on_devices([functools.partial(run_stage, s) for s in to_run])
+  def bound_in_flight(self) -> None:
+    """Bounded memory and disk: at most workers + 1 units in flight. Beside training the loop
+    waits for all of them, so that the next unit trains on every core alone (the devices'
+    threads meet after every chunk, and a worker on one of their cores stalls both: E5
+    measured 4-7% slower otherwise). A study that trains nothing (E3, E9: one worker per
+    core) waits for the first one done: the others keep the workers busy meanwhile, and the
+    prefetched loads stay ahead of the loop (E3 16.0 -> 12.4 s)."""
+    while len(self.pending) > self.workers:
+      if self.steps:
+        self.collect(block=True)
       else:
-        compile_times = [run_stage(s) for s in to_run]
-      timings["train_s"] += time.perf_counter() - t0
-      timings["compile_s"] += sum(compile_times)
-      for stage in to_run:
-        if getattr(stage, "gradient_steps", True):       # E7's path points are no GD steps
-          counts["dataset_steps"] += stage.steps * len(u.runs)
-      if not readable(path(u, "data")):  # no stage, or trained earlier and the data file lost
-        write_data(u, load(cell, u.runs, u))
-        prefetch_after(u)
-      if pool is None:
-        whole = data_written is not None and len(stage_written) == len(stage_paths)   # every file written now
-        timings["svm_s"] += _analyze_and_save(study.analyze, cell.label, path(u, "data"), stage_paths, path(u),
-                                              (data_written, stage_written) if whole else None)
-        cleanup(u)
-        bar.update("svm", len(u.runs))
-        note_done(u)
-      else:
-        submit(u)
-        collect(block=False)
-        # Bounded memory and disk: at most workers + 1 units in flight. Beside training the loop
-        # waits for all of them, so that the next unit trains on every core alone (the devices'
-        # threads meet after every chunk, and a worker on one of their cores stalls both: E5
-        # measured 4-7% slower otherwise). A study that trains nothing (E3, E9: one worker per
-        # core) waits for the first one done: the others keep the workers busy meanwhile, and the
-        # prefetched loads stay ahead of the loop (E3 16.0 -> 12.4 s).
-        while len(pending) > workers:
-          if steps:
-            collect(block=True)
-          else:
-            t0 = time.perf_counter()
-            concurrent.futures.wait(list(pending.values()), return_when=concurrent.futures.FIRST_COMPLETED)
-            timings["svm_wait_s"] += time.perf_counter() - t0
-            collect(block=False)
-    while pending:
-      collect(block=True)
-  except BaseException:
-    if pool is not None:        # interrupted or failed: the workers' current jobs are not waited for
-      workers_lib.terminate(pool)
-    raise
-  finally:
-    if prefetcher is not None:
-      prefetcher.shutdown(wait=True, cancel_futures=True)
-    if pool is not None:
-      pool.shutdown(wait=True, cancel_futures=True)
-    bar.close()
-    os.close(lock)       # finish() removes the directory; a kill releases the lock by itself
-
-  cells = []
-  for c in range(len(study.cells)):
-    done = sorted(finished[c], key=lambda x: x.batch)[:enough_at.get(c)]
-    cells.append(_concat([load_arrays(path(u)) for u in done]))
-  counts["sets_analyzed"] = sum(len(u.runs) for c in finished for u in finished[c])
-  timings["wall_s"] = time.perf_counter() - t_start
-  timings["overlap"] = (timings["train_s"] + timings["svm_s"]) / max(timings["wall_s"], 1e-9)
-  return Output(cells, timings, counts)
+        t0 = time.perf_counter()
+        concurrent.futures.wait(list(self.pending.values()), return_when=concurrent.futures.FIRST_COMPLETED)
+        self.timings["svm_wait_s"] += time.perf_counter() - t0
+        self.collect(block=False)
 
 
 def finish(out: str, process_index: int = 0, process_count: int = 1) -> None:
