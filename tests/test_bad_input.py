@@ -364,3 +364,71 @@ def test_a_run_into_a_finished_directory_keeps_it(tmp_path):
   same = _run("local_convergence", f"--out={out}", *args)
   assert same.returncode == 0 and "already complete" in same.stdout, same.stderr[-2000:]
   assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def _files(directory):
+  return {p.relative_to(directory): p.read_bytes() for p in directory.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow
+def test_overwrite_keeps_the_old_run_until_the_new_one_is_complete(tmp_path):
+  """--overwrite over a finished run, killed with SIGKILL mid-training: the old run is intact (bytes
+  and ``results.load``); --overwrite --resume completes the new run, which then replaces the old
+  one whole (a stale replay file included), bit for bit a run made into an empty directory."""
+  from svmattn import results
+  out = tmp_path / "lc"
+  old_args = ("--runs=4", "--batch_size=2", "--n=3", "--T=3", "--d=4", "--params=W", "--noprogress", "--steps=20")
+  assert _run("local_convergence", f"--out={out}", *old_args).returncode == 0
+  (out / "replay_3.npz").write_bytes(b"a replay of the old run")
+  before = _files(out)
+  new_args = (*old_args[:-1], "--steps=20000", "--chunk_steps=100", "--checkpoint_every_s=0")
+  proc = subprocess.Popen([PY, "-m", "experiments.local_convergence", f"--out={out}", *new_args, "--overwrite"],
+                          cwd=REPO_ROOT, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  stage = tmp_path / ".lc.overwrite"
+  try:
+    deadline = time.monotonic() + 240
+    while not list(stage.glob("work/ckpt_*")) and time.monotonic() < deadline and proc.poll() is None:
+      time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.kill()
+    proc.wait(60)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+  assert _files(out) == before                                   # the old run, untouched
+  assert len(results.load(str(out))) == 4
+  plain = _run("local_convergence", f"--out={out}", *new_args, "--resume")       # without --overwrite: named
+  _assert_clean_error(plain, "an unfinished --overwrite run is staged beside it")
+  resumed = _run("local_convergence", f"--out={out}", *new_args, "--overwrite", "--resume")
+  assert resumed.returncode in (0, 1) and "Traceback" not in resumed.stderr, resumed.stderr[-3000:]
+  assert "replaced by this one" in resumed.stdout, resumed.stdout[-2000:]
+  assert not stage.exists() and not (out / "replay_3.npz").exists() and not (out / "work").exists()
+  fresh = _run("local_convergence", f"--out={tmp_path / 'fresh'}", *new_args)
+  assert fresh.returncode in (0, 1), fresh.stderr[-3000:]
+  for name in ("results.npz", "runs/cell_0000.npz"):
+    with np.load(out / name) as a, np.load(tmp_path / "fresh" / name) as b:
+      assert sorted(a.files) == sorted(b.files)
+      for k in a.files:
+        assert np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind == "f"), (name, k)
+
+
+@pytest.mark.slow
+def test_overwrite_on_a_full_disk_keeps_the_old_run(small_disk, tmp_path):
+  """--overwrite over a finished run on a disk that fills: one line, the old run intact; once there
+  is space, --overwrite --resume completes the new run and replaces the old one."""
+  from svmattn import results
+  out = small_disk / "e2"
+  subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)
+  assert _run("local_convergence", f"--out={out}", "--runs=4", "--steps=20", "--noprogress").returncode in (0, 1)
+  before, rows = _files(out), len(results.load(str(out)))
+  used = sum(len(b) for b in before.values())
+  subprocess.run(["mount", "-o", f"remount,size={used // 1024 + 120}k", str(small_disk)], check=True)
+  args = ("--runs=4", "--steps=40", "--noprogress", "--overwrite")
+  full = _run("local_convergence", f"--out={out}", *args)
+  _assert_clean_error(full, "No space left on device: nothing finished was lost")
+  assert _files(out) == before and len(results.load(str(out))) == rows
+  subprocess.run(["mount", "-o", "remount,size=8m", str(small_disk)], check=True)
+  resumed = _run("local_convergence", f"--out={out}", *args, "--resume")
+  assert resumed.returncode in (0, 1) and "replaced by this one" in resumed.stdout, resumed.stderr[-3000:]
+  assert json.loads((out / "summary.json").read_text())["flags"]["steps"] == 40
+  assert not (small_disk / ".e2.overwrite").exists()

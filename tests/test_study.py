@@ -641,3 +641,47 @@ def test_a_finished_run_is_never_replaced(tmp_path):
   assert not (tmp_path / "work").exists()
   (tmp_path / "work").mkdir()                      # a run still working here: not a finished one
   assert study_runner.finished_differences(str(tmp_path), _toy(4)) is None
+
+
+def test_of_two_runs_started_at_once_one_wins_and_the_other_stops_in_one_line(tmp_path, monkeypatch):
+  """Two runs into one --out at the same instant: both find no work directory; the one whose
+  rename comes second stops with a StudyError naming the other run, and leaves no temporary
+  directory (the other run's work directory is untouched)."""
+  other = tmp_path / "work"
+  real = pipeline.results_io.write_json
+
+  def racing(path, value):             # the other run creates OUT/work between the check and the rename
+    real(path, value)
+    if not other.exists():
+      other.mkdir()
+      (other / "run.json").write_text("{\"the other run\": 1}")
+
+  monkeypatch.setattr(pipeline.results_io, "write_json", racing)
+  with pytest.raises(pipeline.StudyError, match="another run started in it at the same moment"):
+    pipeline.run(_toy(3), str(tmp_path), workers=0, show_progress=False)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+  assert (other / "run.json").read_text() == "{\"the other run\": 1}"
+
+
+def test_overwrite_swap_and_its_recovery(tmp_path):
+  """overwrite.swap replaces OUT whole by the staged run; a kill between its two renames (no OUT, the
+  stage finished) is completed by overwrite.recover, which also removes a replaced run left beside."""
+  from svmattn.execution import overwrite
+  out = tmp_path / "out"
+  stage = overwrite.staging(str(out))
+  assert stage == str(tmp_path / ".out.overwrite")
+  for d, text in ((out, "old"), (tmp_path / ".out.overwrite", "new")):
+    d.mkdir()
+    (d / "summary.json").write_text(text)
+  (out / "replay_3.npz").write_text("stale")
+  overwrite.swap(str(out), stage)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (out / "summary.json").read_text() == "new"
+  os.replace(out, tmp_path / ".out.overwrite")        # killed after the first rename of a swap
+  (tmp_path / ".out.replaced").mkdir()
+  overwrite.recover(str(out))
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["out"] and (out / "summary.json").read_text() == "new"
+  (tmp_path / ".out.overwrite").mkdir()
+  (tmp_path / ".out.overwrite" / "work").mkdir()          # an unfinished stage is never moved into place
+  os.rename(out, tmp_path / "elsewhere")
+  overwrite.recover(str(out))
+  assert not out.exists() and (tmp_path / ".out.overwrite" / "work").is_dir()

@@ -66,6 +66,9 @@ def pipeline(batch_size: int = 1000, hosts: bool = True) -> F.Settings:
               sweepable=False),
         F.Bool("resume", False, "Continue the unfinished run in --out from its checkpoints (bit for bit the "
                "results of an uninterrupted run).", **op),
+        F.Bool("overwrite", False, "Replace the finished run in --out (whole: its results, figures, replays and "
+               "sweep cells): the new run is written beside it and replaces it only once complete, so a kill or a "
+               "full disk leaves the old run intact (continue with --overwrite --resume).", **op),
         F.Int("svm_workers", None, "Worker processes solving SVMs (0: inline). Default: 1 beside a study that "
               "trains, one per core (at most 8) for a study that trains nothing (none where that is one "
               "core, as for each of the two experiments `svmattn reproduce` runs at once on 2 cores: the "

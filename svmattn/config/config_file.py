@@ -1,6 +1,6 @@
 """``svmattn run``: run any experiment, or a sweep of it, from a config file (ml_collections, configs as code).
 
-    svmattn run --config=grid.py [--config.FIELD=VALUE ...] [--config.sweep.FIELD=V1,V2,...] --out=DIR [--resume]
+    svmattn run --config=grid.py [--config.FIELD=VALUE ...] [--config.sweep.FIELD=V1,V2,...] --out=DIR [--resume] [--overwrite]
 
 The file's ``get_config()`` returns an ml_collections ConfigDict naming the experiment
 (``config.experiment = "local_convergence"`` or ``"E2"``) and any of its fields (the names of the
@@ -36,7 +36,7 @@ from svmattn.execution import run_experiment
 from svmattn.execution import sweep as sweep_lib
 
 USAGE = ("usage: svmattn run --config=FILE.py [--config.FIELD=VALUE ...] [--config.sweep.FIELD=V1,V2,...] "
-         "--out=DIR [--resume]\n  (a list field: --config.FIELD=A,B; a sweep of it: --config.sweep.FIELD='A,B;C,D')")
+         "--out=DIR [--resume] [--overwrite]\n  (a list field: --config.FIELD=A,B; a sweep of it: --config.sweep.FIELD='A,B;C,D')")
 MAX_CELLS = 10_000        # the most combinations a sweep may have (checked before any is validated)
 
 
@@ -236,6 +236,8 @@ def main(argv: list[str]) -> None:
   handle = config_flags.DEFINE_config_dict("config", full, "The experiment's settings (from --config=FILE.py).")
   flags.DEFINE_string("out", None, "Results directory (also config.out).")
   flags.DEFINE_bool("resume", None, "Continue the unfinished run in --out (also config.resume).")
+  flags.DEFINE_bool("overwrite", None, "Replace the finished run in --out once this one is complete "
+                    "(also config.overwrite).")
   app.call_after_init(run_experiment.install_stop_handlers)
 
   def run(rest_argv):
@@ -247,6 +249,8 @@ def main(argv: list[str]) -> None:
       values["out"] = flags.FLAGS.out
     if flags.FLAGS.resume is not None and "resume" in values:
       values["resume"] = flags.FLAGS.resume
+    if flags.FLAGS.overwrite is not None and "overwrite" in values:
+      values["overwrite"] = flags.FLAGS.overwrite
     if not values.get("out"):
       fail(f"--out=DIR (or config.out) is required\n{USAGE}")
     try:

@@ -249,7 +249,15 @@ def _prepare(out: str, study: Study, resume: bool, process_index: int, process_c
   os.makedirs(tmp)
   results_io.write_json(os.path.join(tmp, "run.json"), ident)
   lock = _lock(tmp)        # the lock file moves with the directory
-  os.replace(tmp, work)
+  try:
+    os.replace(tmp, work)
+  except OSError:
+    os.close(lock)
+    shutil.rmtree(tmp, ignore_errors=True)
+    if os.path.isdir(work):     # another run created it since the check above: it runs, this one stops
+      raise StudyError(f"{out}: another run started in it at the same moment and is running there; this one "
+                       "stops (nothing was written)") from None
+    raise
   return work, lock
 
 

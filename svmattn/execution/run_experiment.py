@@ -18,6 +18,7 @@ import contextlib
 import errno
 import os
 import platform
+import shutil
 import signal
 import sys
 import time
@@ -33,6 +34,7 @@ from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import plots
 from svmattn.io import atomic_files as results_io
 from svmattn.execution import hosts as hosts_lib
+from svmattn.execution import overwrite
 from svmattn.execution import pipeline
 from svmattn.execution import study_runner
 from svmattn.execution import sweep as sweep_lib
@@ -206,31 +208,63 @@ def run(experiment, values: dict, sweep: dict | None = None):
     fail(str(e))
   combos = sweep_lib.grid(sweep) if sweep else []
   per = [{**values, **c} for c in combos]
+  out = values["out"]
+  dest = destination(study, values)     # out, or beside it where --overwrite replaces a finished run
 
   def write(output):
     if not sweep:
       arrays, summary, extras = reduce(experiment, values, output.cells)
       with timer("write"):
-        results_io.write_npz(os.path.join(values["out"], "results.npz"), arrays)
-        draw(experiment, arrays, summary, values["out"], values, extras)
-      summary = write_summary(experiment, summary, values, output, timer, values["out"])
+        results_io.write_npz(os.path.join(dest, "results.npz"), arrays)
+        draw(experiment, arrays, summary, dest, values, extras)
+      summary = write_summary(experiment, summary, values, output, timer, dest)
       report(experiment, summary, values)
       return
     rows = []
     for k, (c, v) in enumerate(zip(combos, per)):
-      where = os.path.join(values["out"], "cells", cell_dir(k, c))
+      name = os.path.join("cells", cell_dir(k, c))
+      where = os.path.join(dest, name)
       cells = [output.cells[i] for i in sweep_lib.cells_of(study, c)]
       arrays, summary, extras = reduce(experiment, v, cells)
       with timer("write"), plots.caption("sweep cell " + ", ".join(f"{n}={_short(x)}" for n, x in c.items())):
         results_io.write_npz(os.path.join(where, "results.npz"), arrays)
-        draw(experiment, arrays, summary, where, {**v, "out": where}, extras)
-      summary = write_summary(experiment, summary, {**v, "out": where}, output, timer, where, settings=c)
-      rows.append({"settings": c, "dir": os.path.relpath(where, values["out"]), "checks": _checks(summary),
+        draw(experiment, arrays, summary, where, {**v, "out": os.path.join(out, name)}, extras)
+      summary = write_summary(experiment, summary, {**v, "out": os.path.join(out, name)}, output, timer, where,
+                              settings=c)
+      rows.append({"settings": c, "dir": name, "checks": _checks(summary),
                    "key_numbers": _keys(experiment, summary)})
-    write_sweep_summary(experiment, values, sweep, rows, output, timer)
+    write_sweep_summary(experiment, values, sweep, rows, output, timer, dest)
     report_sweep(experiment, rows, output, timer)
 
-  return run_study(study, values, write)
+  output = run_study(study, values, write, dest)
+  if dest != out and hosts(values)[0] == 0:
+    overwrite.swap(out, dest)
+    print(f"{out}: the finished run there was replaced by this one")
+  return output
+
+
+def destination(study, values: dict) -> str:
+  """Where the run writes: --out, or with --overwrite over a finished run, its staging directory
+  beside --out (``overwrite``). A staged run left by an --overwrite that did not complete is
+  named, never replaced by a run without --overwrite."""
+  out = values["out"]
+  overwrite.recover(out)
+  stage = overwrite.staging(out)
+  holds_finished = study_runner.finished_differences(out, study) is not None
+  if values.get("overwrite") and holds_finished and overwrite.finished(stage):
+    # killed after the staged run finished, before the swap: this very run is swapped in; one of
+    # other settings (never swapped in, so never a result anyone read) is discarded
+    if study_runner.finished_differences(stage, study) == []:
+      overwrite.swap(out, stage)
+      print(f"{out}: already complete (the finished --overwrite run beside it replaced the old one)")
+      sys.exit(0)
+    shutil.rmtree(stage)
+  if not values.get("overwrite"):
+    if holds_finished and os.path.isdir(stage):
+      fail(f"{out}: an unfinished --overwrite run is staged beside it ({stage}): rerun with --overwrite "
+           f"--resume to continue it, or delete {stage}")
+    return out
+  return stage if holds_finished else out
 
 
 def cell_dir(k: int, combination: dict) -> str:
@@ -303,14 +337,14 @@ def _compile_stats() -> dict:
   return xla_cache.compile_stats()
 
 
-def write_sweep_summary(experiment, values, sweep, rows, output, timer) -> dict:
+def write_sweep_summary(experiment, values, sweep, rows, output, timer, dest: str) -> dict:
   summary = {"experiment": f"{experiment.id} {experiment.name}: sweep", "name": experiment.name, "id": experiment.id,
              "flags": values, "sweep": {k: list(v) for k, v in sweep.items()}, "cells": rows,
              "numerics_version": svmattn.NUMERICS_VERSION,
              "checks": [], "timings_s": {**{n: output.timings[k] for k, n in STAGE_TIMINGS.items()
                                             if k in output.timings}, **timer.seconds, "total": timer.total()},
              "environment": environment()}
-  results_io.write_json(os.path.join(values["out"], "summary.json"), summary)
+  results_io.write_json(os.path.join(dest, "summary.json"), summary)
   return summary
 
 
@@ -358,9 +392,11 @@ def print_report(lines: list[str], summary: dict, each_check: bool = True) -> No
 # ----------------------------------------------------------------------------------------
 
 
-def run_study(study, values: dict, write):
-  """Run ``study`` with the pipeline settings of ``values``; ``write(output)`` writes the results
-  on process 0. A results directory that cannot be used as asked ends with one clear line."""
+def run_study(study, values: dict, write, dest: str | None = None):
+  """Run ``study`` with the pipeline settings of ``values`` into ``dest`` (default: --out);
+  ``write(output)`` writes the results on process 0. A results directory that cannot be used as
+  asked ends with one clear line."""
+  dest = values["out"] if dest is None else dest
   index, count = hosts(values)
   for cell in study.cells:
     if cell.runs < count:
@@ -372,7 +408,7 @@ def run_study(study, values: dict, write):
                            full_records=v.full_records)
   try:
     with stop_on_signals():
-      return study_runner.run(study, values["out"], write, options)
+      return study_runner.run(study, dest, write, options)
   except study_runner.AlreadyComplete as e:
     print(e)
     sys.exit(0)

@@ -130,7 +130,8 @@ def refuse_finished(out: str, study: pipeline.Study) -> None:
     raise AlreadyComplete(f"{out}: already complete (a finished run of these settings); nothing to do")
   raise pipeline.StudyError(f"{out} holds a finished run with other settings: " + "; ".join(diff[:4])
                             + (f" (and {len(diff) - 4} more)" if len(diff) > 4 else "")
-                            + ". Nothing was changed: choose another --out, or move that run away first")
+                            + ". Nothing was changed: choose another --out, or pass --overwrite (the new run replaces "
+                            "that one once it is complete)")
 
 
 def run(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], None],

@@ -48,6 +48,9 @@ flags.DEFINE_bool("quick", False, "Each experiment's quick settings (minutes ins
 flags.DEFINE_list("only", [], "Run only these experiments (ids like E2, keys like E2-authors or names like "
                   "local_convergence).")
 flags.DEFINE_integer("seed", 0, "Seed passed to every experiment.")
+flags.DEFINE_bool("overwrite", False, "Rerun experiments whose finished runs are in --out (with other settings, "
+                  "for example --quick after a full run, they are refused otherwise); each old run is replaced only "
+                  "once its new one is complete.")
 flags.DEFINE_bool("keep_runs", True, "Keep every experiment's per-run records (OUT/*/runs/, what replay compares "
                   "with); --nokeep_runs writes only the results, figures and report.")
 flags.DEFINE_bool("fork", True, "On Linux, start each experiment as a fork of this process, which has imported "
@@ -162,7 +165,7 @@ def command(run: Run, out: str) -> list[str]:
   return [sys.executable, "-m", "svmattn", run.experiment.name, f"--out={os.path.join(out, run.dir)}",
           f"--seed={FLAGS.seed}", "--noprogress", f"--figure_format={formats}",
           *(() if FLAGS.keep_runs else ("--nokeep_runs",)), *(("--full_records",) if FLAGS.full_records else ()),
-          *extra]
+          *(("--overwrite",) if FLAGS.overwrite else ()), *extra]
 
 
 def _environ(jobs: int = 1) -> dict:
