@@ -432,3 +432,16 @@ def test_overwrite_on_a_full_disk_keeps_the_old_run(small_disk, tmp_path):
   assert resumed.returncode in (0, 1) and "replaced by this one" in resumed.stdout, resumed.stderr[-3000:]
   assert json.loads((out / "summary.json").read_text())["flags"]["steps"] == 40
   assert not (small_disk / ".e2.overwrite").exists()
+
+
+def test_checks_over_runs_that_never_trained_are_not_evaluated(tmp_path):
+  """E2 at --lr=1e300: W stalls, (K,Q) overflows; every check says "not evaluated" with the reason,
+  none is [ok] or [FAIL], and no NumPy warning reaches stderr."""
+  got = _run("local_convergence", f"--out={tmp_path / 'e2'}", "--runs=3", "--steps=20", "--lr=1e300", "--noprogress")
+  assert got.returncode == 0, got.stderr[-3000:]
+  lines = [ln for ln in got.stdout.splitlines() if ln.strip().startswith("[")]
+  assert lines and all(ln.strip().startswith("[not evaluated]") for ln in lines), got.stdout
+  assert "3 stalled of its 3 runs" in got.stdout
+  assert "Warning" not in got.stderr, got.stderr[-2000:]
+  summary = json.loads((tmp_path / "e2" / "summary.json").read_text())
+  assert all(c["ok"] is None and c["reason"] for c in summary["checks"])

@@ -19,13 +19,25 @@ TIE_RTOL = 1e-12
 def corr(A: np.ndarray, B: np.ndarray) -> np.ndarray:
   """<A,B> / (||A||_F ||B||_F) over the last two axes (broadcasting the rest).
 
-  NaN where either matrix is zero or NaN (e.g. an SVM that was not solved)."""
+  NaN where either matrix is zero or not finite (e.g. an SVM that was not solved). Matrices
+  whose squares overflow or underflow (a run that blew up to 1e200) are scaled by their largest
+  entry first; every other value is computed as written."""
   A = np.asarray(A, np.float64)
   B = np.asarray(B, np.float64)
+  with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+    out = _corr(A, B)
+    finite = np.all(np.isfinite(A), axis=(-2, -1)) & np.all(np.isfinite(B), axis=(-2, -1))
+    lost = finite & np.isnan(out) & np.any(A != 0, axis=(-2, -1)) & np.any(B != 0, axis=(-2, -1))
+    if np.any(lost):
+      scale = lambda M: M / np.maximum(np.max(np.abs(M), axis=(-2, -1), keepdims=True), np.finfo(M.dtype).tiny)  # noqa: E731
+      out = np.where(lost, _corr(scale(A), scale(B)), out)
+  return out
+
+
+def _corr(A: np.ndarray, B: np.ndarray) -> np.ndarray:
   num = np.sum(A * B, axis=(-2, -1))
   den = np.sqrt(np.sum(A * A, axis=(-2, -1)) * np.sum(B * B, axis=(-2, -1)))
-  with np.errstate(invalid="ignore", divide="ignore"):
-    return np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+  return np.where((den > 0) & np.isfinite(den), num / np.where(den > 0, den, 1), np.nan)
 
 
 def corr_per_run(A: np.ndarray, B: np.ndarray) -> np.ndarray:

@@ -28,6 +28,7 @@ import numpy as np
 import svmattn
 from svmattn import registry
 from svmattn import xla_cache
+from svmattn.analysis import checks as checks_lib
 from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.io import checkpoint as ckpt_lib
@@ -278,8 +279,7 @@ def _short(v) -> str:
 
 
 def _checks(summary):
-  cs = summary.get("checks") or []
-  return {"ok": sum(bool(c["ok"]) for c in cs), "total": len(cs), "failing": [c["name"] for c in cs if not c["ok"]]}
+  return checks_lib.tally(summary.get("checks"))
 
 
 def _keys(experiment, summary):
@@ -319,6 +319,8 @@ def write_summary(experiment, summary: dict, values: dict, output, timer: Timer,
   names = experiment.timing_names or STAGE_TIMINGS
   summary = dict(summary)
   note = experiment.below_calibration(values)
+  if summary.get("checks"):
+    summary["checks"] = checks_lib.gate(summary["checks"], summary.get("health"))
   if note and summary.get("checks"):
     summary["checks"] = [{**c, "note": note} for c in summary["checks"]]
   head = {"experiment": summary.pop("experiment"), "name": experiment.name, "id": experiment.id, "flags": values}
@@ -353,7 +355,8 @@ def report_sweep(experiment, rows, output, timer) -> None:
   for r in rows:
     c = r["checks"]
     keys = "  ".join(f"{k} {_fmt(v)}" for k, v in r["key_numbers"].items())
-    lines.append(f"  {r['dir']:<28} checks {c['ok']}/{c['total']}  {keys}")
+    skipped = f" ({len(c['not_evaluated'])} not evaluated)" if c.get("not_evaluated") else ""
+    lines.append(f"  {r['dir']:<28} checks {c['ok']}/{c['total']}{skipped}  {keys}")
   lines.append(f"  wall {timer.total():.2f}s")
   print("\n".join(lines))
   sys.stdout.flush()
@@ -364,10 +367,10 @@ def _fmt(v):
 
 
 def checks_line(summary: dict) -> str:
-  """One line: how many of summary["checks"] hold, and which do not."""
-  bad = [c["name"] for c in summary["checks"] if not c["ok"]]
-  return (f"  checks: {len(summary['checks']) - len(bad)}/{len(summary['checks'])} ok"
-          + (f"; failing: {bad}" if bad else ""))
+  """One line: how many of summary["checks"] hold, which do not, and which were not evaluated."""
+  t = checks_lib.tally(summary["checks"])
+  return (f"  checks: {t['ok']}/{t['total']} ok" + (f"; failing: {t['failing']}" if t["failing"] else "")
+          + (f"; not evaluated: {t['not_evaluated']}" if t["not_evaluated"] else ""))
 
 
 def print_report(lines: list[str], summary: dict, each_check: bool = True) -> None:
@@ -378,6 +381,9 @@ def print_report(lines: list[str], summary: dict, each_check: bool = True) -> No
       v = c["value"]
       value = f"{v:.6g}" if isinstance(v, float) else str(v)
       note = f"; {c['note']}" if c.get("note") else ""
+      if c.get("ok") is None:
+        lines.append(f"  [not evaluated] {c['name']}: {c.get('reason', 'not evaluated')}")
+        continue
       lines.append(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']}: {value} (expected {c['expected']}{note})")
   else:
     lines.append(checks_line(summary))

@@ -15,6 +15,7 @@ import os
 import sys
 
 from svmattn import registry
+from svmattn.analysis import checks as checks_lib
 from svmattn.report import records as records_lib
 
 USAGE = "usage: svmattn compare DIR1 [DIR2 ...]   (key numbers, checks, numerics version, wall time side by side)"
@@ -30,7 +31,8 @@ def _checks(checks) -> str:
   checks = checks or []
   if not isinstance(checks, list) or not all(isinstance(c, dict) for c in checks):
     raise CompareError("corrupt summary.json (its checks are not a list of mappings)")
-  return f"{sum(bool(c.get('ok')) for c in checks)}/{len(checks)}"
+  t = checks_lib.tally(checks)
+  return f"{t['ok']}/{t['total']}" + (f" ({len(t['not_evaluated'])} not evaluated)" if t["not_evaluated"] else "")
 
 
 def _wall(summary) -> float | None:

@@ -87,10 +87,11 @@ def _checks(record) -> str:
   for c in record.get("checks") or []:
     ok = bool(c.get("ok"))
     value = records_lib.fmt(c["value"])
-    rows.append(f"<tr{'' if ok else ' class=miss'}><td>{html.escape(c['name'])}</td>"
+    said = "not evaluated" if c.get("ok") is None else ("yes" if ok else "no")
+    rows.append(f"<tr{'' if ok or c.get('ok') is None else ' class=miss'}><td>{html.escape(c['name'])}</td>"
                 f"<td class='num{' nowrap' if len(value) <= 36 else ''}'>{html.escape(value)}</td>"
                 f"<td>{html.escape(records_lib.expected(c))}</td><td class='{'yes' if ok else 'no'}'>"
-                f"{'yes' if ok else 'no'}</td></tr>")
+                f"{html.escape(said)}</td></tr>")
   return ("<table class='checks'><thead><tr><th>check</th><th>value</th><th>expected</th><th>as expected</th>"
           f"</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 

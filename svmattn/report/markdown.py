@@ -20,7 +20,7 @@ def _checks(record) -> list[str]:
   lines = ["| check | value | expected | as expected |", "|---|---|---|---|"]
   for c in record.get("checks") or []:
     lines.append(f"| {md(c['name'])} | {md(records_lib.fmt(c['value']))} | {md(records_lib.expected(c))} | "
-                 f"{'yes' if c.get('ok') else '**no**'} |")
+                 f"{'not evaluated' if c.get('ok') is None else 'yes' if c.get('ok') else '**no**'} |")
   return lines
 
 

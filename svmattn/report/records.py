@@ -12,6 +12,7 @@ import os
 import re
 
 from svmattn import registry
+from svmattn.analysis import checks as checks_lib
 
 
 def expected(check: dict) -> str:
@@ -132,9 +133,9 @@ def failed(record) -> bool:
 
 
 def counts(record) -> tuple[int, int]:
-  """(checks as expected, checks) of one record."""
-  checks = record.get("checks") or []
-  return sum(bool(c.get("ok")) for c in checks), len(checks)
+  """(checks as expected, checks evaluated) of one record."""
+  t = checks_lib.tally(record.get("checks"))
+  return t["ok"], t["total"]
 
 
 def verdict(record) -> tuple[str, str]:
@@ -230,7 +231,7 @@ def summary_lines(records, out=None) -> list[dict]:
     if beyond(main) and css == "info":
       words = "reported"
     variants = [(variant_label(r), r["id"], short_verdict(r), verdict(r)[0]) for r in g[1:]]
-    missed_ = [c.get("name", "") for c in main.get("checks") or [] if not c.get("ok")]
+    missed_ = checks_lib.tally(main.get("checks"))["failing"]
     lines.append({"id": base_id(main), "anchor": anchor(main), "beyond": beyond(main),
                   "title": title(main), "claim": claim(g), "css": css, "verdict": words,
                   "key": key_number(main, out), "variants": variants, "missed": missed_})

@@ -35,6 +35,7 @@ from absl import flags
 
 import svmattn
 from svmattn import registry
+from svmattn.analysis import checks as checks_lib
 from svmattn import report as report_lib
 from svmattn.config import allowed
 from svmattn.report import forked
@@ -268,8 +269,9 @@ def record_of(run: Run, out: str, cmd: list, wall: float, returncode: int, stdou
   record["work"] = summary.get("work", {})
   record["figures"] = sorted(os.path.relpath(p, out) for p in glob.glob(os.path.join(target, "*.png")))
   record["stdout"] = stdout.strip()[-3000:]
-  ok = sum(bool(c.get("ok")) for c in record["checks"])
-  print(f"[{run.key}] done in {wall:.1f}s: {ok}/{len(record['checks'])} checks as expected", flush=True)
+  t = checks_lib.tally(record["checks"])
+  skipped = f" ({len(t['not_evaluated'])} not evaluated)" if t["not_evaluated"] else ""
+  print(f"[{run.key}] done in {wall:.1f}s: {t['ok']}/{t['total']} checks as expected{skipped}", flush=True)
   return record
 
 
@@ -294,7 +296,7 @@ def main(argv):
   results_io.write_json(os.path.join(out, "reproduce.json"), {"meta": meta, "experiments": records})
   report_lib.write(out, records, meta)
   failed = [r["id"] for r in records if r["returncode"] != 0]
-  unexpected = [f"{r['id']}:{c['name']}" for r in records for c in r.get("checks", []) if not c.get("ok")]
+  unexpected = [f"{r['id']}:{c['name']}" for r in records for c in r.get("checks", []) if c.get("ok") is False]
   together = (f"; {jobs} experiments ran at once, so the rows add up to more than the {meta['total_s']:.0f} s "
               "it took" if jobs > 1 and len(records) > 1 else "")
   print(f"\nseconds per stage (reproduce.json: stages_s of each experiment{together})\n"

@@ -192,12 +192,12 @@ def checks(final_corr: dict) -> list:
   for key, paper in (("W_vs_fro", 0.996), ("KQ_vs_nuc", 0.997)):
     if mean.get(key) is not None:
       out.append({"name": f"mean final corr {key}", "value": mean[key],
-                  "expected": f">= 0.99 (authors: {paper})", "ok": mean[key] >= 0.99})
+                  "expected": f">= 0.99 (authors: {paper})", "ok": mean[key] >= 0.99, "runs": [key.split("_")[0]]})
   for cross, own, paper in (("W_vs_nuc", "W_vs_fro", 0.86), ("KQ_vs_fro", "KQ_vs_nuc", 0.85)):
     if mean.get(cross) is not None and mean.get(own) is not None:
       out.append({"name": f"mean final corr {cross} (cross pair)", "value": mean[cross],
                   "expected": f"clearly below {own} (authors: about {paper})",
-                  "ok": mean[cross] < mean[own] - 0.05})
+                  "ok": mean[cross] < mean[own] - 0.05, "runs": [cross.split("_")[0]]})
   return out
 
 

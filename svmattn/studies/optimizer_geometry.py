@@ -183,7 +183,7 @@ def checks(fl: dict, tables: dict, nearest: dict) -> list:
     source = ("proved for attention (l_p mirror descent)" if opt.startswith("md_")
               else "the linear-classifier prediction")
     out.append({"name": f"{opt}: Att-SVM nearest by mean final corr", "value": v["by_corr"],
-                "expected": f"{pred} ({source})", "ok": v["by_corr"] == pred})
+                "expected": f"{pred} ({source})", "ok": v["by_corr"] == pred, "runs": [name]})
   return out
 
 
