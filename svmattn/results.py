@@ -107,11 +107,15 @@ def _read_json(path: str) -> dict:
 def _read_npz(path: str) -> dict[str, np.ndarray]:
   try:
     with np.load(path, allow_pickle=False) as f:
-      return {k: f[k] for k in f.files}
+      arrays = {k: f[k] for k in f.files}
   except OSError as e:
     raise ResultsError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
   except (ValueError, zipfile.BadZipFile, EOFError, KeyError) as e:
     raise ResultsError(f"{path}: corrupt .npz ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+  foreign = [k for k, a in arrays.items() if not isinstance(a, np.ndarray)]
+  if foreign:
+    raise ResultsError(f"{path}: corrupt .npz (its member {foreign[0]!r} is not an array)")
+  return arrays
 
 
 class _Run:

@@ -170,6 +170,7 @@ BAD_FILES = {
     "empty": ({"X": np.ones((0, 3, 3, 4)), "Y": np.ones((0, 3)), "Z": np.ones((0, 3, 4)), "v": np.ones((0, 4))},
               "holds no data set"),
     "text": (None, "not a readable .npz"),
+    "member": ("member", "its member 'v' is not an array (.npy)"),
 }
 
 
@@ -180,6 +181,11 @@ def test_bad_data_files_are_named_in_one_line(tmp_path, name):
   if change is None:
     path = tmp_path / "text.npz"
     path.write_text("not an npz")
+  elif change == "member":           # a zip member that is no .npy: np.load hands back its bytes
+    import zipfile
+    path = _data(tmp_path, name, v=None)
+    with zipfile.ZipFile(path, "a") as z:
+      z.writestr("v", b"raw bytes")
   else:
     path = _data(tmp_path, name, **change)
   with pytest.raises(data_lib.DataError) as e:
@@ -445,3 +451,25 @@ def test_checks_over_runs_that_never_trained_are_not_evaluated(tmp_path):
   assert "Warning" not in got.stderr, got.stderr[-2000:]
   summary = json.loads((tmp_path / "e2" / "summary.json").read_text())
   assert all(c["ok"] is None and c["reason"] for c in summary["checks"])
+
+
+@pytest.mark.slow
+def test_replay_on_a_full_disk_is_one_line_before_any_verdict(small_disk, tmp_path):
+  """A replay whose record cannot be written (the disk is full): one line, no verdict printed, no
+  replay file left."""
+  import shutil
+  roomy = tmp_path / "e2"
+  assert _run("local_convergence", f"--out={roomy}", "--runs=2", "--steps=20", "--noprogress").returncode == 0
+  subprocess.run(["mount", "-o", "remount,size=4m", str(small_disk)], check=True)
+  out = small_disk / "e2"
+  shutil.copytree(roomy, out)
+  with open(small_disk / "filler", "wb", buffering=0) as f:       # the rest of the disk
+    try:
+      while True:
+        f.write(b"\0" * 4096)
+    except OSError:
+      pass
+  got = _run("replay", f"--out={out}", "--run=1")
+  _assert_clean_error(got, "cannot write the replay's record")
+  assert "identical" not in got.stdout, got.stdout
+  assert not list(out.glob("replay_1*"))

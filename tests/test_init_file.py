@@ -146,6 +146,11 @@ def _write(path, kind):
     open(path, "wb").write(b"\x00\x01 not an archive at all" * 10)
   elif kind == "npy":
     np.save(path, K)
+  elif kind == "member":              # a zip whose member K is no .npy: np.load hands back its bytes
+    import zipfile
+    np.savez(path, Q=K)
+    with zipfile.ZipFile(path, "a") as z:
+      z.writestr("K", b"raw bytes, not an array")
   elif kind == "absent":
     pass
 
@@ -161,6 +166,7 @@ def _write(path, kind):
     ("corrupt", np.float64, r"not a readable \.npz file of starting points"),
     ("garbage", np.float64, r"not a readable \.npz file of starting points"),
     ("npy", np.float64, r"must be an \.npz archive of named arrays"),
+    ("member", np.float64, r"its member 'K' is not an array \(\.npy\)"),
     ("absent", np.float64, r"no such file of starting points"),
 ])
 def test_bad_files_raise_one_clear_sentence(tmp_path, kind, dtype, match):

@@ -133,3 +133,18 @@ def test_directory_without_a_run(tmp_path):
   assert proc.returncode != 0
   assert f"error: {tmp_path} holds no study run" in proc.stderr, proc.stderr[-3000:]
   assert os.listdir(tmp_path) == []
+
+
+def test_a_ragged_record_is_named_in_one_line(tmp_path, tmp_path_factory):
+  """A run's record whose per-run arrays stop short of the data set replayed: one line naming the
+  damaged record, and no replay written."""
+  out = _copy(finished_run(tmp_path_factory), tmp_path / "out")
+  record = out / "runs" / "cell_0000.npz"
+  arrays = load(record)
+  key = sorted(k for k, a in arrays.items() if np.ndim(a) and len(a) == RUNS)[0]
+  arrays[key] = arrays[key][:RUNS - 2]
+  np.savez(record, **arrays)
+  proc = replay(out, RUNS - 1)
+  assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert f"has no row {RUNS - 1}" in proc.stderr and "damaged" in proc.stderr, proc.stderr[-2000:]
+  assert not os.path.exists(out / f"replay_{RUNS - 1}.npz")

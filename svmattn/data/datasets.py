@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-import zipfile
 from typing import Callable, NamedTuple, Sequence
 
 import jax
@@ -367,14 +366,26 @@ def load_npz(path: str | os.PathLike, dtype=np.float64) -> Dataset:
       if missing:
         raise DataError(f"{path}: missing array(s) {missing}; a data file needs X (B,n,T,d), "
                         f"Y (B,n), Z (B,n,d) and v (B,d); found {sorted(f.files)}")
-      arrays = {k: f[k] for k in Dataset._fields}
+      arrays = npz_arrays(f, Dataset._fields, path)
   except DataError:
     raise
-  except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+  except Exception as e:  # noqa: BLE001 - BadZipFile, zlib.error, a truncated member, ...: an unreadable file
     raise DataError(f"{path}: not a readable .npz data file ({type(e).__name__}: {e})") from e
   data = validate(Dataset(**arrays), batched=True, where=path)
   check_magnitudes(data._asdict(), dtype, path)
   return Dataset(*(np.asarray(a, dtype) for a in data))
+
+
+def npz_arrays(npz, names, path: str) -> dict:
+  """{name: array} of the members ``names`` of an open .npz; DataError for a member that is no
+  .npy (np.load hands back its raw bytes)."""
+  out = {}
+  for k in names:
+    out[k] = npz[k]
+    if not isinstance(out[k], np.ndarray):
+      raise DataError(f"{path}: its member {k!r} is not an array (.npy); the file must hold arrays written by "
+                      "np.savez")
+  return out
 
 
 def check_magnitudes(arrays: dict, dtype=np.float64, where: str = "data") -> None:
@@ -397,9 +408,11 @@ def check_vector_head(path: str | os.PathLike) -> None:
   (B, d), as a linear head needs (a matrix head's (B, d, d) would fail in training)."""
   try:
     with np.load(os.fspath(path), allow_pickle=False) as f:
-      v = f["v"] if "v" in f.files else None
-  except (zipfile.BadZipFile, ValueError, OSError, EOFError):
-    return                  # the format's own loader names the problem
+      v = npz_arrays(f, ["v"], os.fspath(path))["v"] if "v" in f.files else None
+  except DataError:
+    raise
+  except Exception:  # noqa: BLE001 - unreadable: the format's own loader names the problem
+    return
   if v is not None and v.ndim != 2:
     raise DataError(f"{os.fspath(path)}: v must have shape (B, d) (one head vector per data set: this "
                     f"experiment's head is linear), got {v.shape}")
@@ -410,8 +423,10 @@ def check_file_magnitudes(path: str | os.PathLike, dtype=np.float64) -> None:
   file is left to the format's own loader."""
   try:
     with np.load(os.fspath(path), allow_pickle=False) as f:
-      arrays = {k: f[k] for k in f.files}
-  except (zipfile.BadZipFile, ValueError, OSError, EOFError):
+      arrays = npz_arrays(f, f.files, os.fspath(path))
+  except DataError:
+    raise
+  except Exception:  # noqa: BLE001 - unreadable: the format's own loader names the problem
     return
   check_magnitudes(arrays, dtype, os.fspath(path))
 

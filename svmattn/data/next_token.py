@@ -172,7 +172,7 @@ def load_npz(path: str | os.PathLike) -> TokenData:
       if missing:
         raise DataError(f"{path}: missing array(s) {missing}; a next-token data file needs E (B,K,d), "
                         f"tokens (B,n,T) int and labels (B,n) int; found {sorted(f.files)}")
-      arrays = {k: f[k] for k in FIELDS}
+      arrays = data_lib.npz_arrays(f, FIELDS, path)
   except DataError:
     raise
   except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:

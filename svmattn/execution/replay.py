@@ -121,6 +121,10 @@ def reference(out: str, study: pipeline.Study, c: int, run: int) -> tuple[dict, 
     if not os.path.exists(path):
       return None
   arrays = pipeline.load_arrays(path)
+  short = sorted(key for key, a in arrays.items() if np.ndim(a) == 0 or len(a) <= row)
+  if short:
+    raise pipeline.StudyError(f"{path}: damaged (its per-run array {short[0]!r} has no row {row}"
+                              + (f", nor {len(short) - 1} more" if len(short) > 1 else "") + ")")
   return {key: a[row] for key, a in arrays.items()}, path
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 from absl import app
 from absl import flags
@@ -54,6 +55,7 @@ def main(argv):
     run_experiment.fail(str(e))
   except data_lib.DataError as e:
     run_experiment.fail(f"the run's --data: {e}")
+  writable(out)
   try:
     data, _, result = replay.run_one(study, c, run)
   except ckpt_lib.CheckpointError as e:
@@ -86,22 +88,35 @@ def main(argv):
   where = f"cell {c} ({label})" if label else "the run"
   if ref is None and not replay.runs_kept(out):
     report["compared"] = "nothing to compare with (the run was made with --nokeep_runs)"
-    print(f"run {run} of {where}: replayed; {report['compared']}")
+    verdict = f"run {run} of {where}: replayed; {report['compared']}"
   elif ref is None:
     report["compared"] = "nothing to compare with yet (the run's batch has not been analyzed)"
-    print(f"run {run} of {where}: replayed; {report['compared']}")
+    verdict = f"run {run} of {where}: replayed; {report['compared']}"
   else:
     same = replay.compare(result, ref[0])
     report["compared_with"] = ref[1]
     report["identical"] = same
     differ = sorted(k for k, ok in same.items() if not ok)
     report["differ"] = differ
-    print(f"run {run} of {where}: {len(same) - len(differ)}/{len(same)} per-run arrays identical to the batch"
-          + (f"; DIFFER: {differ}" if differ else ""))
-  results_io.write_npz(os.path.join(out, f"replay_{run}.npz"), arrays)
-  results_io.write_json(os.path.join(out, f"replay_{run}.json"), report)
+    verdict = (f"run {run} of {where}: {len(same) - len(differ)}/{len(same)} per-run arrays identical to the batch"
+               + (f"; DIFFER: {differ}" if differ else ""))
+  try:          # written before the verdict is said: a full disk is one line, and no verdict without its record
+    results_io.write_npz(os.path.join(out, f"replay_{run}.npz"), arrays)
+    results_io.write_json(os.path.join(out, f"replay_{run}.json"), report)
+  except OSError as e:
+    run_experiment.fail(f"{out}: cannot write the replay's record ({e.strerror or e}); nothing was replaced")
+  print(verdict)
   sys.stdout.flush()
   return 1 if report.get("differ") else 0
+
+
+def writable(out: str) -> None:
+  """One line unless ``out`` is a directory this process can write in (checked before the replay)."""
+  try:
+    with tempfile.TemporaryFile(dir=out):
+      pass
+  except OSError as e:
+    run_experiment.fail(f"--out={out}: cannot write the replay's record there ({e.strerror or e})")
 
 
 def run() -> None:

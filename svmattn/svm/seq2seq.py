@@ -160,7 +160,7 @@ def load_npz(path: str | os.PathLike, dtype=np.float64) -> data_lib.Dataset:
       if missing:
         raise data_lib.DataError(f"{path}: missing array(s) {missing}; a seq2seq data file needs X (B,n,T,d), "
                                  f"Y (B,n,T), v (B,d) and optionally Z (B,n,T,d); found {sorted(f.files)}")
-      arrays = {k: f[k] for k in f.files if k in data_lib.Dataset._fields}
+      arrays = data_lib.npz_arrays(f, [k for k in f.files if k in data_lib.Dataset._fields], path)
   except data_lib.DataError:
     raise
   except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:

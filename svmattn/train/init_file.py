@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from svmattn.data.datasets import DataError
+from svmattn.data.datasets import DataError, npz_arrays
 
 # The arrays each parameterization starts from.
 NAMES = {"W": ("W",), "KQ": ("K", "Q"), "p": ("p",)}
@@ -62,7 +62,7 @@ def _read(path) -> dict[str, np.ndarray]:
         raise DataError(f"{path}: the init file must be an .npz archive of named arrays (np.savez), "
                         f"not a single .npy array")
       with loaded:
-        arrays = {k: loaded[k] for k in loaded.files}
+        arrays = npz_arrays(loaded, loaded.files, path)
   except DataError:
     raise
   except Exception as e:   # BadZipFile, a pickle, a truncated or corrupt member (zlib, CRC), ...
