@@ -16,9 +16,6 @@ functions a user reaches for.
 import logging
 import os
 
-import jax
-import numpy as np
-
 
 class ConfigurationError(RuntimeError):
   """JAX is not set up for what was asked (float64 without ``svmattn.configure()``)."""
@@ -66,6 +63,7 @@ def configure(x64: bool = True, devices: int | None = None) -> None:
   compiled afresh would not be bit-identical to its run (seen on an H200). It quiets JAX's INFO lines
   about backends it probes and does not find. A CPU ignores the GPU flag.
   """
+  import jax       # (here, not at the top: a program installs its interrupt handler before JAX loads)
   jax.config.update("jax_enable_x64", bool(x64))
   logging.getLogger("jax").setLevel(logging.WARNING)
   if "xla_gpu_autotune_level" not in os.environ.get("XLA_FLAGS", ""):
@@ -80,6 +78,8 @@ def configure(x64: bool = True, devices: int | None = None) -> None:
 
 def require_x64(dtype) -> None:
   """Refuse float64 work while JAX's x64 mode is off (JAX would silently compute in float32)."""
+  import jax
+  import numpy as np
   if np.dtype(dtype) == np.float64 and not jax.config.jax_enable_x64:
     raise ConfigurationError("float64 needs JAX's x64 mode: call svmattn.configure() first (or "
                              "jax.config.update('jax_enable_x64', True)), or pass float32 data")

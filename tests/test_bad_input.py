@@ -473,3 +473,37 @@ def test_replay_on_a_full_disk_is_one_line_before_any_verdict(small_disk, tmp_pa
   _assert_clean_error(got, "cannot write the replay's record")
   assert "identical" not in got.stdout, got.stdout
   assert not list(out.glob("replay_1*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", [["-m", "svmattn", "local_convergence"], ["-m", "experiments.local_convergence"]])
+def test_ctrl_c_at_any_moment_of_start_up_is_one_line(entry, tmp_path):
+  """SIGINT while the program imports JAX, parses its flags, builds and compiles (0.1 to 3 s in):
+  one line naming it and exit status 1, never a traceback, a crash or a swallowed interrupt
+  (svmattn.interrupts). (Before the program's first line runs, about the first 30 ms, the
+  interrupt is Python's own.)"""
+  for k, delay in enumerate((0.1, 0.25, 0.5, 0.8, 1.2, 1.8, 3.0)):
+    proc = subprocess.Popen([PY, *entry, f"--out={tmp_path / str(k)}", "--runs=4", "--steps=2000000",
+                             "--noprogress"], cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode == 1, (delay, proc.returncode, err[-2000:])
+    assert len(lines) == 1 and "error: stopped by SIGINT" in lines[0], (delay, err[-2000:])
+
+
+def test_the_interrupt_handler_leaves_other_handlers_alone():
+  from svmattn import interrupts
+  mine = lambda signum, frame: None  # noqa: E731
+  before = signal.signal(signal.SIGINT, mine)
+  try:
+    interrupts.install()
+    assert signal.getsignal(signal.SIGINT) is mine
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    interrupts.install("a hint")
+    assert signal.getsignal(signal.SIGINT).func is interrupts.stop
+  finally:
+    signal.signal(signal.SIGINT, before)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)

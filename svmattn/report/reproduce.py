@@ -34,6 +34,7 @@ from absl import app
 from absl import flags
 
 import svmattn
+from svmattn import interrupts
 from svmattn import registry
 from svmattn.analysis import checks as checks_lib
 from svmattn import report as report_lib
@@ -166,7 +167,7 @@ def command(run: Run, out: str) -> list[str]:
   return [sys.executable, "-m", "svmattn", run.experiment.name, f"--out={os.path.join(out, run.dir)}",
           f"--seed={FLAGS.seed}", "--noprogress", f"--figure_format={formats}",
           *(() if FLAGS.keep_runs else ("--nokeep_runs",)), *(("--full_records",) if FLAGS.full_records else ()),
-          *(("--overwrite",) if FLAGS.overwrite else ()), *extra]
+          *(("--overwrite",) if FLAGS.overwrite else ()), "--resume", *extra]
 
 
 def _environ(jobs: int = 1) -> dict:
@@ -313,6 +314,7 @@ def run(argv=None) -> None:
   """The command: parse the flags of ``argv`` (default sys.argv) and run ``main``."""
   svmattn.configure()
   app.call_after_init(run_experiment.install_stop_handlers)
+  interrupts.install("the same command continues: finished experiments are kept, the others resume")
   app.run(main, argv=argv)
 
 
