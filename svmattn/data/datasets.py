@@ -137,6 +137,51 @@ def generate_host(spec: DataSpec, seed: int, runs: Sequence[int] | np.ndarray,
     return jax.tree_util.tree_map(lambda a: np.asarray(a)[:len(runs)], out)
 
 
+def generate_test_host(spec: DataSpec, seed: int, runs, size: int, dtype=np.float64) -> dict:
+  """Run r's test set: ``size`` sequences from the paper's generator (``spec`` with n = size) on
+  the run's test key (``flat_draws(test=True)``): {"X_test" (B,size,T,d), "Y_test" (B,size),
+  "Z_test" (B,size,d)}. The head stays the training set's v."""
+  test_spec = dataclasses.replace(spec, n=int(size)).validate()
+  svmattn.require_x64(dtype)
+  X, Y, Z, _ = _unit_gaussian_flat(test_spec, seed, np.asarray(runs, np.uint32).reshape(-1), heads.LINEAR,
+                                   np.dtype(dtype), test=True)
+  return {"X_test": X, "Y_test": Y, "Z_test": Z}
+
+
+TEST_FIELDS = ("X_test", "Y_test", "Z_test")
+
+
+def load_test_npz(path, data: Dataset, dtype=np.float64) -> dict | None:
+  """The test arrays of a --data file (X_test (B,m,T,d), Y_test (B,m), Z_test (B,m,d), all or none),
+  checked against its data sets ``data``; None where it has none. Raises DataError."""
+  path = os.fspath(path)
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      present = [k for k in TEST_FIELDS if k in f.files]
+      if not present:
+        return None
+      if len(present) < len(TEST_FIELDS):
+        raise DataError(f"{path}: a test set needs X_test, Y_test and Z_test; found only {present}")
+      arrays = npz_arrays(f, TEST_FIELDS, path)
+  except DataError:
+    raise
+  except Exception as e:  # noqa: BLE001 - unreadable: one line
+    raise DataError(f"{path}: not a readable .npz data file ({type(e).__name__}: {e})") from e
+  B, _, T, d = data.X.shape
+  X, Y, Z = arrays["X_test"], arrays["Y_test"], arrays["Z_test"]
+  m = X.shape[1] if X.ndim == 4 else -1
+  for name, a, shape in (("X_test", X, (B, m, T, d)), ("Y_test", Y, (B, m)), ("Z_test", Z, (B, m, d))):
+    if a.shape != shape or m < 1:
+      raise DataError(f"{path}: {name} must have shape {shape if m >= 1 else '(B, m, T, d)'} (B={B} data sets, "
+                      f"T={T}, d={d}), got {a.shape}")
+    if a.dtype.kind not in "fiu" or not np.all(np.isfinite(a)):
+      raise DataError(f"{path}: {name} must hold finite real numbers")
+  if not np.all(np.isin(Y, (-1, 1))):
+    raise DataError(f"{path}: test labels Y_test must be -1 or +1")
+  check_magnitudes(arrays, dtype, path)
+  return {k: np.asarray(v, dtype) for k, v in arrays.items()}
+
+
 # ----------------------------------------------------------------------------
 # unit_gaussian without a program per shape
 # ----------------------------------------------------------------------------
@@ -159,17 +204,26 @@ def head_size(head: heads.Head, d: int) -> int:
 _FLAT_HEADS = (heads._unit_vector, heads._unit_frobenius_matrix)   # head inits drawn as one flat normal
 
 
-def flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, dtype) -> list[np.ndarray]:
+TEST_SALT = 0x7E57        # a test set's key: fold_in(the data key of r, TEST_SALT), split in four as the data's
+
+
+def flat_draws(counts: tuple[int, int, int, int], seed: int, runs: np.ndarray, dtype,
+               test: bool = False) -> list[np.ndarray]:
   """The four flat draws of run r's data set, for every run of ``runs``, as NumPy arrays (B, count
   each): normals of the keys kx, kz and kv and label bits of ky, where (kx, kz, ky, kv) = split(data
   key of r, 4) (``unit_gaussian``'s keys; the host samplers draw with it too); ``counts`` the number
-  of values of each (``rng.run_keys``, ``rng.split_keys``, ``rng.normals``, ``rng.coin_flips``)."""
+  of values of each (``rng.run_keys``, ``rng.split_keys``, ``rng.normals``, ``rng.coin_flips``).
+  ``test``: the draws of run r's test set instead, from fold_in(data key, TEST_SALT): a key of its own,
+  so the training draw does not depend on whether or how large a test set is drawn."""
   runs = np.asarray(runs, np.uint32).reshape(-1)
   nx, nz, ny, nv = (int(c) for c in counts)
   if not len(runs):
     return [np.zeros((0, c), np.bool_ if i == 2 else dtype) for i, c in enumerate((nx, nz, ny, nv))]
   # the keys of the four draws: split(split_run_key(run_key(seed, r))[0], 4), on the host (rng)
-  kx, kz, ky, kv = np.moveaxis(rng.split_keys(rng.split_keys(rng.run_keys(seed, runs))[:, 0], 4), 1, 0)
+  data_keys = rng.split_keys(rng.run_keys(seed, runs))[:, 0]
+  if test:
+    data_keys = rng.fold_in_keys(data_keys, TEST_SALT)
+  kx, kz, ky, kv = np.moveaxis(rng.split_keys(data_keys, 4), 1, 0)
   fx, fz, fv = (rng.normals(k, count, dtype) for k, count in ((kx, nx), (kz, nz), (kv, nv)))
   return [fx, fz, rng.coin_flips(ky, ny), fv]
 
@@ -252,11 +306,11 @@ def unit_rows_host(a: np.ndarray) -> np.ndarray:
 
 
 def _unit_gaussian_flat(spec: DataSpec, seed: int, runs: np.ndarray, head: heads.Head,
-                        dtype) -> tuple[np.ndarray, ...]:
+                        dtype, test: bool = False) -> tuple[np.ndarray, ...]:
   """``unit_gaussian`` for every run of ``runs`` (NumPy arrays X, Y, Z, v with a leading axis)."""
   n, T, d = spec.n, spec.T, spec.d
   counts = (n * T * d, n * d, n, head_size(head, d))
-  fx, fz, fy, fv = flat_draws(counts, seed, runs, dtype)
+  fx, fz, fy, fv = flat_draws(counts, seed, runs, dtype, test)
   B = len(runs)
   X = unit_rows_host(fx[:, :counts[0]].reshape(B, n, T, d))
   Z = X[:, :, spec.query_pos] if spec.attention == "self" else unit_rows_host(fz[:, :counts[1]].reshape(B, n, d))

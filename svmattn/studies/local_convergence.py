@@ -18,12 +18,14 @@ from svmattn import registry
 from svmattn.analysis import versus_svm
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.analysis import predictions
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
 from svmattn.data import datasets as data_lib
 from svmattn.execution import pipeline
 from svmattn.execution import stages
+from svmattn.models import losses
 from svmattn.svm import att_svm as svm_lib
 from svmattn.train import init_file as init_lib
 from svmattn.train import loop as train_lib
@@ -66,17 +68,25 @@ def token_scores(batch: data_lib.Dataset) -> np.ndarray:
   return np.asarray(metrics.linear_token_scores(batch.v, batch.X, batch.Y), np.float64)
 
 
-def batches(spec: data_lib.DataSpec, seed: int, dtype=np.float64, file_data: data_lib.Dataset | None = None):
+def batches(spec: data_lib.DataSpec, seed: int, dtype=np.float64, file_data: data_lib.Dataset | None = None,
+            test_n: int = 0, file_test: dict | None = None):
   """load(runs) -> {X, Y, Z, v (host arrays), gamma (token scores)}: the rows ``runs`` of
   ``file_data`` (as loaded), or those runs of ``spec``'s generator at ``seed`` cast to ``dtype``.
-  The data source of every study on E2's data sets."""
+  The data source of every study on E2's data sets. With a test set (the rows of ``file_test``, or
+  ``test_n`` sequences per run from the generator's test key: ``data.generate_test_host``), also
+  X_test, Y_test, Z_test; the training arrays are the same with or without it."""
   def load(runs):
     if file_data is not None:
       batch = data_lib.take(file_data, runs)
     else:
       batch = data_lib.generate_host(spec, seed, runs)
       batch = data_lib.Dataset(*(np.asarray(a).astype(dtype) for a in batch))
-    return {**{f: np.asarray(a) for f, a in batch._asdict().items()}, "gamma": token_scores(batch)}
+    out = {**{f: np.asarray(a) for f, a in batch._asdict().items()}, "gamma": token_scores(batch)}
+    if file_test is not None:
+      out.update({k: np.asarray(v)[np.asarray(runs)] for k, v in file_test.items()})
+    elif test_n and file_data is None:
+      out.update({k: v.astype(dtype) for k, v in data_lib.generate_test_host(spec, seed, runs, test_n).items()})
+    return out
   return load
 
 
@@ -87,8 +97,12 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   spec, configs = setup(fl)
   dtype = np.float32 if fl.precision == "float32" else np.float64
   file_data = data_lib.load_npz(fl.data, dtype) if fl.data else None
+  file_test = data_lib.load_test_npz(fl.data, file_data, dtype) if fl.data else None
+  if fl.data and fl.test_n and file_test is None:
+    raise ValueError(f"--test_n={fl.test_n}: a --data file's test set comes from the file (X_test, Y_test, "
+                     f"Z_test), and {fl.data} has none")
   runs = file_data.X.shape[0] if file_data is not None else fl.runs
-  load = batches(spec, fl.seed, dtype, file_data)
+  load = batches(spec, fl.seed, dtype, file_data, fl.test_n, file_test)
   d = file_data.X.shape[-1] if file_data is not None else spec.d
   check_init(fl, {p: c.param for p, c in configs}, runs, d, fl.m, dtype)
   if file_data is not None and fl.minibatch > file_data.X.shape[1]:
@@ -98,7 +112,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
                         lambda cell: tuple(train_stage(p, c, fl) for p, c in configs),
                         functools.partial(analyze, saturation=fl.saturation,
-                                          norms=norms(fl)),
+                                          norms=norms(fl), loss=fl.loss),
                         fl.batch_size, fl.seed, identity if identity is not None else fl)
 
 
@@ -138,11 +152,11 @@ def norms(fl: dict) -> tuple[str, ...]:
 
 
 def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION,
-            norms: tuple[str, ...] = svm_lib.NORMS) -> dict:
+            norms: tuple[str, ...] = svm_lib.NORMS, loss: str = "logistic") -> dict:
   """The per-run results of one batch: the SVM comparison plus the final W, selections,
   softmax and loss curves and the training health (``analysis.health``) of each
-  parameterization P."""
-  out = {}
+  parameterization P; with a test set in ``data``, ``scores``."""
+  out = scores(data, trajs, loss) if "X_test" in data else {}
   labels = {p: health.add(out, p, t, saturation) for p, t in trajs.items()}
   out.update(versus_svm.compare_with_svms(data["X"], data["Z"], data["gamma"], {p: t["W"] for p, t in trajs.items()},
                                        {p: t["selected"] for p, t in trajs.items()}, norms=norms, health=labels))
@@ -156,6 +170,25 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
   out["runs"] = data["runs"]
   out["token_scores"] = data["gamma"]
   out["optimal_tokens"] = metrics.optimal_tokens(data["gamma"])
+  return out
+
+
+def scores(data: dict, trajs: dict, loss: str = "logistic") -> dict:
+  """Per parameterization P and snapshot: train_acc_P, test_acc_P, test_loss_P (B, S) (the training
+  loss is loss_P), and the final predictions on the test sequences, test_pred_P (B, m)."""
+  lossf = losses.get_loss(loss)
+  X, Y, Z, v = (np.asarray(data[k], np.float64) for k in ("X", "Y", "Z", "v"))
+  Xt, Yt, Zt = (np.asarray(data[k], np.float64) for k in ("X_test", "Y_test", "Z_test"))
+  out = {}
+  for p, t in trajs.items():
+    W = np.asarray(t["W"], np.float64)                                   # (B, S, d, d)
+    B, S = W.shape[:2]
+    f = np.stack([[predictions.single_query(W[b, s], v[b], X[b], Z[b])[0] for s in range(S)] for b in range(B)])
+    ft = np.stack([[predictions.single_query(W[b, s], v[b], Xt[b], Zt[b])[0] for s in range(S)] for b in range(B)])
+    out[f"train_acc_{p}"] = predictions.accuracy(f, Y[:, None])
+    out[f"test_acc_{p}"] = predictions.accuracy(ft, Yt[:, None])
+    out[f"test_loss_{p}"] = np.asarray(np.mean(lossf(Yt[:, None] * ft), axis=-1), np.float64)
+    out[f"test_pred_{p}"] = ft[:, -1]
   return out
 
 
@@ -181,6 +214,11 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
       summary["convergence_types"][p] = metrics.type_fractions(arrays[f"convergence_type_{p}"])
   summary["health"] = health.summary(arrays)
   summary["saturation_threshold"] = fl.saturation
+  tested = [p for p in params if f"test_acc_{p}" in arrays]
+  if tested:
+    summary["accuracy"] = {p: {"train": float(np.mean(arrays[f"train_acc_{p}"][:, -1])),
+                               "test": float(np.mean(arrays[f"test_acc_{p}"][:, -1])),
+                               "test_loss": float(np.mean(arrays[f"test_loss_{p}"][:, -1]))} for p in tested}
   summary["checks"] = checks(summary["final_corr"])
   return arrays, summary
 
@@ -221,7 +259,7 @@ def _loss_scale(value):
     return "must be 'default', 'auto' or a finite number > 0"
 
 
-SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics()
+SHARED = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics()
             + common.training(params=("W", "KQ"), steps=2000, minibatch=True) + F.Settings((
                 F.Int("m", None, "(K,Q) width m (default d).", lower=1),
                 F.List("norms", ("fro", "nuc"), "Att-SVMs solved at each run's selection: fro (Frobenius), nuc "
@@ -235,6 +273,12 @@ SETTINGS = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nu
                       check=_loss_scale),
             ), (F.Rule(("query_pos", "T"), lambda v: None if v["query_pos"] < v["T"]
                        else "--query_pos must be below --T"),)))
+"""E2's settings that the studies on its data sets share (Q1 adds its own)."""
+
+SETTINGS = SHARED + F.Settings((
+    F.Int("test_n", 0, "Test sequences per data set, drawn from the same generator with a key of their own (the "
+          "training data are unchanged); 0: none. With --data, the file's X_test, Y_test, Z_test are the test "
+          "set. Adds train_acc_P, test_acc_P, test_loss_P per snapshot and test_pred_P.", lower=0),))
 
 EXPERIMENT = registry.Experiment(
     id="E2", name=NAME, title="Local convergence of normalized GD (W and (K,Q))",

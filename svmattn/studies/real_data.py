@@ -32,6 +32,7 @@ from svmattn import registry
 from svmattn import rng
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.analysis import predictions
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
@@ -166,11 +167,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
 
 def predict(W: np.ndarray, v: np.ndarray, X: np.ndarray, Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """(f (m,), s (m,T)) of one model on sequences X (m,T,d), Z (m,d) (NumPy, float64)."""
-  logits = np.einsum("mtd,md->mt", X, Z @ W.T)
-  logits = logits - logits.max(axis=-1, keepdims=True)
-  s = np.exp(logits)
-  s /= s.sum(axis=-1, keepdims=True)
-  return np.einsum("mt,mtd->md", s, X) @ v, s
+  return predictions.single_query(W, v, X, Z)
 
 
 def analyze(label: dict, data: dict, trajs: dict) -> dict:

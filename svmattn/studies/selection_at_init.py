@@ -63,7 +63,7 @@ def report(summary: dict, fl: dict) -> list[str]:
   return lines
 
 
-SETTINGS = local_convergence.SETTINGS + F.Settings((F.Int("runs", 100, "Number of random data sets.", lower=1),))
+SETTINGS = local_convergence.SHARED + F.Settings((F.Int("runs", 100, "Number of random data sets.", lower=1),))
 
 EXPERIMENT = registry.Experiment(
     id="Q1", name="selection_at_init", title="Is the selected token decided at initialization?",
