@@ -1,7 +1,9 @@
 """E17's figures: test accuracy against the signal norm beside the fit of the (noisy) training labels,
 one curve per n, with the max-margin interpolator's test accuracy (vs_signal.png); the final attention
 of a clean and of a flipped training sequence at the largest and the smallest signal norm
-(attention.png); test accuracy during training at every signal norm (curves.png)."""
+(attention.png); test accuracy during training at every signal norm (curves.png); the selected
+token of every sequence in the signal directions, train and test, at three signal norms: Sakamoto &
+Sato's Figure 1 (selection.png)."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,6 +40,38 @@ def draw(arrays, summary, out, flags, extras=None):
   plots.save(fig, f"{out}/vs_signal.png")
   _attention(arrays, summary, out)
   _curves(summary, out)
+  _projection(arrays, summary, out)
+
+
+def _projection(arrays, summary, out):
+  """Sakamoto & Sato's Figure 1 from this run: each sequence's selected token (largest final
+  attention) in the (mu_-1, mu_+1) coordinates, training (top: squares, the labels training saw)
+  and test (bottom: circles), at the smallest, a middle and the largest signal norm (middle n)."""
+  ns = sorted({r["n"] for r in summary["cells"]})
+  n = ns[len(ns) // 2]
+  rows = [r for r in summary["cells"] if r["n"] == n]
+  picks = sorted({0, len(rows) // 2, len(rows) - 1})
+  fig, axes = plots.plt.subplots(2, len(picks), figsize=(3.6 * len(picks), 6.4), squeeze=False)
+  for j, k in enumerate(picks):
+    r = rows[k]
+    tag = f"s{r['signal']:g}_n{r['n']}"
+    train, test = arrays.get(f"selected_projection_{tag}"), arrays.get(f"test_projection_{tag}")
+    Y, yt = arrays.get(f"train_labels_{tag}"), arrays.get(f"test_labels_shown_{tag}")
+    if train is None or test is None:
+      continue
+    for ax, pts, lab, marker in ((axes[0, j], train, Y, "s"), (axes[1, j], test, yt, "o")):
+      for y, c in ((1, "C0"), (-1, "C1")):
+        sel = lab == y if lab is not None else np.ones(pts.shape[:2], bool)
+        style = {"facecolors": "none", "edgecolors": c} if marker == "o" else {"color": c}
+        ax.scatter(pts[..., 0][sel], pts[..., 1][sel], s=10, marker=marker, label=f"Y = {y:+d}", **style)
+      lim = [min(np.nanmin(pts), -2), max(np.nanmax(pts), 2)]
+      ax.plot(lim, lim, "k:", lw=0.8)
+      ax.set(xlabel="mu_-1 direction", ylabel="mu_+1 direction")
+      ax.legend(fontsize=8)
+    axes[0, j].set_title(f"train, s={r['signal']:g} (test acc {r['test_acc']:.2f})")
+    axes[1, j].set_title(f"test, s={r['signal']:g}")
+  fig.subplots_adjust(hspace=0.4)
+  plots.save(fig, f"{out}/selection.png")
 
 
 def _attention(arrays, summary, out):

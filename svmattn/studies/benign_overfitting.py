@@ -44,6 +44,7 @@ NAME = "benign_overfitting"
 BENIGN = 0.9          # "generalizes": mean final test accuracy at least this (and fits: flipped fitted share)
 MAGEN_EXPONENT = -0.5  # Magen et al. 2024: the SNR threshold scales as n^(-1/2)
 EXPONENT_TOLERANCE = 0.25
+PROJECTED = 100        # test sequences whose selected token is kept for the projection figure
 
 
 def config(fl: dict) -> train_lib.TrainConfig:
@@ -94,6 +95,10 @@ def analyze(label: dict, data: dict, trajs: dict, seed: int = 0, test_n: int = 1
                                             "svm_test_acc", "svm_align_e1", "svm_align_e2")}
   status = []
   attention = np.full((B, 2, T), np.nan)                                  # a clean and a flipped sequence, final
+  shown = min(PROJECTED, test_n)
+  projected = np.full((B, n, 2), np.nan)           # the selected token's (mu_-1, mu_+1)-coordinates, training
+  projected_test = np.full((B, shown, 2), np.nan)  # and of the first test sequences
+  labels_test = np.full((B, shown), np.nan)
   for b in range(B):
     f, s = predictions.prompt(P[b], v[b], X[b])                           # (S, n), (S, n, T)
     fit = Y[b] * f > 0
@@ -109,6 +114,11 @@ def analyze(label: dict, data: dict, trajs: dict, seed: int = 0, test_n: int = 1
     with np.errstate(invalid="ignore", divide="ignore"):
       curves["align_e1"][b], curves["align_e2"][b] = P[b, :, 0] / norm, P[b, :, 1] / norm
     final = s[-1]                                                         # (n, T)
+    chosen = X[b, np.arange(n), np.argmax(final, axis=1)]                  # (n, d)
+    projected[b] = chosen[:, [1, 0]]
+    _, st = predictions.prompt(P[b, -1:], v[b], Xt[:shown])
+    projected_test[b] = Xt[np.arange(shown), np.argmax(st[0], axis=1)][:, [1, 0]]
+    labels_test[b] = yt[:shown]
     on = np.take_along_axis(final, relevant[b][:, None], axis=1)[:, 0]
     top = np.argmax(final, axis=1) == relevant[b]
     finals["attn_relevant_clean"][b], finals["attn_relevant_flipped"][b] = _share(~flipped[b], on), _share(flipped[b], on)
@@ -133,7 +143,9 @@ def analyze(label: dict, data: dict, trajs: dict, seed: int = 0, test_n: int = 1
   out.update(finals)
   out["svm_status"] = np.array(status, dtype="<U12")
   out["attention_examples"] = attention
+  out["selected_projection"], out["test_projection"], out["test_labels_shown"] = projected, projected_test, labels_test
   out["p_final"] = P[:, -1]
+  out["train_labels"] = Y
   out["loss"] = np.asarray(t["loss"], np.float64)
   out["steps"] = np.tile(np.asarray(t["steps"]), (B, 1))
   return out
@@ -181,7 +193,11 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
     thresholds[str(int(n))] = threshold([r["signal"] for r in mine], [r["test_acc"] for r in mine])
   summary = {"experiment": "E17 benign overfitting", "T": fl.T, "d": fl.d, "rho": fl.rho, "eta": fl.eta,
              "test_n": fl.test_n, "cells": rows, "thresholds": thresholds,
-             "threshold_exponent": exponent(thresholds)}
+             "threshold_exponent": exponent(thresholds),
+             # Sakamoto & Sato's Figure 1: harmful below SNR ~ d^(-1/4), not overfitting above SNR ~ n^(-1/2), with
+             # SNR = s / sqrt(d): in signal norms, s = d^(1/4) and s = sqrt(d / n) (orders, no constants)
+             "sakamoto_harmful_below": fl.d ** 0.25,
+             "sakamoto_not_overfitting_above": {str(int(n)): math.sqrt(fl.d / int(n)) for n in fl.n_values}}
   summary["checks"] = checks(fl, rows, summary["threshold_exponent"])
   return arrays, summary
 
@@ -241,7 +257,8 @@ def report(summary: dict, fl: dict) -> list[str]:
                  f"{fmt(r['test_acc'])} {fmt(r['selects_relevant_clean']):>8} {fmt(r['selects_relevant_flipped']):>9} "
                  f"{fmt(r['svm_test_acc']):>9}")
   th = ", ".join(f"n={n}: {'-' if s is None else f'{s:.3g}'}" for n, s in summary["thresholds"].items())
-  lines.append(f"  signal norm where test acc reaches {BENIGN}: {th}")
+  lines.append(f"  signal norm where test acc reaches {BENIGN}: {th} (Sakamoto & Sato's order d^(1/4) = "
+               f"{summary['sakamoto_harmful_below']:.3g})")
   return lines
 
 
