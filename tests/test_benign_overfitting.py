@@ -84,3 +84,31 @@ def test_the_threshold_is_interpolated_on_the_grid():
   assert e17.threshold([1, 2], [0.95, 1.0]) is None and e17.threshold([1, 2], [0.5, 0.6]) is None
   assert e17.exponent({"10": 20.0, "40": 10.0}) == pytest.approx(-0.5)
   assert e17.exponent({"10": 20.0, "40": None}) is None
+
+
+def test_another_codes_data_sets_through_data_give_the_generated_run(small, tmp_path):
+  """The generator's own data sets written in the --data format (with their test sets, clean labels,
+  flips and relevant tokens) train and score bit for bit as the generated run's cell."""
+  fl, cells = small
+  a = label_noise.train(fl.seed, [0, 1], 8, fl.T, fl.d, 40.0, fl.rho, fl.eta)
+  tests = [label_noise.test(fl.seed, r, fl.test_n, fl.T, fl.d, 40.0, fl.rho) for r in (0, 1)]
+  path = tmp_path / "other_code.npz"
+  np.savez(path, X=a["X"], Y=a["Y"], Z=a["Z"], v=a["v"], Y_clean=a["Y_clean"], flipped=a["flipped"],
+           relevant_tokens=a["relevant_tokens"], X_test=np.stack([t[0] for t in tests]),
+           Y_test=np.stack([t[1] for t in tests]), Z_test=np.zeros((2, fl.test_n, fl.d)))
+  mine = e17.SETTINGS.validate({**dict(fl), "data": str(path), "init": "zero"})
+  got = pipeline.run(e17.build(mine), str(tmp_path / "run"), workers=0, show_progress=False).cells
+  assert len(got) == 1
+  for k, v in cells[1].items():
+    assert np.array_equal(v, got[0][k], equal_nan=v.dtype.kind == "f"), k
+  _, summary = e17.reduce(mine, got)
+  assert summary["checks"] == [] and summary["cells"][0]["n"] == 8
+
+
+def test_a_data_file_without_a_test_set_is_refused(tmp_path):
+  from svmattn.data import datasets as data_lib
+  a = label_noise.train(0, [0], 4, 5, 6, 10.0, 0.1, 0.25)
+  path = tmp_path / "no_test.npz"
+  np.savez(path, X=a["X"], Y=a["Y"], Z=a["Z"], v=a["v"])
+  with pytest.raises(data_lib.DataError, match="needs X_test, Y_test and Z_test"):
+    e17.build(e17.SETTINGS.validate({"data": str(path), "T": 5, "d": 6, "out": "x"}))

@@ -23,6 +23,14 @@ def _v(rows, key):
 
 
 def draw(arrays, summary, out, flags, extras=None):
+  if not flags.get("data"):                 # (a --data file is one cell: no axis of signal norms)
+    _vs_signal(summary, out)
+  _attention(arrays, summary, out)
+  _curves(summary, out)
+  _projection(arrays, summary, out)
+
+
+def _vs_signal(summary, out):
   groups = _by_n(summary)
   fig, axes = plots.figure(ncols=3, width=4.0, height=3.4)
   for k, (n, rows) in enumerate(groups.items()):
@@ -38,9 +46,6 @@ def draw(arrays, summary, out, flags, extras=None):
     ax.set(xscale="log", xlabel="signal norm s", title=title, ylim=(-0.03, 1.03))
     ax.legend(fontsize=8)
   plots.save(fig, f"{out}/vs_signal.png")
-  _attention(arrays, summary, out)
-  _curves(summary, out)
-  _projection(arrays, summary, out)
 
 
 def _projection(arrays, summary, out):

@@ -32,6 +32,7 @@ from svmattn.analysis import predictions
 from svmattn.config import allowed
 from svmattn.config import common
 from svmattn.config import fields as F
+from svmattn.data import datasets as data_lib
 from svmattn.data import label_noise
 from svmattn.execution import pipeline
 from svmattn.execution import stages
@@ -54,17 +55,52 @@ def config(fl: dict) -> train_lib.TrainConfig:
                                init=fl.init, block_size=fl.block_size).validate()
 
 
+FILE_EXTRAS = ("Y_clean", "flipped", "relevant_tokens")   # optional arrays of a --data file, (B, n) each
+
+
+def labels(fl: dict) -> list[dict]:
+  """The cells' labels: every (signal, n) of the grid, or with --data one cell {"signal": 0, "n": its n}."""
+  fl = F.Values(fl)
+  if fl.data:
+    return [{"signal": 0.0, "n": int(data_lib.load_npz(fl.data).X.shape[1])}]
+  return sweep_lib.grid({"signal": [float(s) for s in fl.signal_norms], "n": [int(n) for n in fl.n_values]})
+
+
+def load_file(path: str) -> dict:
+  """Another code's data sets (the engine's --data format: X, Y, Z, v, with X_test, Y_test, Z_test and
+  optionally Y_clean, flipped, relevant_tokens (B, n)): {name: array}. Raises DataError."""
+  data = data_lib.load_npz(path)
+  test = data_lib.load_test_npz(path, data)
+  if test is None:
+    raise data_lib.DataError(f"{path}: E17 scores a test set: the file needs X_test, Y_test and Z_test")
+  out = {**data._asdict(), **test}
+  with np.load(path, allow_pickle=False) as f:
+    extra = data_lib.npz_arrays(f, [k for k in FILE_EXTRAS if k in f.files], path)
+  for k, a in extra.items():
+    if a.shape != data.Y.shape:
+      raise data_lib.DataError(f"{path}: {k} must have shape {data.Y.shape} (one value per training sequence), "
+                               f"got {a.shape}")
+  out["Y_clean"] = np.asarray(extra.get("Y_clean", data.Y), np.float64)
+  out["flipped"] = np.asarray(extra.get("flipped", out["Y_clean"] != data.Y), bool)
+  out["relevant_tokens"] = np.asarray(extra.get("relevant_tokens", np.full(data.Y.shape, -1)), np.int64)
+  return out
+
+
 def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   fl = F.Values(fl)              # (any mapping of the settings, e.g. a summary's flags)
   cfg = config(fl)
+  file = load_file(fl.data) if fl.data else None
 
   def load(cell, runs):
+    if file is not None:
+      return {k: v[np.asarray(runs)] for k, v in file.items()}
     lab = cell.label
     return label_noise.train(fl.seed, runs, int(lab["n"]), fl.T, fl.d, float(lab["signal"]), fl.rho, fl.eta)
 
-  cells = tuple(pipeline.Cell(label, int(fl.runs))
-                for label in sweep_lib.grid({"signal": [float(s) for s in fl.signal_norms],
-                                             "n": [int(n) for n in fl.n_values]}))
+  runs = file["X"].shape[0] if file is not None else int(fl.runs)
+  if file is not None and file["X"].shape[2:] != (fl.T, fl.d):
+    raise ValueError(f"--data: its sequences have T, d = {file['X'].shape[2:]}; pass --T and --d to match")
+  cells = tuple(pipeline.Cell(label, runs) for label in labels(fl))
   analysis = functools.partial(analyze, seed=fl.seed, test_n=fl.test_n, T=fl.T, d=fl.d, rho=fl.rho,
                                saturation=fl.saturation)
   return pipeline.Study(NAME, cells, load, lambda cell: (stages.Train("p", cfg),), analysis, fl.batch_size,
@@ -95,7 +131,7 @@ def analyze(label: dict, data: dict, trajs: dict, seed: int = 0, test_n: int = 1
                                             "svm_test_acc", "svm_align_e1", "svm_align_e2")}
   status = []
   attention = np.full((B, 2, T), np.nan)                                  # a clean and a flipped sequence, final
-  shown = min(PROJECTED, test_n)
+  shown = min(PROJECTED, test_n if "X_test" not in data else np.asarray(data["X_test"]).shape[1])
   projected = np.full((B, n, 2), np.nan)           # the selected token's (mu_-1, mu_+1)-coordinates, training
   projected_test = np.full((B, shown, 2), np.nan)  # and of the first test sequences
   labels_test = np.full((B, shown), np.nan)
@@ -106,7 +142,10 @@ def analyze(label: dict, data: dict, trajs: dict, seed: int = 0, test_n: int = 1
     curves["clean_train_acc"][b] = predictions.accuracy(f, clean[b])
     if flipped[b].any():
       curves["fitted_flipped"][b] = fit[:, flipped[b]].mean(axis=1)
-    Xt, yt = label_noise.test(seed, int(runs[b]), test_n, T, d, signal, rho)
+    if "X_test" in data:                      # a --data file's own test set
+      Xt, yt = np.asarray(data["X_test"][b], np.float64), np.asarray(data["Y_test"][b], np.float64)
+    else:
+      Xt, yt = label_noise.test(seed, int(runs[b]), test_n, T, d, signal, rho)
     ft, _ = predictions.prompt(P[b], v[b], Xt)
     curves["test_acc"][b] = predictions.accuracy(ft, yt)
     curves["test_loss"][b] = predictions.logistic_loss(ft, yt)
@@ -119,11 +158,12 @@ def analyze(label: dict, data: dict, trajs: dict, seed: int = 0, test_n: int = 1
     _, st = predictions.prompt(P[b, -1:], v[b], Xt[:shown])
     projected_test[b] = Xt[np.arange(shown), np.argmax(st[0], axis=1)][:, [1, 0]]
     labels_test[b] = yt[:shown]
-    on = np.take_along_axis(final, relevant[b][:, None], axis=1)[:, 0]
-    top = np.argmax(final, axis=1) == relevant[b]
+    known = relevant[b] >= 0                   # (a --data file without relevant_tokens: -1, unknown)
+    on = np.where(known, np.take_along_axis(final, np.maximum(relevant[b], 0)[:, None], axis=1)[:, 0], np.nan)
+    top = np.where(known, np.argmax(final, axis=1) == relevant[b], np.nan)
     finals["attn_relevant_clean"][b], finals["attn_relevant_flipped"][b] = _share(~flipped[b], on), _share(flipped[b], on)
-    finals["selects_relevant_clean"][b] = _share(~flipped[b], top.astype(float))
-    finals["selects_relevant_flipped"][b] = _share(flipped[b], top.astype(float))
+    finals["selects_relevant_clean"][b] = _share(~flipped[b], top)
+    finals["selects_relevant_flipped"][b] = _share(flipped[b], top)
     for k, mask in enumerate((~flipped[b], flipped[b])):
       if mask.any():
         attention[b, k] = final[np.flatnonzero(mask)[0]]
@@ -169,9 +209,8 @@ def threshold(signals: list, test_acc: list, level: float = BENIGN) -> float | N
 
 def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
   fl = F.Values(fl)
-  labels = sweep_lib.grid({"signal": [float(s) for s in fl.signal_norms], "n": [int(n) for n in fl.n_values]})
   arrays, rows = {}, []
-  for label, a in zip(labels, cells):
+  for label, a in zip(labels(fl), cells):
     tag = f"s{label['signal']:g}_n{label['n']}"
     for k, v in a.items():
       arrays[f"{k}_{tag}"] = v
@@ -188,7 +227,7 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
     row["steps"] = [int(s) for s in a["steps"][0]] if len(a["steps"]) else []
     rows.append(row)
   thresholds = {}
-  for n in fl.n_values:
+  for n in ([] if fl.data else fl.n_values):
     mine = [r for r in rows if r["n"] == int(n)]
     thresholds[str(int(n))] = threshold([r["signal"] for r in mine], [r["test_acc"] for r in mine])
   summary = {"experiment": "E17 benign overfitting", "T": fl.T, "d": fl.d, "rho": fl.rho, "eta": fl.eta,
@@ -198,7 +237,9 @@ def reduce(fl: dict, cells: list) -> tuple[dict, dict]:
              # SNR = s / sqrt(d): in signal norms, s = d^(1/4) and s = sqrt(d / n) (orders, no constants)
              "sakamoto_harmful_below": fl.d ** 0.25,
              "sakamoto_not_overfitting_above": {str(int(n)): math.sqrt(fl.d / int(n)) for n in fl.n_values}}
-  summary["checks"] = checks(fl, rows, summary["threshold_exponent"])
+  summary["checks"] = [] if fl.data else checks(fl, rows, summary["threshold_exponent"])
+  if fl.data:
+    summary["data"], summary["test_n"] = fl.data, "the file's"
   return arrays, summary
 
 
@@ -299,6 +340,10 @@ SETTINGS = (common.base(runs=3, data=False, precision=False) + F.Settings((
     F.Int("snapshot_every", 50, "Score the model every this many steps.", lower=1),
     F.Int("chunk_steps", 500, "Steps per jitted chunk; a checkpoint is saved after each.", lower=1),
     F.Enum("init", "zero", ["zero", "uniform", "normal"], "Initialization of p (the public code: zero)."),
+    F.Str("data", None, "Another code's data sets instead of the generator (the engine's --data format X, Y, Z, v "
+          "with X_test, Y_test, Z_test, and optionally Y_clean, flipped, relevant_tokens (B, n)): one cell, "
+          "reported without checks; with --init=zero and that code's --optimizer and --lr, p_final sits beside "
+          "its parameters.", check=allowed.existing_file),
     F.Int("block_size", 4, "Data sets per vectorized block (a batch is padded to a multiple of it; results are "
           "bit-identical for a fixed block size). The prompt model trains by autodiff, so padding costs steps.",
           lower=1),
