@@ -341,6 +341,7 @@ def reduce(fl: dict, cell_arrays: list) -> tuple[dict, dict]:
              "health": {f"{tag}/{name}": row["health"] for tag, rows in table.items() for name, row in rows.items()}}
   summary["questions"] = questions(fl, table)
   summary["checks"] = checks(fl, table)
+  summary["reported"] = reported(table)
   return arrays, summary
 
 
@@ -383,12 +384,46 @@ def questions(fl: dict, table: dict) -> dict:
           "5_large_steps": q5}
 
 
+def asymptotic_only(optimizer: str) -> str | None:
+  """Why the margin-gap ordering is no prediction at a finite horizon for ``optimizer`` (None where it
+  is one): unnormalized GD at any step size and the Polyak step converge in direction at the rate
+  1/log t (Soudry et al. 2018; Nacson et al. 2019), and a decaying schedule (@sqrt, @inv) slows
+  normalized GD to a rate of the same kind; at 10^4 steps their gaps are measurements."""
+  core = _core(optimizer)
+  if core in ("gd", "polyak"):
+    return f"{core}: the direction converges at rate 1/log t, so no ordering of the gaps is predicted at this horizon"
+  if "@" in optimizer:
+    return "a decaying step size: the rate is of order 1/log t, so no ordering of the gaps is predicted at this horizon"
+  return None
+
+
+def margin_gap(model: str, name: str, r: dict) -> tuple[str, float] | None:
+  """(name, share) of the margin-gap comparison of one stage, or None without distinct solutions."""
+  if not r["distinct_runs"]:
+    return None
+  return (f"{model} {name}: share of data sets whose final {r['target_norm']} margin gap is below that of every "
+          "other norm's solution", r["beats_other_solutions"] / r["distinct_runs"])
+
+
+def reported(table: dict) -> list:
+  """The margin-gap comparisons theory does not predict at the horizon measured (``asymptotic_only``):
+  reported with the reason, never a check that fails by design."""
+  out = []
+  for model in ("linear", "linear_mc"):
+    for name, r in (table.get(f"{model}_mb0") or {}).items():
+      why = asymptotic_only(r["optimizer"]) if r["target_norm"] is not None else None
+      gap = margin_gap(model, name, r) if why else None
+      if gap:
+        out.append({"name": gap[0], "value": gap[1], "why": why})
+  return out
+
+
 def checks(fl: dict, table: dict) -> list:
   """On the linear control at full batch, where the theorems are proven, for each optimizer with a
   target norm, over the usable data sets whose norms' solutions all differ: does it end nearest (mean
-  final corr) to that norm's max-margin solution, and is its final margin gap in that norm below
-  the gap of every other norm's solution in more than half of them? A "no" is a finding, not a
-  failure of the run."""
+  final corr) to that norm's max-margin solution, and (where theory predicts it at this horizon:
+  ``asymptotic_only``) is its final margin gap in that norm below the gap of every other norm's
+  solution in more than half of them? A "no" is a finding, not a failure of the run."""
   out = []
   for model in ("linear", "linear_mc"):
     for name, r in (table.get(f"{model}_mb0") or {}).items():
@@ -405,12 +440,11 @@ def checks(fl: dict, table: dict) -> list:
                           f"({r['distinct_runs']} data sets with distinct solutions)",
                   "value": r["nearest_by_mean_corr"], "expected": f"{r['target_norm']} (the theorem's norm)",
                   "ok": r["nearest_by_mean_corr"] == r["target_norm"], "runs": runs})
-      if r["distinct_runs"]:
-        share = r["beats_other_solutions"] / r["distinct_runs"]
-        out.append({"name": f"{model} {name}: share of data sets whose final {r['target_norm']} margin gap is below "
-                            "that of every other norm's solution", "value": share,
+      gap = margin_gap(model, name, r)
+      if gap and not asymptotic_only(r["optimizer"]):
+        out.append({"name": gap[0], "value": gap[1],
                     "expected": "> 0.5 (it is nearer its own norm's max margin than the other norms' limits are)",
-                    "ok": bool(share > 0.5), "runs": runs})
+                    "ok": bool(gap[1] > 0.5), "runs": runs})
   return out
 
 
@@ -447,6 +481,8 @@ def report(summary: dict, fl: dict) -> list[str]:
                    f"{_fmt(r['final_corr'].get(n) if n else None, '.4f'):>8}"
                    f"{_fmt(r['final_gap'].get(n) if n else None, '.2e'):>10}{_ci(r['slope_gap']):>24}"
                    f"{osc:>9}")
+  for m in summary.get("reported") or []:
+    lines.append(f"  [reported] {m['name']}: {m['value']:.3g} ({m['why']})")
   return lines
 
 
@@ -456,8 +492,9 @@ def key_numbers(summary: dict) -> list:
   checks_ = summary.get("checks") or []
   by_corr = [c for c in checks_ if "nearest by mean final corr" in c["name"]]
   by_gap = [c for c in checks_ if "margin gap" in c["name"]]
-  out = [("linear control: nearest (corr) to the theorem's norm", f"{sum(c['ok'] for c in by_corr)}/{len(by_corr)}"),
-         ("linear control: gap below the other norms' solutions", f"{sum(c['ok'] for c in by_gap)}/{len(by_gap)}")]
+  held = lambda cs: f"{sum(c['ok'] is True for c in cs)}/{sum(c['ok'] is not None for c in cs)}"  # noqa: E731
+  out = [("linear control: nearest (corr) to the theorem's norm", held(by_corr)),
+         ("linear control: gap below the other norms' solutions", held(by_gap))]
   for tag, rows in (summary.get("cells") or {}).items():
     targeted = {n: r for n, r in rows.items() if r.get("target_norm") and r.get("nearest")}
     hit = sum(max(r["nearest"], key=r["nearest"].get).split("=").count(r["target_norm"]) > 0 for r in targeted.values())
