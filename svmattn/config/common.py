@@ -164,6 +164,13 @@ def _minibatch_rule(v):
   return f"--minibatch={v['minibatch']} exceeds --n={v['n']}: a step draws at most the n sequences of a data set"
 
 
+def init_scale_field() -> F.Float:
+  """--init_scale: the random initialization times S (``train.loop.TrainConfig.init_scale``)."""
+  return F.Float("init_scale", 1.0, "Multiply the random initialization by this (every parameterization: W, K and "
+                 "Q, p); 1 is the initialization as drawn, bit for bit. Small values (1e-3) start near the saddle at "
+                 "0 (rank dynamics from a small init); a --init file is used as given.", check=allowed.positive)
+
+
 def init_field(default: str = "uniform") -> F.Field:
   """--init: an initialization scheme (uniform, normal, zero) or a .npz of starting parameters, one row
   per data set: W (B,d,d), or K and Q (B,d,m) (``train.init_file``)."""

@@ -95,6 +95,14 @@ PARAMETERIZATIONS = {"W": W_PARAM, "KQ": KQ_PARAM, "p": P_PARAM}
 HEAD_KEY = "v"
 
 
+def scaled(params, scale: float):
+  """The initialization ``params`` (a mapping, or a flax module's tree) times ``scale`` (``--init_scale``),
+  in the parameters' own dtype; the same object where ``scale`` is 1 (today's starts, bit for bit)."""
+  if scale == 1:
+    return params
+  return jax.tree_util.tree_map(lambda a: (a * scale).astype(a.dtype), params)
+
+
 def get_parameterization(name: str) -> Parameterization:
   if name not in PARAMETERIZATIONS:
     raise ValueError(f"unknown parameterization {name!r}; known: {sorted(PARAMETERIZATIONS)}")

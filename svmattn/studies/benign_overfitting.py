@@ -52,7 +52,7 @@ def config(fl: dict) -> train_lib.TrainConfig:
   fl = F.Values(fl)
   return train_lib.TrainConfig(param="p", model="prompt", train_head=False, optimizer=fl.optimizer, lr=fl.lr,
                                steps=fl.steps, snapshot_every=fl.snapshot_every, chunk_steps=fl.chunk_steps,
-                               init=fl.init, block_size=fl.block_size).validate()
+                               init=fl.init, init_scale=fl.init_scale, block_size=fl.block_size).validate()
 
 
 FILE_EXTRAS = ("Y_clean", "flipped", "relevant_tokens")   # optional arrays of a --data file, (B, n) each
@@ -340,6 +340,7 @@ SETTINGS = (common.base(runs=3, data=False, precision=False) + F.Settings((
     F.Int("snapshot_every", 50, "Score the model every this many steps.", lower=1),
     F.Int("chunk_steps", 500, "Steps per jitted chunk; a checkpoint is saved after each.", lower=1),
     F.Enum("init", "zero", ["zero", "uniform", "normal"], "Initialization of p (the public code: zero)."),
+    common.init_scale_field(),
     F.Str("data", None, "Another code's data sets instead of the generator (the engine's --data format X, Y, Z, v "
           "with X_test, Y_test, Z_test, and optionally Y_clean, flipped, relevant_tokens (B, n)): one cell, "
           "reported without checks; with --init=zero and that code's --optimizer and --lr, p_final sits beside "

@@ -56,7 +56,7 @@ def setup(fl: dict):
       param=p, m=fl.m, loss=fl.loss, optimizer=fl.optimizer, lr=fl.lr, steps=fl.steps,
       snapshot_every=fl.snapshot_every, chunk_steps=fl.chunk_steps, block_size=fl.block_size,
       loss_scale=loss_scale(fl.loss_scale, fl.precision),
-      numerics=fl.numerics, init=init_scheme(fl), minibatch=fl.minibatch,
+      numerics=fl.numerics, init=init_scheme(fl), init_scale=fl.init_scale, minibatch=fl.minibatch,
       sampling=fl.sampling).validate())
       for p in fl.params)
   return spec, configs
@@ -262,6 +262,7 @@ def _loss_scale(value):
 SHARED = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.numerics()
             + common.training(params=("W", "KQ"), steps=2000, minibatch=True) + F.Settings((
                 F.Int("m", None, "(K,Q) width m (default d).", lower=1),
+                common.init_scale_field(),
                 F.List("norms", ("fro", "nuc"), "Att-SVMs solved at each run's selection: fro (Frobenius), nuc "
                        "(nuclear; the slower one). E.g. --params=W --norms=fro solves only W's own SVM.",
                        check=allowed.one_of(svm_lib.NORMS, "norms")),

@@ -63,7 +63,8 @@ def init_params_of(config, keys, data) -> dict:
   """The starting parameters of every run of ``config`` on ``data`` (NumPy leaves with a leading
   axis B): the parameters of ``train.loop.Trainer.init_one``, drawn here."""
   d = data.X.shape[-1]
-  params = init_params(config.param, config.init, np.asarray(keys), d, config.m or d, np.asarray(data.X).dtype)
+  params = model_lib.scaled(init_params(config.param, config.init, np.asarray(keys), d, config.m or d,
+                                        np.asarray(data.X).dtype), config.init_scale)
   if config.train_head:
     params = {**params, model_lib.HEAD_KEY: np.asarray(data.v)}     # the data set's head is the start
   return params

@@ -85,6 +85,7 @@ class TrainConfig:
   snapshot_every: int = 10
   chunk_steps: int = 500
   init: str = "uniform"             # see model.INIT_SCHEMES
+  init_scale: float = 1.0           # the random initialization times this (1: as drawn; every parameterization)
   ridge: float | None = None        # None: the parameterization's default
   model: str = "single_query"       # see model.MODELS
   block_size: int = 64              # data sets per vectorized block (see module docstring)
@@ -112,6 +113,9 @@ class TrainConfig:
     optimizers.get_optimizer(self.optimizer, self.lr, self.numerics)
     if self.init not in model_lib.INIT_SCHEMES:
       raise ValueError(f"TrainConfig.init must be one of {model_lib.INIT_SCHEMES}, got {self.init!r}")
+    if (isinstance(self.init_scale, bool) or not isinstance(self.init_scale, (int, float, np.floating))
+        or not np.isfinite(self.init_scale) or self.init_scale <= 0):
+      raise ValueError(f"TrainConfig.init_scale must be a finite number > 0, got {self.init_scale!r}")
     if (not isinstance(self.chunk_every, (int, np.integer)) or isinstance(self.chunk_every, bool)
         or self.chunk_every < 0):
       raise ValueError(f"TrainConfig.chunk_every must be a non-negative integer (0: snapshot_every), "
@@ -235,7 +239,7 @@ class Trainer(NamedTuple):
   def init_one(self, key, data):
     d = data.X.shape[-1]
     m = self.config.m or d
-    params = self.param.init(key, d, m, data.X.dtype, self.config.init)
+    params = model_lib.scaled(self.param.init(key, d, m, data.X.dtype, self.config.init), self.config.init_scale)
     if self.config.train_head:
       params = {**params, model_lib.HEAD_KEY: jnp.asarray(data.v)}   # the data set's head is the start
     return State(params, self.optimizer.init(params))
@@ -311,6 +315,7 @@ class FlaxTrainer(NamedTuple):
 
   def init_one(self, key, data):
     params = self.config.module.init({"params": key}, data.X, data.Z, data.v)["params"]
+    params = model_lib.scaled(params, self.config.init_scale)
     return State(params, self.optimizer.init(params))
 
   step_one = Trainer.step_one
