@@ -18,6 +18,7 @@ from svmattn import registry
 from svmattn.analysis import versus_svm
 from svmattn.analysis import health
 from svmattn.analysis import metrics
+from svmattn.analysis import observables
 from svmattn.analysis import predictions
 from svmattn.config import allowed
 from svmattn.config import common
@@ -112,7 +113,7 @@ def build(fl: dict, identity: dict | None = None) -> pipeline.Study:
   return pipeline.Study(NAME, (pipeline.Cell({}, int(runs)),), lambda cell, runs: load(runs),
                         lambda cell: tuple(train_stage(p, c, fl) for p, c in configs),
                         functools.partial(analyze, saturation=fl.saturation,
-                                          norms=norms(fl), loss=fl.loss),
+                                          norms=norms(fl), loss=fl.loss, observe=tuple(fl.observe)),
                         fl.batch_size, fl.seed, identity if identity is not None else fl)
 
 
@@ -152,11 +153,13 @@ def norms(fl: dict) -> tuple[str, ...]:
 
 
 def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SATURATION,
-            norms: tuple[str, ...] = svm_lib.NORMS, loss: str = "logistic") -> dict:
+            norms: tuple[str, ...] = svm_lib.NORMS, loss: str = "logistic", observe: tuple = ()) -> dict:
   """The per-run results of one batch: the SVM comparison plus the final W, selections,
   softmax and loss curves and the training health (``analysis.health``) of each
   parameterization P; with a test set in ``data``, ``scores``."""
   out = scores(data, trajs, loss) if "X_test" in data else {}
+  for p, t in trajs.items():
+    out.update({f"{name}_{p}": v for name, v in observables.compute(observe, t["W"], data, t["selected"]).items()})
   labels = {p: health.add(out, p, t, saturation) for p, t in trajs.items()}
   out.update(versus_svm.compare_with_svms(data["X"], data["Z"], data["gamma"], {p: t["W"] for p, t in trajs.items()},
                                        {p: t["selected"] for p, t in trajs.items()}, norms=norms, health=labels))
@@ -263,6 +266,9 @@ SHARED = (common.base(runs=100) + common.pipeline(batch_size=1000) + common.nume
             + common.training(params=("W", "KQ"), steps=2000, minibatch=True) + F.Settings((
                 F.Int("m", None, "(K,Q) width m (default d).", lower=1),
                 common.init_scale_field(),
+                F.List("observe", (), "Per-snapshot quantities to record for every run, NAME_P in results.npz: "
+                       + ", ".join(observables.BUILT_IN) + ", or a name registered with "
+                       "svmattn.analysis.observables.register.", check=observables.check),
                 F.List("norms", ("fro", "nuc"), "Att-SVMs solved at each run's selection: fro (Frobenius), nuc "
                        "(nuclear; the slower one). E.g. --params=W --norms=fro solves only W's own SVM.",
                        check=allowed.one_of(svm_lib.NORMS, "norms")),
