@@ -20,7 +20,7 @@ def _data(seed=0, n=4, T=3, d=3):
 def test_built_in_observables_on_known_matrices():
   W = np.stack([np.diag([3.0, 4.0, 0.0]), np.zeros((3, 3)), np.outer([1.0, 0, 0], [0, 2.0, 0])])   # (S=3, d, d)
   data = _data()
-  got = {k: observables.REGISTRY[k](W, data) for k in observables.BUILT_IN}
+  got = {k: observables.REGISTRY[k](W, data) for k in observables.BUILT_IN if k != "plateau_exit_rank"}
   np.testing.assert_allclose(got["singular_values"][0], [4, 3, 0])
   np.testing.assert_allclose(got["stable_rank"][[0, 2]], [25 / 16, 1.0])
   assert np.isnan(got["stable_rank"][1]) and np.isnan(got["margin"][1])
@@ -63,3 +63,14 @@ def test_observing_leaves_every_other_array_bit_for_bit(tmp_path):
     assert np.array_equal(a, seen[k], equal_nan=a.dtype.kind == "f"), k
   assert seen["stable_rank_KQ"].shape == (3, 4) and seen["margin_W"].shape == (3, 4)
   assert e2.SETTINGS.problems({**e2.SETTINGS.values({}), "observe": ["nope"]})
+
+
+def test_plateau_exits_follow_the_stated_rule():
+  steps = np.arange(0, 200, 10)
+  loss = np.concatenate([np.full(8, 0.7), np.linspace(0.7, 0.3, 4)[1:], np.full(6, 0.3), [0.2, 0.1, 0.05]])
+  exits = observables.plateau_exits(loss, steps)
+  assert list(np.flatnonzero(exits)) == [8, 17]          # after 7 flat intervals; after 5 flat ones (>= 5)
+  assert not observables.plateau_exits(np.linspace(1, 0.1, 20), steps).any()    # always falling: no plateau
+  W = np.stack([np.eye(3)] * 20)
+  got = observables.REGISTRY["plateau_exit_rank"](W, {"loss": loss, "steps": steps})
+  assert np.all(np.isnan(got[~exits])) and list(got[exits]) == [3.0, 3.0]

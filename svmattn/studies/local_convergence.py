@@ -159,7 +159,8 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
   parameterization P; with a test set in ``data``, ``scores``."""
   out = scores(data, trajs, loss) if "X_test" in data else {}
   for p, t in trajs.items():
-    out.update({f"{name}_{p}": v for name, v in observables.compute(observe, t["W"], data, t["selected"]).items()})
+    seen = observables.compute(observe, t["W"], data, t["selected"], t["loss"], t["steps"])
+    out.update({f"{name}_{p}": v for name, v in seen.items()})
   labels = {p: health.add(out, p, t, saturation) for p, t in trajs.items()}
   out.update(versus_svm.compare_with_svms(data["X"], data["Z"], data["gamma"], {p: t["W"] for p, t in trajs.items()},
                                        {p: t["selected"] for p, t in trajs.items()}, norms=norms, health=labels))
