@@ -137,7 +137,7 @@ SETTINGS = (common.base(runs=10, data=False, precision=False) + common.pipeline(
 
 EXPERIMENT = registry.Experiment(
     id="E18", name=NAME, title="Rank dynamics of (K,Q) from a small initialization",
-    cost_s=60,
+    cost_s=90,
     claim="From a small start, does (K,Q) attention learn one direction at a time (loss plateaus, K Q^T of rank "
           "one first, then more), and do normalized GD, Adam and Muon skip the saddles GD sits at?",
     beyond=True, settings=SETTINGS, quick={"runs": 3, "init_scales": [1e-3, 1.0], "steps": 1500,
