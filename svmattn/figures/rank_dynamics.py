@@ -24,5 +24,5 @@ def draw(arrays, summary, out, flags, extras=None):
     axes[0, j].set(title=opt, xlabel="step", ylabel="stable rank of K Q^T (median)")
     axes[1, j].set(xlabel="step", ylabel="training loss (median)")
     axes[0, j].legend(fontsize=8)
-  fig.subplots_adjust(hspace=0.3)
+  fig.subplots_adjust(hspace=0.3, wspace=0.32)
   plots.save(fig, f"{out}/rank.png")
