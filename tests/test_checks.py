@@ -42,3 +42,19 @@ def test_corr_of_matrices_whose_squares_overflow_or_underflow():
   C = A.copy()
   C[0, 0, 0] = np.inf
   assert np.isnan(metrics.corr(C, B)[0]) and np.array_equal(metrics.corr(C, B)[1:], plain[1:])
+
+
+def test_singular_values_and_norms_of_a_diverged_run_are_nan_not_an_exception():
+  """A NaN or overflowing snapshot (a run that diverged at --lr=1e300) gets NaN singular values and
+  norms, and the Frobenius norm of 1e200-sized matrices is finite; ordinary ones are as before."""
+  rng = np.random.default_rng(1)
+  A = rng.normal(size=(3, 4, 4))
+  B = A.copy()
+  B[1, 0, 0] = np.nan
+  s = metrics.singular_values(B)
+  assert np.isnan(s[1]).all() and np.array_equal(s[[0, 2]], np.linalg.svd(A[[0, 2]], compute_uv=False))
+  assert np.isnan(metrics.norm_value(B, "nuc")[1]) and metrics.numerical_rank(B)[1] == 0
+  assert np.array_equal(metrics.norm_value(A, "fro"), np.sqrt(np.sum(A * A, axis=(-2, -1))))
+  with np.errstate(all="raise"):
+    np.testing.assert_allclose(metrics.norm_value(A * 1e200, "fro"), 1e200 * metrics.norm_value(A, "fro"),
+                               rtol=1e-13)

@@ -175,8 +175,27 @@ def numerical_rank(W: np.ndarray, rtol: float = 1e-4) -> np.ndarray:
 
   State rtol with any reported rank: SCS/Clarabel solutions are accurate to ~1e-6
   relative, so rtol should sit well above that (default 1e-4)."""
-  s = np.linalg.svd(np.asarray(W, np.float64), compute_uv=False)
+  s = singular_values(W)
   return np.sum(s > rtol * s[..., :1], axis=-1)
+
+
+def singular_values(W: np.ndarray) -> np.ndarray:
+  """The singular values over the last two axes, largest first; NaN for a matrix that is not finite
+  (a diverged run) or whose SVD does not converge, instead of an exception for the whole batch."""
+  W = np.asarray(W, np.float64)
+  finite = np.all(np.isfinite(W), axis=(-2, -1))
+  if np.all(finite):
+    try:
+      return np.linalg.svd(W, compute_uv=False)
+    except np.linalg.LinAlgError:
+      pass
+  out = np.full(W.shape[:-2] + (min(W.shape[-2:]),), np.nan)
+  for index in zip(*np.nonzero(finite)) if W.ndim > 2 else ([()] if finite else []):
+    try:
+      out[index] = np.linalg.svd(W[index], compute_uv=False)
+    except np.linalg.LinAlgError:
+      pass
+  return out
 
 
 def mean_std(x: np.ndarray, axis=0) -> tuple[np.ndarray, np.ndarray]:
@@ -203,9 +222,15 @@ def norm_value(W: np.ndarray, norm: str) -> np.ndarray:
   """||W|| over the last two axes: "fro"/"l2", "nuc", "spectral", "l1", "linf", "l<p>" (entrywise)."""
   W = np.asarray(W, np.float64)
   if norm in ("fro", "l2"):
-    return np.sqrt(np.sum(W * W, axis=(-2, -1)))
+    with np.errstate(over="ignore", under="ignore"):
+      out = np.sqrt(np.sum(W * W, axis=(-2, -1)))
+      lost = ~np.isfinite(out) & np.all(np.isfinite(W), axis=(-2, -1))   # squares overflowed: scale first
+      if np.any(lost):
+        m = np.max(np.abs(W), axis=(-2, -1))
+        out = np.where(lost, m * np.sqrt(np.sum((W / np.where(m > 0, m, 1)[..., None, None]) ** 2, axis=(-2, -1))), out)
+    return out
   if norm in ("nuc", "spectral"):
-    s = np.linalg.svd(W, compute_uv=False)
+    s = singular_values(W)
     return s.sum(-1) if norm == "nuc" else s[..., 0]
   if norm == "l1":
     return np.sum(np.abs(W), axis=(-2, -1))
@@ -213,7 +238,8 @@ def norm_value(W: np.ndarray, norm: str) -> np.ndarray:
     return np.max(np.abs(W), axis=(-2, -1))
   if norm.startswith("l"):
     p = float(norm[1:])
-    return np.sum(np.abs(W) ** p, axis=(-2, -1)) ** (1.0 / p)
+    with np.errstate(over="ignore", under="ignore"):
+      return np.sum(np.abs(W) ** p, axis=(-2, -1)) ** (1.0 / p)
   raise ValueError(f"unknown norm {norm!r}")
 
 

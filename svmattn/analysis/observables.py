@@ -36,11 +36,11 @@ RANK_RTOL = 1e-4     # ``rank``: singular values above this times the largest (a
 
 
 def _singular_values(W, data):
-  return np.linalg.svd(W, compute_uv=False)
+  return metrics.singular_values(W)
 
 
 def _stable_rank(W, data):
-  s = np.linalg.svd(W, compute_uv=False)
+  s = metrics.singular_values(W)
   with np.errstate(invalid="ignore", divide="ignore"):
     return np.where(s[:, 0] > 0, np.sum(s * s, axis=-1) / np.where(s[:, 0] > 0, s[:, 0] ** 2, 1), np.nan)
 
