@@ -40,6 +40,7 @@ def test_a_test_set_equal_to_the_training_set_scores_the_same(tmp_path):
   got = _run(tmp_path, "file", data=str(path))
   for p in ("W", "KQ"):
     assert np.array_equal(got[f"train_acc_{p}"], got[f"test_acc_{p}"])
+    assert np.array_equal(got[f"svm_fro_{p}_train_acc"], got[f"svm_fro_{p}_test_acc"], equal_nan=True)
     np.testing.assert_allclose(got[f"test_loss_{p}"], got[f"loss_{p}"], rtol=1e-10)   # the same loss
 
 

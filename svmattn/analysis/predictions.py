@@ -30,6 +30,15 @@ def single_query(W: np.ndarray, v: np.ndarray, X: np.ndarray, Z: np.ndarray) -> 
   return np.einsum("mt,mtd->md", s, X) @ v, s
 
 
+def hard_single_query(W: np.ndarray, v: np.ndarray, X: np.ndarray, Z: np.ndarray) -> np.ndarray:
+  """f (m,): v^T x_{i,t*} at t* = argmax_t x_it^T W z_i, the limit of ``single_query`` along R W (the
+  Att-SVM direction as a predictor); NaN where W is not finite (no solution)."""
+  if not np.all(np.isfinite(W)):
+    return np.full(len(X), np.nan)
+  token = np.argmax(np.einsum("mtd,md->mt", X, Z @ W.T), axis=-1)
+  return np.take_along_axis(X @ v, token[:, None], axis=-1)[:, 0]
+
+
 def hard_attention(p: np.ndarray, v: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """(f (m,), token (m,)): v^T x_{i,t*} at t* = argmax_t x_it^T p, the limit of ``prompt`` along R p."""
   X = np.asarray(X, np.float64)

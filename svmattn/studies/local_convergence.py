@@ -171,6 +171,8 @@ def analyze(label: dict, data: dict, trajs: dict, saturation: float = health.SAT
     out[f"loss_{p}"] = t["loss"]
     out[f"attention_{p}"] = t["attention"]
     out[f"finite_{p}"] = t["finite"]
+  if "X_test" in data:
+    out.update(svm_scores(data, out, tuple(trajs)))
   out["runs"] = data["runs"]
   out["token_scores"] = data["gamma"]
   out["optimal_tokens"] = metrics.optimal_tokens(data["gamma"])
@@ -193,6 +195,23 @@ def scores(data: dict, trajs: dict, loss: str = "logistic") -> dict:
     out[f"test_acc_{p}"] = predictions.accuracy(ft, Yt[:, None])
     out[f"test_loss_{p}"] = np.asarray(np.mean(lossf(Yt[:, None] * ft), axis=-1), np.float64)
     out[f"test_pred_{p}"] = ft[:, -1]
+  return out
+
+
+def svm_scores(data: dict, analyzed: dict, params: tuple) -> dict:
+  """The max-margin solutions as predictors: for each parameterization P and solved norm N, train and
+  test accuracy of the Att-SVM direction W^N (at P's selection) in its large-norm limit (all attention
+  on argmax_t x_t^T W^N z), svm_<N>_<P>_train_acc and svm_<N>_<P>_test_acc (B,) (NaN where unsolved)."""
+  X, Y, Z, v = (np.asarray(data[k], np.float64) for k in ("X", "Y", "Z", "v"))
+  Xt, Yt, Zt = (np.asarray(data[k], np.float64) for k in ("X_test", "Y_test", "Z_test"))
+  out = {}
+  for p in params:
+    for key in [k for k in analyzed if k.startswith("svm_") and k.endswith(f"_{p}") and analyzed[k].ndim == 3]:
+      W = np.asarray(analyzed[key], np.float64)
+      for name, (A, y, Q) in (("train", (X, Y, Z)), ("test", (Xt, Yt, Zt))):
+        acc = [predictions.accuracy(predictions.hard_single_query(W[b], v[b], A[b], Q[b]), y[b])
+               if np.all(np.isfinite(W[b])) else np.nan for b in range(len(W))]
+        out[f"{key}_{name}_acc"] = np.asarray(acc, np.float64)
   return out
 
 
@@ -222,7 +241,10 @@ def reduce(fl: dict, arrays: dict) -> tuple[dict, dict]:
   if tested:
     summary["accuracy"] = {p: {"train": float(np.mean(arrays[f"train_acc_{p}"][:, -1])),
                                "test": float(np.mean(arrays[f"test_acc_{p}"][:, -1])),
-                               "test_loss": float(np.mean(arrays[f"test_loss_{p}"][:, -1]))} for p in tested}
+                               "test_loss": float(np.mean(arrays[f"test_loss_{p}"][:, -1])),
+                               **{f"svm_{n}_test": (float(np.nanmean(arrays[f"svm_{n}_{p}_test_acc"]))
+                                                    if np.any(np.isfinite(arrays[f"svm_{n}_{p}_test_acc"])) else None)
+                                  for n in norms(fl) if f"svm_{n}_{p}_test_acc" in arrays}} for p in tested}
   summary["checks"] = checks(summary["final_corr"])
   return arrays, summary
 
