@@ -246,9 +246,13 @@ def _prepare(out: str, study: Study, resume: bool, process_index: int, process_c
   os.makedirs(os.path.dirname(work), exist_ok=True)
   tmp = f"{work}.tmp-{os.getpid()}"
   shutil.rmtree(tmp, ignore_errors=True)
-  os.makedirs(tmp)
-  results_io.write_json(os.path.join(tmp, "run.json"), ident)
-  lock = _lock(tmp)        # the lock file moves with the directory
+  try:
+    os.makedirs(tmp)
+    results_io.write_json(os.path.join(tmp, "run.json"), ident)
+    lock = _lock(tmp)        # the lock file moves with the directory
+  except BaseException:      # a full disk, an interrupt: no half-made directory left behind
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
   try:
     os.replace(tmp, work)
   except OSError:
