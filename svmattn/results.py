@@ -448,4 +448,6 @@ def load_curves(out: str, metrics=None, allow_unfinished: bool = False) -> pd.Da
     raise ResultsError(f"{run.out} holds no run results (no runs/study.json and no results.npz)")
   if isinstance(metrics, str):
     metrics = [metrics]
+  if metrics is not None and (not isinstance(metrics, (list, tuple)) or not all(isinstance(m, str) for m in metrics)):
+    raise ResultsError(f"load_curves: metrics must be a metric name or a list of them, got {metrics!r}")
   return _frame(run, curves=True, metrics=None if metrics is None else list(metrics))

@@ -295,6 +295,9 @@ def test_errors_are_one_line(e2, tmp_path):
   error(bad, "study.json: corrupt")
   with pytest.raises(results.ResultsError, match="no per-snapshot metric 'bogus'"):
     results.load_curves(str(e2), metrics=["bogus"])
+  for bad_metrics in (5, [1, 2], {"loss": 1}):
+    with pytest.raises(results.ResultsError, match="metrics must be a metric name or a list of them"):
+      results.load_curves(str(e2), metrics=bad_metrics)
 
 
 def test_damaged_and_unfinished_runs_raise_never_guess(e2, tmp_path):
