@@ -5,7 +5,9 @@
     svmattn run --config=FILE.py --out=DIR        # an experiment or a sweep from a config file
     svmattn reproduce --out=results [--quick]     # every experiment and the report
     svmattn report OUT                            # re-render OUT's report
-    svmattn compare DIR1 DIR2 ...                 # key numbers side by side
+    svmattn compare DIR1 DIR2 ...                 # the settings that differ, key numbers side by side
+    svmattn plot DIR [--x=FIELD --y=METRIC ...]   # a metric across a sweep's cells or several runs
+    svmattn table DIR ... --out=FILE.csv          # every data set's numbers as CSV or Parquet
     svmattn replay --out=DIR --run=I              # one data set alone, against the run's record
     python -m svmattn ...                         # the same without the installed script
 
@@ -27,7 +29,9 @@ COMMANDS = {
     "run": ("svmattn.config.config_file", "main", "an experiment or a sweep from a config file"),
     "reproduce": ("svmattn.report.reproduce", "run", "every experiment of the paper and after it, and the report"),
     "report": ("svmattn.report", "main", "re-render a reproduce run's report (OUT/report.md, report.html)"),
-    "compare": ("svmattn.report.compare", "main", "key numbers of runs side by side"),
+    "compare": ("svmattn.report.compare", "main", "the settings that differ and key numbers of runs side by side"),
+    "plot": ("svmattn.report.plot_command", "main", "a metric across a sweep's cells or several runs (a figure)"),
+    "table": ("svmattn.report.table_command", "main", "every data set's numbers of runs as one CSV or Parquet file"),
     "replay": ("svmattn.execution.replay_command", "run", "one data set of a run alone, against the run's record"),
 }
 

@@ -163,10 +163,13 @@ def lookup(summary: dict, path: str) -> Any:
 
 
 def key_numbers(summary: dict, experiment: Experiment) -> list[tuple[str, Any]]:
-  """[(label, value)] of an experiment's key numbers read from its summary."""
+  """[(label, value)] of an experiment's key numbers read from its summary; a number the run did not
+  compute (a parameterization or SVM not asked for: its value None) is left out."""
   if callable(experiment.key_numbers):
-    return list(experiment.key_numbers(summary))
-  return [(label, lookup(summary, path)) for label, path in experiment.key_numbers]
+    pairs = experiment.key_numbers(summary)
+  else:
+    pairs = [(label, lookup(summary, path)) for label, path in experiment.key_numbers]
+  return [(label, value) for label, value in pairs if value is not None]
 
 
 def of_summary(summary: dict) -> Experiment | None:

@@ -67,20 +67,19 @@ import zipfile
 import numpy as np
 import pandas as pd
 
+from svmattn.figures import across_runs
 from svmattn.io import atomic_files as results_io
+from svmattn.io import record_names
 from svmattn.train import loop as train_lib
 
-__all__ = ["ResultsError", "load", "load_curves"]
+__all__ = ["ResultsError", "load", "load_curves", "load_many", "plot", "export"]
 
 
 class ResultsError(ValueError):
   """A results directory that cannot be read as a table (one-line message)."""
 
 
-# The stage-free names of per-run arrays that are per sequence / per token, never per snapshot,
-# even when their length happens to equal the number of snapshots.
-_PER_ITEM = re.compile(r"(^|_)(selected|optimal|optimal_tokens|labels|image|alpha|match|dead|support|Y|v|V|E|"
-                       r"tokens|singular_values|token_scores|attention|v_final|v_mm)(_|$)")
+_PER_ITEM = record_names.PER_ITEM
 # results.npz keys of a combined (multi-cell) reduction: one array per grid value (E5 _d4, E6 _l0, E13 _n2).
 _GRID_SUFFIX = re.compile(r"_(d|l|n)\d+$")
 _RUN_KEYS = ("runs", "run")
@@ -451,3 +450,117 @@ def load_curves(out: str, metrics=None, allow_unfinished: bool = False) -> pd.Da
   if metrics is not None and (not isinstance(metrics, (list, tuple)) or not all(isinstance(m, str) for m in metrics)):
     raise ResultsError(f"load_curves: metrics must be a metric name or a list of them, got {metrics!r}")
   return _frame(run, curves=True, metrics=None if metrics is None else list(metrics))
+
+
+class MissingField(ResultsError):
+  """A field named for a table that neither its columns nor its run's settings hold."""
+
+  def __init__(self, name: str, message: str):
+    super().__init__(message)
+    self.name = name
+
+
+def _scalar(v) -> bool:
+  return isinstance(v, (bool, int, float, str)) or v is None
+
+
+def load_many(dirs, curves: bool = False, metrics=None, settings=(), allow_unfinished: bool = False) -> pd.DataFrame:
+  """Several runs or sweeps in one table (``load`` of each, or ``load_curves`` with ``curves``): a
+  first column ``source`` (each directory as given), then each one's columns. ``settings``: flags of
+  a run's summary.json (``lr``, ``steps``, ...) added as columns where its table lacks them, so that
+  single runs of different settings can be plotted against one another. A setting that is a file
+  (``data``) shows its name. ``allow_unfinished`` as in ``load``."""
+  dirs = [dirs] if isinstance(dirs, (str, os.PathLike)) else list(dirs)
+  if not dirs:
+    raise ResultsError("no results directory given")
+  frames = []
+  for d in dirs:
+    df = load_curves(d, metrics, allow_unfinished) if curves else load(d, allow_unfinished)
+    flags = _Run(d, allow_unfinished).flags
+    for name in settings:
+      if name in df.columns:
+        continue
+      if name not in flags:
+        raise MissingField(name, f"{d} has no column or setting {name!r} (columns: {', '.join(map(str, df.columns))}; "
+                                 f"settings: {', '.join(sorted(flags))})")
+      value = flags[name]
+      if isinstance(value, (list, tuple)):
+        value = ",".join(map(str, value))
+      elif isinstance(value, str) and os.sep in value:
+        value = os.path.basename(value)
+      if not _scalar(value):
+        raise ResultsError(f"{d}: setting {name!r} is not a single value ({value!r})")
+      df[name] = value
+    df.insert(0, "source", os.fspath(d))
+    frames.append(df)
+  out = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
+  return out
+
+
+def _as_list(v) -> list[str]:
+  if v is None:
+    return []
+  return [v] if isinstance(v, str) else list(v)
+
+
+def plot(dirs, x: str | None = None, y: str | None = None, hue=None, col=None, path: str | None = None,
+         title: str | None = None, allow_unfinished: bool = False) -> tuple[str, pd.DataFrame]:
+  """A metric ``y`` against ``x`` across a sweep's cells or several runs, one line per value of the
+  ``hue`` fields and one panel per value of the ``col`` fields: the median over data sets with
+  their 25th..75th percentile as a band (``svmattn.figures.across_runs``). ``x="step"`` plots
+  the curves (``load_curves``). Defaults: for one sweep, its default figure (x the first swept
+  setting, the parameterizations or optimizers as panels, the other swept settings as lines, y
+  final corr with the Frobenius SVM where it has one); several directories, one line each
+  (``hue="source"``). The figure goes to ``path`` (default: DIR/plot_Y_vs_X.png of the first
+  directory). Returns (path, the aggregated table: median, lo, hi, n, n_nonfinite per point).
+  ``allow_unfinished`` as in ``load`` (a sweep draws its figure before its work directory goes)."""
+  dirs = [dirs] if isinstance(dirs, (str, os.PathLike)) else list(dirs)
+  hue, col = _as_list(hue), _as_list(col)
+  curves = x == "step"
+  named = [f for f in [x, *hue, *col] if f]
+  try:
+    df = load_many(dirs, curves=curves, metrics=None if y is None or not curves else [y],
+                   settings=[f for f in named if f not in ("source", "step", "param", "run", "cell")],
+                   allow_unfinished=allow_unfinished)
+  except MissingField as e:
+    role = "x" if e.name == x else "hue" if e.name in hue else "col"
+    raise ResultsError(f"--{role}={e.name}: no such column or setting: {e}") from None
+  swept = list((_Run(dirs[0], allow_unfinished).summary.get("sweep") or {}).keys()) if len(dirs) == 1 else []
+  if x is None:
+    if not swept:
+      raise ResultsError("plot: name --x (a setting, a column or step); only a sweep has a default x")
+    x, dhue, dcol = across_runs.sweep_fields(df, swept)
+    hue = hue or dhue
+    col = col or dcol
+  if len(dirs) > 1 and not hue and "source" not in col:
+    hue = ["source"]
+  if "param" in df.columns and df["param"].nunique() > 1 and "param" not in hue + col and x != "param":
+    col = col + ["param"]
+  y = y or across_runs.default_metric(df)
+  if y is None:
+    raise ResultsError("plot: the table has no numeric metric; name one with --y")
+  try:
+    summary = across_runs.aggregate(df, x, y, hue, col)
+    path = path or os.path.join(os.fspath(dirs[0]), f"plot_{y}_vs_{x}.png")
+    across_runs.draw(summary, x, y, hue, col, path, title)
+  except across_runs.PlotError as e:
+    raise ResultsError(str(e)) from None
+  return path, summary
+
+
+EXPORT_FORMATS = ("csv", "parquet")
+
+
+def export(dirs, path: str, fmt: str | None = None, curves: bool = False, metrics=None) -> pd.DataFrame:
+  """Write the table of ``load_many(dirs)`` (``curves``: the long table of ``load_curves``) to
+  ``path`` as CSV or Parquet (``fmt``, else from the extension), atomically; returns it."""
+  fmt = fmt or os.path.splitext(path)[1].lstrip(".").lower()
+  if fmt not in EXPORT_FORMATS:
+    raise ResultsError(f"{path}: format {fmt!r} is not one of {', '.join(EXPORT_FORMATS)} (--format)")
+  df = load_many(dirs, curves=curves, metrics=metrics)
+  with results_io.atomic_path(path, "." + fmt) as tmp:
+    if fmt == "csv":
+      df.to_csv(tmp, index=False)
+    else:
+      df.to_parquet(tmp, index=False)
+  return df

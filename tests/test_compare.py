@@ -49,7 +49,8 @@ def test_a_sweep_has_a_column_per_cell(tmp_path, capsys):
   cells = []
   for k, (lr, w) in enumerate(((0.01, 0.95), (0.1, 0.99))):
     d = f"cells/{k:03d}_lr={lr}"
-    write_run(sweep / d, w, w - 0.01, total=2.0 + k)
+    write_run(sweep / d, w, w - 0.01, total=40.0, sweep_settings={"lr": lr},
+              timings_s={"train": 1.0, "cell_total": 2.0 + k})      # a cell's own seconds, not the sweep's
     cells.append({"settings": {"lr": lr}, "dir": d, "checks": {"ok": 2 - k, "total": 2, "failing": []},
                   "key_numbers": {"mean corr(W, Frobenius SVM)": w, "mean corr(KQ^T, nuclear SVM)": w - 0.01}})
   with open(sweep / "summary.json", "w") as f:
@@ -65,7 +66,7 @@ def test_a_sweep_has_a_column_per_cell(tmp_path, capsys):
   r = rows(out)
   assert r["mean corr(W, Frobenius SVM)"].split()[-3:] == ["0.95", "0.99", "0.9"]
   assert r["checks as expected"].split()[-3:] == ["2/2", "1/2", "2/2"]
-  assert r["wall time (s)"].split()[-3:] == ["2.0", "3.0", "12.5"]      # each cell's own summary
+  assert r["time (s): a run's wall, a cell's own work"].split()[-3:] == ["2.0", "3.0", "12.5"]  # each cell's own
 
 
 def test_bad_directories_are_one_line_each(tmp_path, capsys):
@@ -81,7 +82,9 @@ def test_bad_directories_are_one_line_each(tmp_path, capsys):
   assert captured.out == ""
   assert captured.err.splitlines() == [f"error: {empty}: no summary.json", f"error: {broken}: unreadable summary.json",
                                        f"error: {missing}: no such directory"]
-  assert compare.main([]) == 1 and "usage" in capsys.readouterr().out
+  assert compare.main([]) == 1
+  err = capsys.readouterr().err
+  assert err.startswith("error: no run directory given") and "usage" in err
 
 
 def test_damaged_and_unfinished_runs_are_one_line_each(tmp_path, capsys):
@@ -122,3 +125,35 @@ def test_a_closed_pipe_ends_quietly(args, tmp_path):
                         cwd=REPO_ROOT, env=ENV, stdout=w, stderr=subprocess.PIPE, text=True, timeout=300)
   os.close(w)
   assert proc.returncode == 0 and "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_the_settings_that_differ_come_first(tmp_path, capsys):
+  """Two runs of other steps and data files: the differing settings are the first rows, by value
+  (a file by its name); operational flags (--out, --progress) and equal settings are left out."""
+  flags = {"out": "x", "progress": True, "lr": 0.1, "steps": 500, "data": "/data/a/sets.npz"}
+  a = write_run(tmp_path / "a", 0.99, 0.98, flags=flags)
+  b = write_run(tmp_path / "b", 0.97, 0.96, flags={**flags, "out": "y", "steps": 2000, "data": "/data/b/other.npz"})
+  assert compare.main([a, b]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[2].split() == ["setting", "steps", "500", "2000"]
+  assert lines[3].split() == ["setting", "data", "sets.npz", "other.npz"]
+  assert not any(line.startswith(("setting lr", "setting out", "setting progress")) for line in lines)
+
+
+def test_many_columns_are_one_row_each(tmp_path, capsys):
+  """More than compare.WIDE columns: one row per run, key numbers numbered and named below, and
+  the table no wider than its longest row needs; --layout=columns keeps the wide table."""
+  dirs = [write_run(tmp_path / f"r{k}", 0.9 + k / 100, 0.8, flags={"lr": 0.1 * (k + 1), "steps": 500})
+          for k in range(compare.WIDE + 2)]
+  assert compare.main(dirs) == 0
+  out = capsys.readouterr().out.splitlines()
+  assert out[0] == f"E2: {len(dirs)} columns; settings that differ: lr"
+  assert out[1].split()[:3] == ["run", "lr", "[1]"]
+  assert len(out) == 2 + len(dirs) + 2 and out[-2:] == ["[1] mean corr(W, Frobenius SVM)",
+                                                         "[2] mean corr(KQ^T, nuclear SVM)"]
+  assert out[2].split()[:3] == [dirs[0], "0.1", "0.9"]
+  assert max(len(line) for line in out) < 140
+  assert compare.main([*dirs, "--layout=columns"]) == 0
+  assert capsys.readouterr().out.splitlines()[0].split() == dirs
+  assert compare.main([*dirs, "--layout=sideways"]) == 1
+  assert "must be one of auto, columns, rows" in capsys.readouterr().err

@@ -190,7 +190,8 @@ def test_replay_of_one_kept_run_equals_its_batch(outputs):
   path, _ = outputs[16]
   rec = np.load(path / "runs" / "cell_0000.npz")
   run = int(np.flatnonzero(rec["outcome"] == "kept")[1])
-  proc = subprocess.run([sys.executable, "-m", "experiments.replay", f"--out={path}", "--cell=d=4", f"--run={run}"],
+  proc = subprocess.run([sys.executable, "-m", "experiments.replay", f"--out={path}", "--cell=d=4", f"--run={run}",
+                         "--save_trajectory"],
                         cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
   report = json.loads((path / f"replay_{run}.json").read_text())

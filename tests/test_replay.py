@@ -59,7 +59,7 @@ def finished(tmp_path_factory, partial):
   runs = sorted({partial[1] if partial[1] != RUNS - 1 else 1, RUNS - 1})
   replays = {}
   for run in runs:
-    proc = replay(out, run)
+    proc = replay(out, run, "--save_trajectory")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     with open(out / f"replay_{run}.json") as f:
       replays[run] = (proc, json.load(f), load(out / f"replay_{run}.npz"))
@@ -99,7 +99,7 @@ def test_replay_from_a_checkpoint_continues_the_same_trajectory(partial, finishe
   out, run, newest = partial
   assert any(newest.values())
   ask = CHUNK * max(c for c in newest.values() if c) + 7  # the newest checkpoint at or before this step
-  proc = replay(out, run, f"--step={ask}")
+  proc = replay(out, run, f"--step={ask}", "--save_trajectory")
   assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
   with open(out / f"replay_{run}.json") as f:
     report = json.load(f)
@@ -118,6 +118,22 @@ def test_replay_from_a_checkpoint_continues_the_same_trajectory(partial, finishe
     assert np.array_equal(W, from_zero[f"W_{p}"][first:])       # step by step
     assert np.array_equal(arrays[f"max_prob_{p}"], from_zero[f"max_prob_{p}"][first:])
     assert np.array_equal(W[-1], ref[f"W_final_{p}"][run])     # and the finished run's batch
+
+
+def test_replay_keeps_no_trajectory_unless_asked(tmp_path, tmp_path_factory, finished):
+  """Without --save_trajectory: the same comparison, no per-step file, and the record says how to
+  get one; with it, the size of the file is printed."""
+  out = _copy(finished_run(tmp_path_factory), tmp_path / "out")
+  proc = replay(out, 2)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+  report = json.loads((out / "replay_2.json").read_text())
+  assert not os.path.exists(out / "replay_2.npz") and report["differ"] == [] and len(report["identical"]) > 20
+  assert "--save_trajectory" in report["trajectory"] and "trajectory:" not in proc.stdout
+  with_file, _, _ = finished[2][sorted(finished[2])[0]]
+  size = re.search(r"trajectory: \S+replay_\d+\.npz, ([0-9.]+) MB \((\d+) steps of 2 training stage", with_file.stdout)
+  assert size and int(size.group(2)) == STEPS + 1, with_file.stdout[-2000:]
+  refused = replay(out, 2, "--step=10")
+  assert refused.returncode != 0 and "pass it with --save_trajectory" in refused.stderr
 
 
 def test_run_out_of_range(tmp_path, tmp_path_factory):

@@ -5,6 +5,7 @@ Each returns None when the value is fine and "must be ..." when it is not.
 from __future__ import annotations
 
 import math
+import importlib.util
 import os
 
 from svmattn.io import plots
@@ -139,4 +140,11 @@ def shapes(values):
       return f"must be entries n:T such as 5:5, got {v!r}"
     if n < 1 or T < 2:
       return f"needs n >= 1 and T >= 2, got n={n} T={T}"
+  return None
+
+
+def metric_log(kind):
+  """--log=wandb needs wandb installed (it is not a dependency)."""
+  if kind == "wandb" and importlib.util.find_spec("wandb") is None:
+    return "wandb is not installed (pip install wandb), or use --log=tensorboard"
   return None

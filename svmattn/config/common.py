@@ -54,6 +54,10 @@ def outputs() -> F.Settings:
             operational=True, sweepable=False),
       F.List("figure_format", ("png",), "Figure file formats, comma-separated: png, pdf, svg.",
              check=allowed.figure_formats, operational=True, sweepable=False),
+      F.Enum("log", "none", ("none", "tensorboard", "wandb"), "Per-snapshot scalars of each cell and "
+             "parameterization, written after each batch's host analysis: tensorboard (OUT/tensorboard, "
+             "tensorboard --logdir OUT/tensorboard) or wandb (offline, OUT/wandb; needs wandb installed).",
+             check=allowed.metric_log, operational=True, sweepable=False),
   ))
 
 

@@ -31,6 +31,7 @@ import sys
 
 import svmattn
 from svmattn import registry
+from svmattn import results
 from svmattn.config import fields as F
 from svmattn.execution import run_experiment
 from svmattn.execution import sweep as sweep_lib
@@ -260,9 +261,19 @@ def main(argv: list[str]) -> None:
         experiment.settings.validate({**checked, **combination})
     except F.ConfigError as e:
       fail(str(e))
-    run_experiment.run(experiment, checked, swept or None)
+    run_experiment.run(experiment, checked, swept or None, sweep_figure=sweep_figure)
 
   app.run(run, argv=sys.argv)
+
+
+def sweep_figure(dest: str) -> str | None:
+  """DEST/sweep.png, a sweep's default figure (``results.plot``: its main per-run metric against the
+  first swept setting, one line per other combination, the parameterizations as panels); None where
+  the sweep has nothing to plot (no numeric per-run metric, no per-run record kept)."""
+  try:
+    return results.plot(dest, path=os.path.join(dest, "sweep.png"), allow_unfinished=True)[0]
+  except results.ResultsError:
+    return None
 
 
 def _combinations(sweep: dict):

@@ -100,4 +100,6 @@ def gather(output: pipeline.Output, study: pipeline.Study, process_index: int, p
   if process_count == 1:
     return output
   cells = [gather_arrays(a, cell.runs, process_index, process_count) for a, cell in zip(output.cells, study.cells)]
-  return pipeline.Output(cells, max_over_processes(output.timings), sum_over_processes(output.work))
+  per_cell = [{**max_over_processes({k: c[k] for k in pipeline.CELL_TIMINGS}),
+               **sum_over_processes({k: c[k] for k in pipeline.CELL_COUNTS})} for c in output.per_cell]
+  return pipeline.Output(cells, max_over_processes(output.timings), sum_over_processes(output.work), per_cell)

@@ -372,6 +372,17 @@ class Output:
   cells: list          # per cell: {name: per-run array}, in run order (this process's share)
   timings: dict
   work: dict = dataclasses.field(default_factory=dict)   # cells, sets_loaded, data_bytes, dataset_steps, sets_analyzed
+  per_cell: list = dataclasses.field(default_factory=list)   # per cell: CELL_TIMINGS seconds and CELL_COUNTS
+
+
+# What a cell's own units took (a unit belongs to one cell): the seconds of its loads, training (compile
+# included), compiles and analyses, and its counts. Resumed units count nothing, as in Output.timings.
+CELL_TIMINGS = ("data_s", "train_s", "compile_s", "svm_s")
+CELL_COUNTS = ("sets_loaded", "dataset_steps", "sets_analyzed")
+
+
+def _cell_tally() -> dict:
+  return {**dict.fromkeys(CELL_TIMINGS, 0.0), **dict.fromkeys(CELL_COUNTS, 0)}
 
 
 def _concat(parts: Sequence[dict]) -> dict:
@@ -419,13 +430,17 @@ def _on_devices(jobs: list) -> list:
 
 def run(study: Study, out: str, resume: bool = False, workers: int | None = None, show_progress: bool = True,
         keep_checkpoints: int = 3, process_index: int = 0, process_count: int = 1,
-        checkpoint_every_s: float = 0.0) -> Output:
-  """Run every unit of ``study`` (this process's share); see the module docstring."""
+        checkpoint_every_s: float = 0.0, on_batch: Callable[[int, int, str], None] | None = None) -> Output:
+  """Run every unit of ``study`` (this process's share); see the module docstring. ``on_batch(cell,
+  batch, path)`` is called in this process after each batch's host analysis (also for a batch
+  analyzed before a resume), with the path of its analyzed arrays (``load_arrays``)."""
   if study.enough is not None and process_count > 1:
     raise StudyError(f"{study.name}: a study whose cells stop early runs on one process")
   work, lock = _prepare(out, study, resume, process_index, process_count)
-  return _Run(study, work, lock, workers, show_progress, keep_checkpoints, checkpoint_every_s,
-              units(study, process_index, process_count)).run()
+  run_ = _Run(study, work, lock, workers, show_progress, keep_checkpoints, checkpoint_every_s,
+              units(study, process_index, process_count))
+  run_.on_batch = on_batch
+  return run_.run()
 
 
 class _Prefetch:
@@ -434,32 +449,35 @@ class _Prefetch:
   beside the device or the SVM worker instead of before them. Loads are deterministic, so the
   data are the same as loaded in turn."""
 
-  def __init__(self, study: Study, timings: dict, counts: dict, threaded: bool):
-    self.study, self.timings, self.counts = study, timings, counts
+  def __init__(self, study: Study, timings: dict, counts: dict, per_cell: list, threaded: bool):
+    self.study, self.timings, self.counts, self.per_cell = study, timings, counts, per_cell
     self.tally = threading.Lock()      # loads also run on the prefetch thread
     self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="prefetch") if threaded else None
     self.futures: dict[str, concurrent.futures.Future] = {}
 
-  def timed_load(self, cell, runs):
+  def timed_load(self, c: int, runs):
     t0 = time.perf_counter()
-    data = self.study.load(cell, runs)
+    data = self.study.load(self.study.cells[c], runs)
     with self.tally:
-      self.timings["data_s"] += time.perf_counter() - t0
+      seconds = time.perf_counter() - t0
+      self.timings["data_s"] += seconds
+      self.per_cell[c]["data_s"] += seconds
+      self.per_cell[c]["sets_loaded"] += len(runs)
       self.counts["sets_loaded"] += len(runs)
       self.counts["data_bytes"] += sum(int(np.asarray(a).nbytes) for a in data.values())
     return data
 
-  def load(self, cell, runs, u: Unit) -> dict:
+  def load(self, u: Unit) -> dict:
     t0 = time.perf_counter()
     fut = self.futures.pop(u.tag, None)
-    data = fut.result() if fut is not None else self.timed_load(cell, runs)
+    data = fut.result() if fut is not None else self.timed_load(u.cell, u.runs)
     self.timings["data_wait_s"] += time.perf_counter() - t0
     return data
 
   def start(self, wanted: list[Unit]) -> None:
     for later in wanted:
       if later.tag not in self.futures:
-        self.futures[later.tag] = self.thread.submit(self.timed_load, self.study.cells[later.cell], later.runs)
+        self.futures[later.tag] = self.thread.submit(self.timed_load, later.cell, later.runs)
 
   def close(self) -> None:
     if self.thread is not None:
@@ -493,7 +511,8 @@ class _Run:
     # the work this run did (resumed units excluded): the floors of its stages (benchmark --suites=stages)
     self.counts = {"cells": len({u.cell for u in todo}), "sets_loaded": 0, "data_bytes": 0, "dataset_steps": 0,
                    "sets_analyzed": 0}
-    self.prefetch = _Prefetch(study, self.timings, self.counts, threaded=len(todo) > 1)
+    self.per_cell = [_cell_tally() for _ in study.cells]
+    self.prefetch = _Prefetch(study, self.timings, self.counts, self.per_cell, threaded=len(todo) > 1)
     self.finished: dict[int, list] = {c: [] for c in range(len(study.cells))}   # analyzed units per cell, in order
     self.stopped: set[int] = set()
     self.started: set[str] = set()     # units the loop has reached
@@ -502,6 +521,7 @@ class _Run:
     self.restarts = 0
     self.bar_lock = threading.Lock()
     self.queue = list(todo)     # the units not yet reached, in order
+    self.on_batch = None        # (``run``'s on_batch)
 
   def path(self, u: Unit, name: str | None = None) -> str:
     return work_path(self.work, u.tag + (f"_{name}" if name else ""))
@@ -532,10 +552,12 @@ class _Run:
       done = sorted(self.finished[c], key=lambda x: x.batch)[:self.enough_at.get(c)]
       cells.append(_concat([load_arrays(self.path(u)) for u in done]))
     self.counts["sets_analyzed"] = sum(len(u.runs) for c in self.finished for u in self.finished[c])
+    for c in self.finished:
+      self.per_cell[c]["sets_analyzed"] = sum(len(u.runs) for u in self.finished[c])
     timings = self.timings
     timings["wall_s"] = time.perf_counter() - t_start
     timings["overlap"] = (timings["train_s"] + timings["svm_s"]) / max(timings["wall_s"], 1e-9)
-    return Output(cells, timings, self.counts)
+    return Output(cells, timings, self.counts, self.per_cell)
 
   def next_unit(self) -> Unit:
     """The first unit of the queue, except in a study whose cells stop early: a cell's next batch
@@ -574,7 +596,7 @@ class _Run:
         continue
       to_run.append(stage)
     if to_run:
-      data = self.prefetch.load(cell, u.runs, u)
+      data = self.prefetch.load(u)
       data_written = self.write_data(u, data)
       self.prefetch_after(u)
     t0 = time.perf_counter()
@@ -583,18 +605,24 @@ class _Run:
       compile_times = _on_devices([functools.partial(run_stage, s) for s in to_run])
     else:
       compile_times = [run_stage(s) for s in to_run]
-    self.timings["train_s"] += time.perf_counter() - t0
+    mine, seconds = self.per_cell[u.cell], time.perf_counter() - t0
+    self.timings["train_s"] += seconds
+    mine["train_s"] += seconds
     self.timings["compile_s"] += sum(compile_times)
+    mine["compile_s"] += sum(compile_times)
     for stage in to_run:
       if getattr(stage, "gradient_steps", True):       # E7's path points are no GD steps
         self.counts["dataset_steps"] += stage.steps * len(u.runs)
+        mine["dataset_steps"] += stage.steps * len(u.runs)
     if not readable(path(u, "data")):  # no stage, or trained earlier and the data file lost
-      self.write_data(u, self.prefetch.load(cell, u.runs, u))
+      self.write_data(u, self.prefetch.load(u))
       self.prefetch_after(u)
     if self.pool is None:
       whole = data_written is not None and len(stage_written) == len(stage_paths)   # every file written now
-      self.timings["svm_s"] += _analyze_and_save(self.study.analyze, cell.label, path(u, "data"), stage_paths,
-                                                 path(u), (data_written, stage_written) if whole else None)
+      seconds = _analyze_and_save(self.study.analyze, cell.label, path(u, "data"), stage_paths, path(u),
+                                  (data_written, stage_written) if whole else None)
+      self.timings["svm_s"] += seconds
+      mine["svm_s"] += seconds
       self.cleanup(u)
       self.bar.update("svm", len(u.runs))
       self.note_done(u)
@@ -655,6 +683,8 @@ class _Run:
     """Record an analyzed unit; in a study whose cells stop early, ask whether its cell has enough."""
     c = u.cell
     self.finished[c].append(u)
+    if self.on_batch is not None:
+      self.on_batch(c, u.batch, self.path(u))
     if self.study.enough is None or c in self.stopped:
       return
     have = {x.batch: x for x in self.finished[c]}
@@ -712,6 +742,7 @@ class _Run:
         self.replace_pool(u)
         continue
       self.timings["svm_s"] += seconds
+      self.per_cell[u.cell]["svm_s"] += seconds
       self.timings["svm_wait_s"] += time.perf_counter() - t0
       self.cleanup(u)
       self.bar.update("svm", len(u.runs))

@@ -8,10 +8,13 @@ DIR is the --out of any experiment binary, finished (DIR/runs/) or partial (DIR/
 set I of the cell is rebuilt from the run's seed (or its --data file), run through the cell's
 device stages alone and analyzed alone; every per-run array must equal the batch's bit for
 bit (a training stage trains it in a block of its block size, so its arithmetic is the
-batch's), and the binary says which arrays do. Training stages are also recorded at every
-step. Writes DIR/replay_I.npz (steps (S,), and per training stage P: W_P (S,d,d) (W or
-K Q^T), max_prob_P, loss_P (S,), attention_P (n,T)) and the comparison in DIR/replay_I.json.
+batch's), and the binary says which arrays do. Writes the comparison in DIR/replay_I.json.
 Exit status 1 when an array differs from the batch.
+
+With --save_trajectory, training stages are also recorded at every step and written to
+DIR/replay_I.npz (steps (S,), and per training stage P: W_P (S,d,d) (W or K Q^T), max_prob_P,
+loss_P (S,), attention_P (n,T)); the binary prints its size (every step's W: 8 S d^2 bytes per
+stage, 160 MB at d = 100 and 2000 steps), which is why it is not kept by default.
 """
 from __future__ import annotations
 
@@ -36,8 +39,10 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("out", None, "Results directory of a run of any experiment (finished or partial).")
 flags.DEFINE_integer("run", None, "Index of the data set to replay (within its cell).", lower_bound=0)
 flags.DEFINE_string("cell", "0", "The data set's cell: its index, or its label such as n=5,d=3.")
-flags.DEFINE_integer("step", None, "Training stages start from the newest checkpoint at or before this step "
-                     "(partial runs).", lower_bound=0)
+flags.DEFINE_integer("step", None, "With --save_trajectory: the recorded trajectory starts from the newest "
+                     "checkpoint at or before this step (partial runs).", lower_bound=0)
+flags.DEFINE_bool("save_trajectory", False, "Also record every training step (W or K Q^T, max prob, loss, "
+                  "attention) in DIR/replay_I.npz; its size is printed (8 S d^2 bytes per stage).")
 flags.mark_flags_as_required(["out", "run"])
 # (defined when this module is imported: by `svmattn replay` or experiments/replay.py, the only importers)
 
@@ -63,9 +68,11 @@ def main(argv):
   label = ",".join(f"{k}={v}" for k, v in study.cells[c].label.items())
   report = {"study": study.name, "cell": c, "label": study.cells[c].label, "run": run, "source": source,
             "stages": {}}
+  if FLAGS.step is not None and not FLAGS.save_trajectory:
+    run_experiment.fail("--step chooses where the recorded trajectory starts: pass it with --save_trajectory")
   arrays = {}
   for stage in study.stages(study.cells[c]):
-    if not isinstance(stage, stages.Train):
+    if not isinstance(stage, stages.Train) or not FLAGS.save_trajectory:
       continue
     start = None
     if FLAGS.step is not None:
@@ -100,8 +107,13 @@ def main(argv):
     report["differ"] = differ
     verdict = (f"run {run} of {where}: {len(same) - len(differ)}/{len(same)} per-run arrays identical to the batch"
                + (f"; DIFFER: {differ}" if differ else ""))
+  path = os.path.join(out, f"replay_{run}.npz")
+  report["trajectory"] = path if arrays else "not saved (pass --save_trajectory to record every step)"
   try:          # written before the verdict is said: a full disk is one line, and no verdict without its record
-    results_io.write_npz(os.path.join(out, f"replay_{run}.npz"), arrays)
+    if arrays:
+      results_io.write_npz(path, arrays)
+      print(f"trajectory: {path}, {os.path.getsize(path) / 1e6:.1f} MB ({len(arrays['steps'])} steps of "
+            f"{len(report['stages'])} training stage(s))")
     results_io.write_json(os.path.join(out, f"replay_{run}.json"), report)
   except OSError as e:
     run_experiment.fail(f"{out}: cannot write the replay's record ({e.strerror or e}); nothing was replaced")

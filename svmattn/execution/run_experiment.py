@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import platform
 import shutil
@@ -35,10 +36,12 @@ from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import plots
 from svmattn.io import atomic_files as results_io
 from svmattn.execution import hosts as hosts_lib
+from svmattn.execution import metric_log
 from svmattn.execution import overwrite
 from svmattn.execution import pipeline
 from svmattn.execution import study_runner
 from svmattn.execution import sweep as sweep_lib
+from svmattn.report import compare as compare_lib
 from svmattn.train import buckets
 from svmattn.train import native_kernel
 
@@ -197,9 +200,11 @@ def import_in_background(*modules: str) -> None:
   atexit.register(thread.join)
 
 
-def run(experiment, values: dict, sweep: dict | None = None):
+def run(experiment, values: dict, sweep: dict | None = None, sweep_figure=None):
   """Run ``experiment`` with validated ``values`` (and a sweep {field: [values]}); returns the
-  pipeline's output. Errors a user can cause end the process with one line."""
+  pipeline's output. Errors a user can cause end the process with one line. ``sweep_figure(dest)``
+  draws a sweep's default figure once its summaries are written (``svmattn run`` passes
+  ``config_file.sweep_figure``); it returns the figure's path or None."""
   timer = Timer()
   prepare_process(values)
   start_hosts(values)
@@ -225,17 +230,26 @@ def run(experiment, values: dict, sweep: dict | None = None):
     for k, (c, v) in enumerate(zip(combos, per)):
       name = os.path.join("cells", cell_dir(k, c))
       where = os.path.join(dest, name)
-      cells = [output.cells[i] for i in sweep_lib.cells_of(study, c)]
-      arrays, summary, extras = reduce(experiment, v, cells)
-      with timer("write"), plots.caption("sweep cell " + ", ".join(f"{n}={_short(x)}" for n, x in c.items())):
+      own = sweep_lib.cells_of(study, c)
+      arrays, summary, extras = reduce(experiment, v, [output.cells[i] for i in own])
+      cell_timer = Timer()
+      with timer("write"), cell_timer("write"), \
+          plots.caption("sweep cell " + ", ".join(f"{n}={_short(x)}" for n, x in c.items())):
         results_io.write_npz(os.path.join(where, "results.npz"), arrays)
         draw(experiment, arrays, summary, where, {**v, "out": os.path.join(out, name)}, extras)
-      summary = write_summary(experiment, summary, {**v, "out": os.path.join(out, name)}, output, timer, where,
-                              settings=c)
+      summary = write_summary(experiment, summary, {**v, "out": os.path.join(out, name)}, output, cell_timer, where,
+                              settings=c, cells=own)
       rows.append({"settings": c, "dir": name, "checks": _checks(summary),
-                   "key_numbers": _keys(experiment, summary)})
+                   "key_numbers": _keys(experiment, summary), "seconds": summary["timings_s"].get("cell_total")})
     write_sweep_summary(experiment, values, sweep, rows, output, timer, dest)
+    figure = None
+    if sweep_figure is not None:
+      with timer("write"):
+        figure = sweep_figure(dest)
     report_sweep(experiment, rows, output, timer)
+    if sweep_figure is not None:
+      print(f"  figure {os.path.join(out, os.path.basename(figure))}" if figure else
+            "  no sweep figure (no numeric per-run metric); svmattn plot draws any")
 
   output = run_study(study, values, write, dest)
   if dest != out and hosts(values)[0] == 0:
@@ -268,14 +282,26 @@ def destination(study, values: dict) -> str:
   return stage if holds_finished else out
 
 
+def cell_name(label: dict) -> str:
+  """A study cell's name in the metric logs: its settings (E4: n=6_d=10; a sweep: the swept settings too)."""
+  return "_".join(f"{n}={_short(v)}" for n, v in label.items()) or "run"
+
+
 def cell_dir(k: int, combination: dict) -> str:
   return f"{k:03d}_" + "_".join(f"{n}={_short(v)}" for n, v in combination.items())
 
 
 def _short(v) -> str:
+  """A value as a cell's directory name shows it: a list joined by '-'; a file (a value with a path
+  separator) as its name without the extension plus 6 hex digits of a hash of the whole path, so
+  two files of one name in different folders stay apart (data/a/x.npz -> x-3f2a1c)."""
   if isinstance(v, (list, tuple)):
     return "-".join(map(str, v))
-  return str(v).replace("/", "-")
+  text = str(v)
+  if "/" in text or os.sep in text:
+    stem = os.path.splitext(os.path.basename(text.rstrip("/" + os.sep)))[0] or "file"
+    return f"{stem}-{hashlib.sha256(text.encode()).hexdigest()[:6]}"
+  return text
 
 
 def _checks(summary):
@@ -310,11 +336,27 @@ STAGE_TIMINGS = {"data_s": "data", "data_wait_s": "data_wait", "compile_s": "com
                  "svm_s": "svm", "wall_s": "pipeline_wall", "overlap": "overlap"}
 
 
+def cell_work(output, cells: list[int], names: dict, timer: Timer) -> tuple[dict, dict]:
+  """(timings_s, work) of a sweep's combination alone: what its own cells' units took (the
+  pipeline's ``per_cell``: loads, training, compiles, analyses; resumed units count nothing),
+  its own write, and "cell_total", their sum (seconds of work, not a wall time: in a sweep, a
+  cell's loads and analyses run beside other cells' training)."""
+  tally = {k: sum(output.per_cell[i][k] for i in cells) for k in (*pipeline.CELL_TIMINGS, *pipeline.CELL_COUNTS)} \
+      if output.per_cell else {}
+  timings = {names[k]: tally[k] for k in pipeline.CELL_TIMINGS if k in names and k in tally}
+  timings.update(timer.seconds)
+  timings["cell_total"] = sum(tally.get(k, 0.0) for k in pipeline.CELL_TIMINGS if k != "compile_s") + \
+      sum(timer.seconds.values())
+  return timings, {"cells": len(cells), **{k: tally[k] for k in pipeline.CELL_COUNTS if k in tally}}
+
+
 def write_summary(experiment, summary: dict, values: dict, output, timer: Timer, out: str,
-                  settings: dict | None = None) -> dict:
+                  settings: dict | None = None, cells: list[int] | None = None) -> dict:
   """OUT/summary.json: the study's summary with the settings ("flags"), the wall time of each
   stage (the pipeline's ``output.timings`` under the experiment's names, then the binary's own,
-  then the total), the numerics version and the software environment. Returns it."""
+  then the total), the numerics version and the software environment. Returns it. A sweep's
+  combination (``settings``, its study ``cells``) gets its own timings and work (``cell_work``);
+  the sweep's totals are in the sweep's summary alone."""
   t = output.timings
   names = experiment.timing_names or STAGE_TIMINGS
   summary = dict(summary)
@@ -326,10 +368,12 @@ def write_summary(experiment, summary: dict, values: dict, output, timer: Timer,
   head = {"experiment": summary.pop("experiment"), "name": experiment.name, "id": experiment.id, "flags": values}
   if settings is not None:
     head["sweep_settings"] = settings
-  summary = {**head, **summary, "numerics_version": svmattn.NUMERICS_VERSION,
-             "timings_s": {**{name: t[key] for key, name in names.items() if key in t}, **timer.seconds,
-                           "total": timer.total()},
-             "work": {**dict(getattr(output, "work", {}) or {}), **_compile_stats()},
+  if cells is not None:
+    timings, work = cell_work(output, cells, names, timer)
+  else:
+    timings = {**{name: t[key] for key, name in names.items() if key in t}, **timer.seconds, "total": timer.total()}
+    work = {**dict(getattr(output, "work", {}) or {}), **_compile_stats()}
+  summary = {**head, **summary, "numerics_version": svmattn.NUMERICS_VERSION, "timings_s": timings, "work": work,
              "environment": environment()}
   results_io.write_json(os.path.join(out, "summary.json"), summary)
   return summary
@@ -345,19 +389,22 @@ def write_sweep_summary(experiment, values, sweep, rows, output, timer, dest: st
              "numerics_version": svmattn.NUMERICS_VERSION,
              "checks": [], "timings_s": {**{n: output.timings[k] for k, n in STAGE_TIMINGS.items()
                                             if k in output.timings}, **timer.seconds, "total": timer.total()},
+             "work": {**dict(getattr(output, "work", {}) or {}), **_compile_stats()},
              "environment": environment()}
   results_io.write_json(os.path.join(dest, "summary.json"), summary)
   return summary
 
 
 def report_sweep(experiment, rows, output, timer) -> None:
-  lines = [f"{experiment.id} {experiment.name}: sweep of {len(rows)} combinations"]
-  for r in rows:
-    c = r["checks"]
-    keys = "  ".join(f"{k} {_fmt(v)}" for k, v in r["key_numbers"].items())
-    skipped = f" ({len(c['not_evaluated'])} not evaluated)" if c.get("not_evaluated") else ""
-    lines.append(f"  {r['dir']:<28} checks {c['ok']}/{c['total']}{skipped}  {keys}")
-  lines.append(f"  wall {timer.total():.2f}s")
+  """The sweep's table: one row per combination (its settings, key numbers, checks and own seconds),
+  as ``svmattn compare`` prints it, then the sweep's wall time."""
+  cols = [{"name": r["dir"].split("/", 1)[-1], "experiment": experiment.id, "keys": list(r["key_numbers"].items()),
+           "checks": f"{r['checks']['ok']}/{r['checks']['total']}"
+                     + (f" ({len(r['checks']['not_evaluated'])} not evaluated)" if r["checks"].get("not_evaluated")
+                        else ""),
+           "numerics": svmattn.NUMERICS_VERSION, "wall": r.get("seconds"), "settings": r["settings"]} for r in rows]
+  lines = [f"{experiment.id} {experiment.name}: sweep of {len(rows)} combinations",
+           compare_lib.table(cols, "rows").split("\n", 1)[1], f"  wall {timer.total():.2f}s"]
   print("\n".join(lines))
   sys.stdout.flush()
 
@@ -411,14 +458,15 @@ def run_study(study, values: dict, write, dest: str | None = None):
   options = study_runner.Options(resume=v.resume, workers=v.svm_workers, progress=v.progress,
                            keep_checkpoints=v.keep_checkpoints, checkpoint_every_s=v.checkpoint_every_s,
                            process_index=index, process_count=count, keep_runs=v.keep_runs,
-                           full_records=v.full_records)
+                           full_records=v.full_records, log=values.get("log") or "none",
+                           cell_names=tuple(cell_name(c.label) for c in study.cells))
   try:
     with stop_on_signals():
       return study_runner.run(study, dest, write, options)
   except study_runner.AlreadyComplete as e:
     print(e)
     sys.exit(0)
-  except (pipeline.StudyError, ckpt_lib.CheckpointError) as e:
+  except (pipeline.StudyError, ckpt_lib.CheckpointError, metric_log.LogError) as e:
     fail(str(e))
   except OSError as e:
     if e.errno not in DISK_ERRORS:

@@ -21,6 +21,7 @@ import svmattn
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.io import atomic_files as results_io
 from svmattn.execution import hosts as hosts_lib
+from svmattn.execution import metric_log
 from svmattn.execution import pipeline
 from svmattn.train import native_kernel
 
@@ -36,6 +37,8 @@ class Options:
   process_count: int = 1
   keep_runs: bool = True       # OUT/runs/cell_*.npz, every run's per-run arrays (what replay compares with)
   full_records: bool = False   # keep per-run matrices whole in OUT/runs/ (default: a digest of each run's)
+  log: str = "none"            # per-snapshot scalars for TensorBoard or wandb (``metric_log``)
+  cell_names: tuple = ()       # the metric log's name of each study cell
 
 
 def record_path(out: str, cell: int | None = None) -> str:
@@ -138,8 +141,15 @@ def run(study: pipeline.Study, out: str, write: Callable[[pipeline.Output], None
             options: Options = Options()) -> pipeline.Output:
   o = options
   refuse_finished(out, study)
-  output = pipeline.run(study, out, o.resume, o.workers, o.progress, o.keep_checkpoints, o.process_index,
-                        o.process_count, checkpoint_every_s=o.checkpoint_every_s)
+  log = metric_log.open_log(o.log, out if o.process_count == 1 else os.path.join(out, f"process_{o.process_index}"),
+                           study, list(o.cell_names) or [f"cell_{c:04d}" for c in range(len(study.cells))])
+  try:
+    output = pipeline.run(study, out, o.resume, o.workers, o.progress, o.keep_checkpoints, o.process_index,
+                          o.process_count, checkpoint_every_s=o.checkpoint_every_s,
+                          on_batch=None if log is None else log.batch)
+  finally:
+    if log is not None:
+      log.close()
   output = hosts_lib.gather(output, study, o.process_index, o.process_count)
   if o.process_index == 0:
     write_record(out, study, output, o.keep_runs, o.full_records)

@@ -1,13 +1,20 @@
 r"""Runs side by side: ``svmattn compare DIR1 DIR2 ...``.
 
-One column per run directory (a sweep's directory: one column per cell), one row per key number
-(the experiment's registry entry read from the run's summary.json), then the checks as expected,
-the numerics version and the wall time:
+One column per run directory (a sweep's directory: one column per cell). First the settings that
+differ between the columns (operational flags such as --out and --progress left out; a --data or
+--init file by its name), then one row per key number (the experiment's registry entry read from
+the run's summary.json), the checks as expected, the numerics version and the time: a run's wall
+time, a sweep cell's own seconds of work (its loads, training and analyses, summary.json
+``timings_s.cell_total``; the sweep's wall is in the sweep's own summary.json).
 
     svmattn compare results/local_convergence results/local_convergence_authors
     svmattn compare sweep_out                 # its cells, one column each
+    svmattn compare sweep_a sweep_b --layout=rows
 
-A directory without a readable summary.json is one line "error: DIR: no summary.json" (exit 1).
+With more than ``WIDE`` columns, or ``--layout=rows``, the table is transposed: one row per
+column, the key numbers numbered [1], [2], ... with their names below (``--layout=columns``
+keeps one column per run). A directory without a readable summary.json is one line
+"error: DIR: no summary.json" (exit 1).
 """
 from __future__ import annotations
 
@@ -18,7 +25,10 @@ from svmattn import registry
 from svmattn.analysis import checks as checks_lib
 from svmattn.report import records as records_lib
 
-USAGE = "usage: svmattn compare DIR1 [DIR2 ...]   (key numbers, checks, numerics version, wall time side by side)"
+USAGE = ("usage: svmattn compare DIR1 [DIR2 ...] [--layout=auto|columns|rows]   (the settings that differ, key "
+         "numbers, checks, numerics version and time side by side)")
+WIDE = 4          # more columns than this: one row per column (--layout=auto)
+LAYOUTS = ("auto", "columns", "rows")
 
 
 class CompareError(ValueError):
@@ -36,9 +46,29 @@ def _checks(checks) -> str:
 
 
 def _wall(summary) -> float | None:
+  """A run's wall time (timings_s.total); a sweep cell's own seconds (timings_s.cell_total)."""
   timings = summary.get("timings_s")
-  value = timings.get("total") if isinstance(timings, dict) else None
-  return float(value) if isinstance(value, (int, float)) else None
+  if not isinstance(timings, dict):
+    return None
+  value = timings.get("cell_total", timings.get("total")) if summary.get("sweep_settings") is not None else \
+      timings.get("total")
+  return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _settings(summary, experiment) -> dict:
+  """The settings of a run (its summary's flags) without the operational ones; a file by its name."""
+  flags = summary.get("flags")
+  if not isinstance(flags, dict):
+    return {}
+  skip = {f.name for f in experiment.settings.fields if f.operational} if experiment is not None else {"out"}
+  out = {}
+  for k, v in flags.items():
+    if k in skip or k in ("out", "sweep"):
+      continue
+    if isinstance(v, str) and ("/" in v or os.sep in v):
+      v = os.path.basename(v.rstrip("/"))
+    out[k] = v
+  return out
 
 
 def _key_numbers(summary, experiment) -> list[tuple[str, object]]:
@@ -82,41 +112,98 @@ def _columns(directory: str, summary: dict) -> list[dict]:
       keys = cell.get("key_numbers")
       keys = list(keys.items()) if isinstance(keys, dict) else (keys or _key_numbers(cell_summary, experiment))
       name = ", ".join(f"{k}={records_lib.fmt(v)}" for k, v in settings.items()) or cell.get("dir", "?")
+      keys = [(k, v) for k, v in keys if v is not None]
+      settings_all = _settings(cell_summary, experiment) or {**_settings(summary, experiment), **settings}
       out.append({"name": f"{directory} [{name}]", "experiment": label, "keys": list(keys),
-                  "checks": _checks(cell.get("checks")),
+                  "checks": _checks(cell.get("checks")), "settings": settings_all, "cell": True,
                   "numerics": cell_summary.get("numerics_version", numerics), "wall": _wall(cell_summary)})
     return out
   return [{"name": directory, "experiment": label, "keys": _key_numbers(summary, experiment),
-           "checks": _checks(summary.get("checks")), "numerics": numerics, "wall": _wall(summary)}]
+           "checks": _checks(summary.get("checks")), "numerics": numerics, "wall": _wall(summary),
+           "settings": _settings(summary, experiment)}]
 
 
-def table(cols: list[dict]) -> str:
-  """The text table: a row per key number (in order of first appearance), then the checks, the
-  numerics version and the wall time; '-' where a column has no value."""
+def differing(cols: list[dict]) -> list[str]:
+  """The settings whose values are not the same in every column (in order of first appearance)."""
+  names = list(dict.fromkeys(k for c in cols for k in c.get("settings", {})))
+  return [n for n in names
+          if len({records_lib.fmt(c["settings"][n]) if n in c.get("settings", {}) else "-" for c in cols}) > 1]
+
+
+def _rows(cols: list[dict]) -> tuple[list[str], list[list[str]]]:
+  """(row labels, one list of cell texts per column): the differing settings, key numbers, checks,
+  numerics version and time."""
+  diff = differing(cols)
   labels = list(dict.fromkeys(label for c in cols for label, _ in c["keys"]))
-  rows = [["", *[c["name"] for c in cols]], ["experiment", *[c["experiment"] for c in cols]]]
-  for label in labels:
-    cells = []
-    for c in cols:
-      value = dict(c["keys"]).get(label)
-      cells.append("-" if value is None else records_lib.fmt(value))
-    rows.append([label, *cells])
-  rows.append(["checks as expected", *[c["checks"] for c in cols]])
-  rows.append(["numerics version", *["-" if c["numerics"] is None else str(c["numerics"]) for c in cols]])
-  rows.append(["wall time (s)", *["-" if c["wall"] is None else f"{c['wall']:.1f}" for c in cols]])
+  any_cell = any(c.get("cell") for c in cols)
+  time_label = "time (s): a run's wall, a cell's own work" if any_cell else "wall time (s)"
+  names = [f"setting {n}" for n in diff] + labels + ["checks as expected", "numerics version", time_label]
+  values = []
+  for c in cols:
+    own, keys = c.get("settings", {}), dict(c["keys"])
+    row = [records_lib.fmt(own[n]) if n in own else "-" for n in diff]
+    row += ["-" if keys.get(label) is None else records_lib.fmt(keys[label]) for label in labels]
+    row += [c["checks"], "-" if c["numerics"] is None else str(c["numerics"]),
+            "-" if c["wall"] is None else f"{c['wall']:.1f}"]
+    values.append(row)
+  return names, values
+
+
+def _render(rows: list[list[str]]) -> str:
   widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
   return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def table(cols: list[dict], layout: str = "auto") -> str:
+  """The text table. ``columns``: a row per setting that differs, per key number (in order of first
+  appearance), then the checks, the numerics version and the time, one column per run; ``rows``:
+  transposed, one row per run with the key numbers numbered and named below; ``auto``: ``rows``
+  with more than ``WIDE`` columns. '-' where a column has no value."""
+  names, values = _rows(cols)
+  experiments = sorted({c["experiment"] for c in cols})
+  if layout == "columns" or (layout == "auto" and len(cols) <= WIDE):
+    rows = [["", *[c["name"] for c in cols]], ["experiment", *[c["experiment"] for c in cols]]]
+    rows += [[name, *[v[i] for v in values]] for i, name in enumerate(names)]
+    return _render(rows)
+  diff = [n for n in names if n.startswith("setting ")]
+  keys = names[len(diff):-3]
+  head = ["run", *[n[len("setting "):] for n in diff], *[f"[{i + 1}]" for i in range(len(keys))],
+          "checks", "numerics", "time (s)"]
+  if any(c.get("cell") for c in cols):
+    head[-1] = "own time (s)" if all(c.get("cell") for c in cols) else "time (s)"
+  if len(experiments) > 1:
+    head.insert(1, "experiment")
+  rows = [head]
+  for c, v in zip(cols, values):
+    rows.append([c["name"], *([c["experiment"]] if len(experiments) > 1 else []), *v])
+  legend = [f"[{i + 1}] {k}" for i, k in enumerate(keys)]
+  title = f"{', '.join(experiments)}: {len(cols)} columns" + (
+      f"; settings that differ: {', '.join(n[len('setting '):] for n in diff)}" if diff else "; the same settings")
+  return "\n".join([title, _render(rows), *legend])
 
 
 def main(argv=None) -> int:
   """``svmattn compare DIR1 DIR2 ...``: ``argv`` is the arguments after the command (the directories)."""
   argv = list(sys.argv[1:] if argv is None else argv)
-  if not argv or any(a in ("-h", "--help") for a in argv):
+  if not argv:
+    print(f"error: no run directory given\n{USAGE}", file=sys.stderr)
+    return 1
+  if any(a in ("-h", "--help") for a in argv):
     print(USAGE)
-    return 0 if argv else 1
+    return 0
+  layout = "auto"
+  for a in [a for a in argv if a.startswith("--layout=")]:
+    layout = a.split("=", 1)[1]
+    if layout not in LAYOUTS:
+      print(f"error: --layout={layout!r}: must be one of {', '.join(LAYOUTS)}", file=sys.stderr)
+      return 1
+  argv = [a for a in argv if not a.startswith("--layout=")]
   bad = [a for a in argv if a.startswith("-")]
   if bad:
     print(f"error: unknown option {bad[0]}\n{USAGE}", file=sys.stderr)
+    return 1
+  if not argv:
+    print(f"error: no run directory given\n{USAGE}", file=sys.stderr)
     return 1
   cols, errors = [], []
   for directory in argv:
@@ -128,7 +215,7 @@ def main(argv=None) -> int:
     for e in errors:
       print(f"error: {e}", file=sys.stderr)
     return 1
-  print(table(cols))
+  print(table(cols, layout))
   return 0
 
 

@@ -209,12 +209,12 @@ def report(summary: dict, fl: dict) -> list[str]:
 
 def key_numbers(summary: dict) -> list:
   """How many optimizers end nearest (mean final corr) to the Att-SVM of their predicted norm, of
-  those with a nearest norm, and the nearest norm of each that does not."""
+  those with a nearest norm, and the nearest norm of every optimizer."""
   pairs = [(o, v["by_corr"], v.get("predicted")) for o, v in (summary.get("nearest") or {}).items()
            if isinstance(v, dict) and v.get("by_corr")]
   out = [("optimizers nearest to the Att-SVM of their predicted norm", sum(n == p for _, n, p in pairs)),
          ("optimizers compared", len(pairs))]
-  return out + [(f"{o}: nearest norm (predicted {p})", n) for o, n, p in pairs if p and n != p]
+  return out + [(f"{o}: nearest norm" + (f" (predicted {p})" if p else ""), n) for o, n, p in pairs]
 
 
 MAX_P = 100   # l<p> norms: |W|^p of larger p overflows (l1e400 is p = inf)
