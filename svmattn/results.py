@@ -67,7 +67,7 @@ import zipfile
 import numpy as np
 import pandas as pd
 
-from svmattn.figures import across_runs
+from svmattn.report import across_runs
 from svmattn.io import atomic_files as results_io
 from svmattn.io import record_names
 from svmattn.train import loop as train_lib
@@ -189,6 +189,10 @@ class _Run:
       self.missing += [os.path.relpath(p, self.out) for p, there in zip(paths, present) if not there]
     if any(present):
       return [(c, self.cells[c], self._cell(c, p)) for c, p in enumerate(paths) if present[c]]
+    if paths and self.cell_sha256 and any(self.cell_sha256) and self.study.get("runs_kept", True) is not False \
+        and not self.allow_unfinished:
+      raise ResultsError(f"{self.out}: its per-run record is missing ({os.path.relpath(paths[0], self.out)}, "
+                         "which runs/study.json records); results.npz holds reductions only")
     return [(0, self.cells[0] if self.cells else {}, self._fallback())]
 
   def _cell(self, c: int, path: str) -> dict:
@@ -507,7 +511,7 @@ def plot(dirs, x: str | None = None, y: str | None = None, hue=None, col=None, p
          title: str | None = None, allow_unfinished: bool = False) -> tuple[str, pd.DataFrame]:
   """A metric ``y`` against ``x`` across a sweep's cells or several runs, one line per value of the
   ``hue`` fields and one panel per value of the ``col`` fields: the median over data sets with
-  their 25th..75th percentile as a band (``svmattn.figures.across_runs``). ``x="step"`` plots
+  their 25th..75th percentile as a band (``svmattn.report.across_runs``). ``x="step"`` plots
   the curves (``load_curves``). Defaults: for one sweep, its default figure (x the first swept
   setting, the parameterizations or optimizers as panels, the other swept settings as lines, y
   final corr with the Frobenius SVM where it has one); several directories, one line each

@@ -7,7 +7,7 @@ import pytest
 from svmattn import registry
 from svmattn.execution import metric_log
 from svmattn.execution import run_experiment
-from svmattn.figures import across_runs
+from svmattn.report import across_runs
 
 
 def _frame():

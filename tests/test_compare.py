@@ -95,6 +95,8 @@ def test_damaged_and_unfinished_runs_are_one_line_each(tmp_path, capsys):
       "settings": ({"sweep": {"lr": [1]}, "cells": [{"settings": [1], "dir": "x"}]},
                    "a sweep cell's settings are not a mapping"),
       "checks": ({"checks": [1, 2]}, "its checks are not a list of mappings"),
+      "flags": ({"flags": [1, 2]}, "its flags are a list, not a mapping"),
+      "cell_dir": ({"sweep": {"lr": [1]}, "cells": [{"settings": {"lr": 1}}]}, "a sweep cell needs its settings and dir"),
   }
   for name, (extra, expect) in cases.items():
     d = write_run(tmp_path / name, 0.9, 0.9)
@@ -105,6 +107,9 @@ def test_damaged_and_unfinished_runs_are_one_line_each(tmp_path, capsys):
     assert compare.main([d]) == 1
     err = capsys.readouterr()
     assert err.out == "" and err.err.strip() == f"error: {d}: corrupt summary.json ({expect})"
+  lost = write_run(tmp_path / "lost", 0.9, 0.9, sweep={"lr": [1]}, cells=[{"settings": {"lr": 1}, "dir": "cells/0"}])
+  assert compare.main([lost]) == 1
+  assert capsys.readouterr().err.strip() == f"error: {lost}: its cell cells/0 has no readable summary.json"
   working = write_run(tmp_path / "working", 0.9, 0.9)
   os.makedirs(os.path.join(working, "work"))
   assert compare.main([working]) == 1

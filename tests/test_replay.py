@@ -6,6 +6,7 @@ replay started from a checkpoint of an unfinished run continues the very same tr
 The E2 runs are those of test_sweep.py (E2_FLAGS: 10 data sets in batches of 4, blocks
 of 2, 150 steps in chunks of 50, a snapshot every 10), shared within a session.
 """
+import hashlib
 import json
 import os
 import re
@@ -160,7 +161,26 @@ def test_a_ragged_record_is_named_in_one_line(tmp_path, tmp_path_factory):
   key = sorted(k for k, a in arrays.items() if np.ndim(a) and len(a) == RUNS)[0]
   arrays[key] = arrays[key][:RUNS - 2]
   np.savez(record, **arrays)
+  study = json.loads((out / "runs" / "study.json").read_text())     # (a record written ragged, as recorded)
+  study["cells"][0]["sha256"] = hashlib.sha256(record.read_bytes()).hexdigest()
+  (out / "runs" / "study.json").write_text(json.dumps(study))
   proc = replay(out, RUNS - 1)
   assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
   assert f"has no row {RUNS - 1}" in proc.stderr and "damaged" in proc.stderr, proc.stderr[-2000:]
   assert not os.path.exists(out / f"replay_{RUNS - 1}.npz")
+
+
+def test_a_deleted_or_replaced_record_is_named(tmp_path, tmp_path_factory):
+  """A finished run whose runs/cell_0000.npz is gone, or is another file: one line saying so, never
+  "not analyzed yet" and never a comparison with the wrong file."""
+  out = _copy(finished_run(tmp_path_factory), tmp_path / "out")
+  record = out / "runs" / "cell_0000.npz"
+  arrays = load(record)
+  np.savez_compressed(record, **arrays, note=np.zeros(RUNS))     # every array kept, another file: not the one recorded
+  proc = replay(out, 1)
+  assert proc.returncode != 0 and "damaged or replaced" in proc.stderr and "Traceback" not in proc.stderr, \
+      proc.stderr[-2000:]
+  record.unlink()
+  proc = replay(out, 1)
+  assert proc.returncode != 0 and "cell_0000.npz is missing" in proc.stderr, proc.stderr[-2000:]
+  assert "not been analyzed" not in proc.stdout

@@ -267,8 +267,22 @@ def test_without_kept_runs_a_grid_is_a_clear_error(outputs, tmp_path):
   shutil.copytree(_get(outputs, GRID), lean)
   for p in (lean / "runs").glob("cell_*.npz"):
     p.unlink()
+  with pytest.raises(results.ResultsError, match=r"its per-run record is missing \(runs/cell_0000.npz"):
+    results.load(str(lean))                  # deleted files the record names: never read around them
+  study = _study(lean)
+  study["runs_kept"] = False
+  (lean / "runs" / "study.json").write_text(json.dumps(study))
   with pytest.raises(results.ResultsError, match="kept no per-run records.*--nokeep_runs"):
     results.load(str(lean))
+
+
+def test_a_deleted_cell_file_of_one_cell_is_not_read_around(e2, tmp_path):
+  """A one-cell run whose runs/cell_0000.npz was deleted: an error naming it, not results.npz read instead."""
+  gone = tmp_path / "gone"
+  shutil.copytree(e2, gone)
+  (gone / "runs" / "cell_0000.npz").unlink()
+  with pytest.raises(results.ResultsError, match="per-run record is missing"):
+    results.load(str(gone))
 
 
 def test_errors_are_one_line(e2, tmp_path):

@@ -19,6 +19,7 @@ import numpy as np
 
 from svmattn import registry
 from svmattn.config import fields as F
+from svmattn.io import atomic_files as results_io
 from svmattn.io import checkpoint as ckpt_lib
 from svmattn.execution import run_experiment
 from svmattn.execution import pipeline
@@ -109,12 +110,29 @@ def runs_kept(out: str) -> bool:
   return _runs_kept(out) is not False
 
 
+def _recorded_sha256(out: str, c: int) -> str | None:
+  """The sha256 runs/study.json holds for cell ``c``'s record file (None: none recorded)."""
+  try:
+    with open(study_runner.record_path(out)) as f:
+      cell = json.load(f)["cells"][c]
+    return cell.get("sha256") if isinstance(cell, dict) else None
+  except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+    return None
+
+
 def reference(out: str, study: pipeline.Study, c: int, run: int) -> tuple[dict, str] | None:
-  """(the run's per-run arrays in the run's own record, where) or None if not analyzed yet."""
+  """(the run's per-run arrays in the run's own record, where) or None if not analyzed yet. A
+  finished run's record file that is missing, or not the file its study.json names (its sha256),
+  is a StudyError: there is a record, and it is not there."""
   path = study_runner.record_path(out, c)
   row = run
   if not os.path.exists(path) and _runs_kept(out) is False:
     return None
+  want = _recorded_sha256(out, c)
+  if want is not None and not os.path.exists(path):
+    raise pipeline.StudyError(f"{path} is missing (the finished run recorded it in runs/study.json)")
+  if want is not None and results_io.file_sha256(path) != want:
+    raise pipeline.StudyError(f"{path}: damaged or replaced (its sha256 is not the one runs/study.json recorded)")
   if not os.path.exists(path):
     k, row = pipeline.unit_of(study, c, run)
     path = pipeline.work_path(os.path.join(out, "work"), pipeline.Unit(c, k, np.array([run])).tag)

@@ -147,8 +147,10 @@ def save(fig, path):
   format's: x.png -> x.png, x.pdf), atomically, and closes it. Vector formats carry no date, so
   equal figures give equal files."""
   root = os.path.splitext(os.fspath(path))[0]
-  if _caption:
-    fig.text(0.5, -0.03, _caption[-1], ha="center", va="top", fontsize=9, color="0.3")
+  if _caption:    # below everything drawn (axis labels, a legend under the axes), never over it
+    box = fig.get_tightbbox(fig.canvas.get_renderer())       # (inches)
+    fig.text(0.5, (box.y0 - 0.06) / fig.get_size_inches()[1], _caption[-1], ha="center", va="top", fontsize=9,
+             color="0.3")
   for fmt in _formats:
     metadata = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(fmt)
     with results_io.atomic_path(f"{root}.{fmt}", "." + fmt) as tmp:

@@ -58,8 +58,10 @@ def _wall(summary) -> float | None:
 def _settings(summary, experiment) -> dict:
   """The settings of a run (its summary's flags) without the operational ones; a file by its name."""
   flags = summary.get("flags")
-  if not isinstance(flags, dict):
+  if flags is None:
     return {}
+  if not isinstance(flags, dict):
+    raise CompareError(f"corrupt summary.json (its flags are a {type(flags).__name__}, not a mapping)")
   skip = {f.name for f in experiment.settings.fields if f.operational} if experiment is not None else {"out"}
   out = {}
   for k, v in flags.items():
@@ -108,7 +110,11 @@ def _columns(directory: str, summary: dict) -> list[dict]:
       settings = cell.get("settings") or {}
       if not isinstance(settings, dict):
         raise CompareError("corrupt summary.json (a sweep cell's settings are not a mapping)")
-      cell_summary = records_lib.read_summary(os.path.join(directory, cell.get("dir", ""))) or {}
+      if not isinstance(cell.get("dir"), str) or not isinstance(cell.get("settings"), dict):
+        raise CompareError("corrupt summary.json (a sweep cell needs its settings and dir)")
+      cell_summary = records_lib.read_summary(os.path.join(directory, cell["dir"]))
+      if cell_summary is None:
+        raise CompareError(f"its cell {cell['dir']} has no readable summary.json")
       keys = cell.get("key_numbers")
       keys = list(keys.items()) if isinstance(keys, dict) else (keys or _key_numbers(cell_summary, experiment))
       name = ", ".join(f"{k}={records_lib.fmt(v)}" for k, v in settings.items()) or cell.get("dir", "?")
