@@ -68,6 +68,7 @@ import numpy as np
 import pandas as pd
 
 from svmattn.report import across_runs
+from svmattn import registry
 from svmattn.io import atomic_files as results_io
 from svmattn.io import record_names
 from svmattn.train import loop as train_lib
@@ -477,10 +478,12 @@ def load_many(dirs, curves: bool = False, metrics=None, settings=(), allow_unfin
   dirs = [dirs] if isinstance(dirs, (str, os.PathLike)) else list(dirs)
   if not dirs:
     raise ResultsError("no results directory given")
+  runs = [_Run(d, allow_unfinished) for d in dirs]
+  settings = list(settings) + [n for n in _differing([r for r in runs]) if n not in settings]
   frames = []
-  for d in dirs:
+  for d, run in zip(dirs, runs):
     df = load_curves(d, metrics, allow_unfinished) if curves else load(d, allow_unfinished)
-    flags = _Run(d, allow_unfinished).flags
+    flags = run.flags
     for name in settings:
       if name in df.columns:
         continue
@@ -499,6 +502,21 @@ def load_many(dirs, curves: bool = False, metrics=None, settings=(), allow_unfin
     frames.append(df)
   out = pd.concat(frames, ignore_index=True, sort=False) if len(frames) > 1 else frames[0]
   return out
+
+
+def _differing(runs: list) -> list[str]:
+  """The settings (non-operational flags with a single value) whose values differ between runs."""
+  if len(runs) < 2:
+    return []
+  names = []
+  for run in runs:
+    experiment = registry.of_summary(run.summary)
+    skip = {f.name for f in experiment.settings.fields if f.operational} if experiment is not None else {"out"}
+    names += [k for k, v in run.flags.items() if k not in skip and k != "sweep" and (_scalar(v) or
+                                                                                      isinstance(v, (list, tuple)))]
+  names = list(dict.fromkeys(names))
+  return [n for n in names if all(n in r.flags for r in runs) and
+          len({json.dumps(r.flags[n], sort_keys=True, default=str) for r in runs}) > 1]
 
 
 def _as_list(v) -> list[str]:

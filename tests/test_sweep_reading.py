@@ -121,3 +121,20 @@ def test_tensorboard_holds_each_batchs_median_curves(sweep):
         assert got[step] == np.float32(value)
       assert {"corr_W_fro", "loss_W", "max_prob_W"} <= {tag for tag, _, _ in events}
   assert len(json.load(open(root / "logged.json"))) == 8
+
+
+def test_several_runs_carry_the_settings_that_differ(sweep, tmp_path):
+  """Two runs of other steps in one table: a column `steps` (the differing setting) beside `source`,
+  and a figure with one line per steps value."""
+  import shutil
+  out, _ = sweep
+  other = tmp_path / "other"
+  shutil.copytree(out, other)
+  summary = _summary(other / "summary.json")
+  summary["flags"]["steps"] = 80                   # (as a run of 80 steps would record it)
+  (other / "summary.json").write_text(json.dumps(summary))
+  both = results.load_many([out, other])
+  assert set(both.steps) == {40, 80} and set(both.source) == {str(out), str(other)}
+  assert (both.groupby("source").steps.nunique() == 1).all()
+  path, table = results.plot([out, other], x="lr", y="final_corr_fro", hue="steps", path=str(tmp_path / "s.png"))
+  assert sorted(table.steps.unique()) == [40, 80] and os.path.getsize(path) > 5000
