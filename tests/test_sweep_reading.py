@@ -1,9 +1,11 @@
 """A sweep as people read it, end to end: per-cell numbers that are per cell, the default figure,
 `svmattn plot`, `svmattn table` (CSV, Parquet, --curves), TensorBoard scalars, and no key number
 printed for what was not asked (an E2 sweep of W alone: no nuclear SVM, no (K,Q))."""
+import importlib.util
 import json
 import os
 import struct
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -138,3 +140,24 @@ def test_several_runs_carry_the_settings_that_differ(sweep, tmp_path):
   assert (both.groupby("source").steps.nunique() == 1).all()
   path, table = results.plot([out, other], x="lr", y="final_corr_fro", hue="steps", path=str(tmp_path / "s.png"))
   assert sorted(table.steps.unique()) == [40, 80] and os.path.getsize(path) > 5000
+
+
+@pytest.mark.skipif(importlib.util.find_spec("wandb") is None, reason="wandb is not installed (not a dependency)")
+def test_wandb_writes_an_offline_run_and_leaves_no_process(tmp_path):
+  from test_sweep import e2
+  out = tmp_path / "e2"
+  proc = e2(out, "--log=wandb", flags=("--runs=3", "--steps=40", "--noprogress"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  runs = list((out / "wandb" / "wandb").glob("offline-run-*/run-*.wandb"))
+  assert len(runs) == 1 and runs[0].stat().st_size > 1000
+  alive = subprocess.run(["pgrep", "-f", f"wandb.*{out}"], capture_output=True, text=True)
+  assert alive.stdout.strip() == ""
+
+
+def test_wandb_missing_is_one_line(tmp_path):
+  if importlib.util.find_spec("wandb") is not None:
+    pytest.skip("wandb is installed here: the refusal cannot be seen")
+  from test_sweep import e2
+  proc = e2(tmp_path / "e2", "--log=wandb", flags=("--runs=3", "--steps=40", "--noprogress"))
+  assert proc.returncode != 0 and "wandb is not installed" in proc.stderr and "Traceback" not in proc.stderr
+  assert not (tmp_path / "e2").exists()
