@@ -192,7 +192,7 @@ def test_resume_is_exact(tiny, tmp_path):
 # (e) bad names
 
 @pytest.mark.parametrize("name", ["sd_linf+mom", "gd@foo", "signum2", "signum", "sd_linf+mom1", "normalized_gd+mom-0.1",
-                                  "gd+mom0.9", "adam+nesterov0.9", "sd_l0.5+mom0.9", "md_l3@sqrt", "polyak@inv",
+                                  "polyak+mom0.9", "adam+nesterov0.9", "sd_l0.5+mom0.9", "md_l3@sqrt", "polyak@inv",
                                   "nosuch@sqrt", "gd@sqrt@inv", "@sqrt", "sd_linf+momentum0.9", "sd_linf+mom0.9+mom0.9"])
 def test_bad_names_raise(name):
   with pytest.raises(ValueError, match="unknown optimizer"):

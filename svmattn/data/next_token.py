@@ -49,6 +49,7 @@ class TokenSpec:
   n: int = 6
   T: int = 4
   require_cycle: bool = True
+  labels: str = "uniform"     # or "zipf": label k drawn with probability ZIPF(K)[k] (E19, ``zipf_labels``)
 
   def validate(self) -> "TokenSpec":
     for name in ("K", "d", "n", "T"):
@@ -59,7 +60,31 @@ class TokenSpec:
       raise ValueError(f"TokenSpec.T must be >= 2 (a query and another token), got {self.T}")
     if self.T > self.K:
       raise ValueError(f"TokenSpec: T={self.T} distinct tokens per sequence need K >= T, got K={self.K}")
+    if self.labels not in LABELS:
+      raise ValueError(f"TokenSpec.labels must be one of {', '.join(LABELS)}, got {self.labels!r}")
     return self
+
+
+LABELS = ("uniform", "zipf")
+
+
+def zipf(K: int) -> np.ndarray:
+  """(K,) the class frequencies pi_k proportional to 1/k, k = 1..K (token id k - 1): Kunstner et al.
+  2024's heavy tail (docs/science.md section 24)."""
+  w = 1.0 / np.arange(1, K + 1)
+  return w / w.sum()
+
+
+def zipf_labels(tokens: np.ndarray, K: int, u: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """(tokens, labels) with Zipf labels: label i is the token whose cumulative frequency first exceeds
+  u[i] (uniform in [0,1)); a label absent from its sequence takes the place of the token at position
+  pos[i], so the labels keep their Zipf frequencies exactly and the tokens stay distinct."""
+  labels = np.minimum(np.searchsorted(np.cumsum(zipf(K)), u, side="right"), K - 1)
+  present = np.any(tokens == labels[..., None], axis=-1)
+  put = np.zeros(tokens.shape, bool)
+  np.put_along_axis(put, pos[..., None], True, axis=-1)
+  tokens = np.where(put & ~present[..., None], labels[..., None], tokens)
+  return tokens, labels
 
 
 def _draw(spec: TokenSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -67,16 +92,19 @@ def _draw(spec: TokenSpec, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np
   (ke, kt, kl, kr) = split(key, 4); E the rows of normal(ke, (K, d)) scaled to unit norm (the exact-sum
   norm of ``data.datasets``); sequence i the first T entries of permutation(split(kt, n)[i], K); labels
   randint(kl, (n,), 0, K), one absent from its sequence replaced by the token at position
-  randint(kr, (n,), 0, T)[i]. JAX's draws of those calls, computed without a program (numerics
+  randint(kr, (n,), 0, T)[i] (Zipf labels: ``zipf_labels`` of uniform(kl, (n,)) and those positions). JAX's draws of those calls, computed without a program (numerics
   version 9; before, a compiled program per shape with XLA's norm of E)."""
   keys = np.asarray(keys, np.uint32).reshape(-1, 2)
   B, K, d, n, T = len(keys), spec.K, spec.d, spec.n, spec.T
   ke, kt, kl, kr = np.moveaxis(rng.split_keys(keys, 4), 1, 0)
   E = data_lib.unit_rows_host(rng.normals(ke, K * d).reshape(B, K, d))
   tokens = rng.permutations(rng.split_keys(kt, n).reshape(-1, 2), K)[:, :T].reshape(B, n, T)
+  pos = rng.randints(kr, n, 0, T)
+  if spec.labels == "zipf":
+    tokens, labels = zipf_labels(tokens, K, rng.uniforms(kl, n), pos)
+    return E, tokens, labels
   labels = rng.randints(kl, n, 0, K)
   present = np.any(tokens == labels[..., None], axis=2)
-  pos = rng.randints(kr, n, 0, T)
   labels = np.where(present, labels, np.take_along_axis(tokens, pos[..., None], axis=2)[..., 0])
   return E, tokens, labels
 

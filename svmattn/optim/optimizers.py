@@ -30,7 +30,9 @@ Momentum, Signum, sign GD and step-size schedules (E16, docs/science.md section 
                                    convention this is D((1 - beta) g_t + beta m_t) (Muon's lerp): the
                                    directions D are homogeneous of degree 0, so the factor (1 - beta)
                                    between the two conventions changes nothing.
-      base: normalized_gd / ngd / sd_l2 (D = G / ||G||_F), sd_l1, sd_linf, sd_l<p>, sd_spectral,
+      base: gd (D the identity: gd+mom<beta> is heavy ball with its step scaled by 1 - beta;
+      not homogeneous, so gd+nesterov<beta> is (1 - beta) times smaller than the EMA form),
+      normalized_gd / ngd / sd_l2 (D = G / ||G||_F), sd_l1, sd_linf, sd_l<p>, sd_spectral,
       sd_spectral_ns, sd_nuc, sign_gd; 0 <= beta < 1 (e.g. normalized_gd+mom0.9, sd_linf+nesterov0.9,
       sd_spectral+mom0.95 = Muon's update with an exact polar factor). The momentum sits BEFORE the
       normalization (Fan, Schmidt, Thrampoulidis 2025, arXiv 2502.04664, "momentum versions"), so the
@@ -242,7 +244,7 @@ def without_const_schedule(name):
   return name[:-len("@const")] if isinstance(name, str) and name.endswith("@const") else name
 
 
-MOMENTUM_BASES = ("normalized_gd", "ngd", "sd_l1", "sd_linf", "sd_spectral", "sd_spectral_ns", "sd_nuc",
+MOMENTUM_BASES = ("gd", "normalized_gd", "ngd", "sd_l1", "sd_linf", "sd_spectral", "sd_spectral_ns", "sd_nuc",
                   "sign_gd", "sd_l<p>")
 _MOMENTUM_NAME = re.compile(r"(.+)\+(mom|nesterov)(.*)")
 _SIGNUM_NAME = re.compile(r"signum(.*)")
@@ -274,6 +276,8 @@ def _parse_beta(name: str, text: str, what: str) -> float:
 
 def _direction(base: str, numerics: str):
   """The steepest-direction transformation D of a momentum base (None if base is not one)."""
+  if base == "gd":         # heavy ball: the momentum itself is the step direction
+    return optax.identity()
   if base in ("normalized_gd", "ngd", "sd_l2"):
     return normalize_plus_eps() if numerics == "authors" and base != "sd_l2" else normalize_by_leaf_norm()
   named = {"sd_l1": "l1", "sd_linf": "linf", "sign_gd": "linf", "sd_spectral": "spectral",
