@@ -142,6 +142,8 @@ def test_bad_configs_end_with_one_line(args, expect, tmp_path):
     ("from ml_collections import ConfigDict\ndef get_config():\n  return ConfigDict({'experiment': 'E99'})\n",
      "unknown experiment 'E99'"),
     ("def get_config():\n  raise RuntimeError('boom')\n", "get_config() raised RuntimeError: boom"),
+    ("import sys\ndef get_config():\n  sys.exit('bye')\n", "get_config() called sys.exit('bye')"),
+    ("import sys\nsys.exit(3)\n", "the file called sys.exit(3) while it was read"),
 ])
 @pytest.mark.slow
 def test_bad_config_files_end_with_one_line(body, expect, tmp_path):

@@ -69,8 +69,8 @@ def load(path: str):
     fail(f"--config={path}: no such file")
   try:
     namespace = runpy.run_path(path)
-  except SystemExit:
-    raise
+  except SystemExit as e:      # the file itself ends the process: say so in one line
+    fail(f"--config={path}: the file called sys.exit({e.code!r}) while it was read")
   except BaseException as e:   # a user's file: report what is wrong with it in one line
     where = ""
     tb = e.__traceback__
@@ -86,6 +86,8 @@ def load(path: str):
     fail(f"--config={path}: the file defines no get_config() returning the config")
   try:
     config = get_config()
+  except SystemExit as e:
+    fail(f"--config={path}: get_config() called sys.exit({e.code!r})")
   except (Exception, KeyboardInterrupt) as e:
     fail(f"--config={path}: get_config() raised {type(e).__name__}: {e}")
   if not hasattr(config, "get") or not config.get("experiment"):
