@@ -227,15 +227,18 @@ def test_sigint_stops_with_one_line_naming_resume(tmp_path):
     while not list(out.glob("work/ckpt_*")) and time.monotonic() < deadline and proc.poll() is None:
       time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()[1][-3000:]
+    helpers = _children(proc.pid, "resource_tracker")         # (multiprocessing's, for the SVM workers)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
   finally:
     if proc.poll() is None:
       proc.kill()
   assert proc.returncode != 0
-  assert "Traceback" not in err, err[-3000:]
+  assert "Traceback" not in err and "leaked" not in err, err[-3000:]
   assert "the same command with --resume" in err.strip().splitlines()[-1], err[-2000:]
   assert (out / "work" / "run.json").exists()                 # kept for --resume
+  time.sleep(0.5)
+  assert not [pid for pid in helpers if os.path.exists(f"/proc/{pid}")], helpers   # none outlives the run
 
 
 @pytest.mark.slow
@@ -473,6 +476,22 @@ def test_replay_on_a_full_disk_is_one_line_before_any_verdict(small_disk, tmp_pa
   _assert_clean_error(got, "cannot write the replay's record")
   assert "identical" not in got.stdout, got.stdout
   assert not list(out.glob("replay_1*"))
+
+
+def _children(pid: int, marker: str) -> list[int]:
+  """The pids of ``pid``'s children whose command line holds ``marker`` (Linux /proc; else [])."""
+  found = []
+  for entry in (os.listdir("/proc") if os.path.isdir("/proc") else []):
+    try:
+      with open(f"/proc/{entry}/stat", "rb") as f:
+        if int(f.read().rsplit(b")", 1)[1].split()[1]) != pid:
+          continue
+      with open(f"/proc/{entry}/cmdline", "rb") as f:
+        if marker.encode() in f.read():
+          found.append(int(entry))
+    except (OSError, ValueError, IndexError):
+      continue
+  return found
 
 
 def _wait_for_exec(proc, marker: str, timeout: float = 30.0) -> None:

@@ -498,6 +498,28 @@ def install_stop_handlers() -> None:
   sys.excepthook = hook
 
 
+def helper_processes(marker: str) -> list[int]:
+  """The pids of this process's children whose command line holds ``marker`` (read from /proc, the
+  operating system's public view; [] where there is none, as on macOS and Windows)."""
+  found, me = [], os.getpid()
+  try:
+    entries = [e for e in os.listdir("/proc") if e.isdigit()]
+  except OSError:
+    return []
+  for entry in entries:
+    try:
+      with open(f"/proc/{entry}/stat", "rb") as f:
+        ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
+      if ppid != me:
+        continue
+      with open(f"/proc/{entry}/cmdline", "rb") as f:
+        if marker.encode() in f.read():
+          found.append(int(entry))
+    except (OSError, ValueError, IndexError):
+      continue
+  return found
+
+
 @contextlib.contextmanager
 def stop_on_signals():
   """SIGINT and SIGTERM end the process with one line saying how to resume while the block runs
@@ -509,13 +531,11 @@ def stop_on_signals():
     sys.stderr.write(f"\nerror: stopped by {signal.Signals(signum).name}; to continue, run the same command "
                      "with --resume\n")
     sys.stderr.flush()
-    try:    # multiprocessing's helper would outlive this process and warn about the workers' semaphores
-      from multiprocessing import resource_tracker
-      pid = getattr(resource_tracker._resource_tracker, "_pid", None)
-      if pid:
+    for pid in helper_processes("multiprocessing.resource_tracker"):
+      try:    # multiprocessing's helper would outlive this process and warn about the workers' semaphores
         os.kill(pid, signal.SIGKILL)
-    except (ImportError, OSError):
-      pass
+      except OSError:
+        pass
     os._exit(1)
 
   previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
