@@ -53,5 +53,5 @@ def draw(arrays, summary, out, flags, extras=None):
          ylabel="steps to halve the bucket's loss (median)", title="time to fit rare labels")
   ax.xaxis.set_minor_locator(plt_ticker().NullLocator())
   ax.set_xticks(ref, [f"{v:.0f}" for v in ref])
-  ax.legend(fontsize=7)
+  ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), title="median decay (slope)")
   plots.save(fig, f"{out}/fit_times.png")
