@@ -494,23 +494,24 @@ def _children(pid: int, marker: str) -> list[int]:
   return found
 
 
-def _wait_for_exec(proc, marker: str, timeout: float = 30.0) -> None:
-  """Until the child runs its own program: its /proc command line names ``marker`` (Linux; elsewhere
-  a fixed 50 ms). Under load the fork-to-exec gap alone took over 0.1 s, and a SIGINT sent in it went
-  to the copy of the parent, so the program ran on and finished (exit 0, nothing on stderr)."""
-  path = f"/proc/{proc.pid}/cmdline"
-  if not os.path.exists("/proc/self/cmdline"):
-    time.sleep(0.05)
+def _wait_for_program(proc, library: str = "numpy", timeout: float = 60.0) -> None:
+  """Until the child runs the program itself: a shared library of ``library`` is mapped into it
+  (/proc/PID/maps; Linux; elsewhere a fixed 0.2 s). The programs install their interrupt handler
+  before they import NumPy, so from then on an interrupt is theirs. (Counted from Popen, the first
+  delay fell, under load, in the fork-to-exec gap, where the SIGINT went to the parent's copy and
+  was lost, or in Python's own start-up, where the interrupt is Python's.)"""
+  if not os.path.exists("/proc/self/maps"):
+    time.sleep(0.2)
     return
   end = time.monotonic() + timeout
   while time.monotonic() < end:
     try:
-      with open(path, "rb") as f:
-        if marker.encode() in f.read():
+      with open(f"/proc/{proc.pid}/maps", "rb") as f:
+        if library.encode() in f.read():
           return
     except OSError:
       return                       # (already ended: the assertions below say how)
-    time.sleep(0.001)
+    time.sleep(0.002)
 
 
 @pytest.mark.slow
@@ -518,13 +519,13 @@ def _wait_for_exec(proc, marker: str, timeout: float = 30.0) -> None:
 def test_ctrl_c_at_any_moment_of_start_up_is_one_line(entry, tmp_path):
   """SIGINT while the program imports JAX, parses its flags, builds and compiles (0.1 to 3 s in):
   one line naming it and exit status 1, never a traceback, a crash or a swallowed interrupt
-  (svmattn.interrupts). The delays count from the child's exec. (Before the program's first line
-  runs, about the first 30 ms, the interrupt is Python's own.)"""
+  (svmattn.interrupts). The delays count from the moment the child maps NumPy (``_wait_for_program``).
+  (Before the program's first line runs, about the first 30 ms, the interrupt is Python's own.)"""
   for k, delay in enumerate((0.1, 0.25, 0.5, 0.8, 1.2, 1.8, 3.0)):
     proc = subprocess.Popen([PY, *entry, f"--out={tmp_path / str(k)}", "--runs=4", "--steps=2000000",
                              "--noprogress"], cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    _wait_for_exec(proc, entry[-1])   # (a signal sent before the child's exec is lost with the parent's copy)
+    _wait_for_program(proc)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
