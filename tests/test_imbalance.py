@@ -49,6 +49,7 @@ def test_gd_momentum_is_heavy_ball():
   np.testing.assert_allclose(u2, [-0.5, -1.0])             # -(beta m + (1 - beta) g)
 
 
+@pytest.mark.slow   # (an end-to-end pipeline run: 10-15 s on 2 cores; the README's test command keeps the rest)
 def test_a_small_run_and_its_bucket_losses(tmp_path):
   fl = e19.SETTINGS.validate({"runs": 2, "steps": 200, "snapshot_every": 20, "K": 8, "d": 8, "n": 64,
                               "optimizers": ["gd:2", "sign_gd:0.01"], "out": "unused", "progress": False})
