@@ -7,6 +7,7 @@ binary; a few cases run the binaries end to end. The runs that start work (inter
 damaged, failed then corrected) are marked slow.
 """
 import json
+import contextlib
 import os
 import signal
 import subprocess
@@ -494,6 +495,21 @@ def _children(pid: int, marker: str) -> list[int]:
   return found
 
 
+@contextlib.contextmanager
+def _sigint_not_ignored():
+  """Children started in the block get SIGINT's default disposition. A test run started in the
+  background by a non-interactive shell (`cmd &`) ignores SIGINT, its children inherit that, and the
+  programs rightly leave an ignored SIGINT ignored (svmattn.interrupts): the run then finished and
+  exited 0. A handler of this process (unlike SIG_IGN) is reset to the default on exec."""
+  before = signal.getsignal(signal.SIGINT)
+  if before == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, before)
+
+
 def _wait_for_program(proc, library: str = "numpy", timeout: float = 60.0) -> None:
   """Until the child runs the program itself: a shared library of ``library`` is mapped into it
   (/proc/PID/maps; Linux; elsewhere a fixed 0.2 s). The programs install their interrupt handler
@@ -522,9 +538,10 @@ def test_ctrl_c_at_any_moment_of_start_up_is_one_line(entry, tmp_path):
   (svmattn.interrupts). The delays count from the moment the child maps NumPy (``_wait_for_program``).
   (Before the program's first line runs, about the first 30 ms, the interrupt is Python's own.)"""
   for k, delay in enumerate((0.1, 0.25, 0.5, 0.8, 1.2, 1.8, 3.0)):
-    proc = subprocess.Popen([PY, *entry, f"--out={tmp_path / str(k)}", "--runs=4", "--steps=2000000",
-                             "--noprogress"], cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    with _sigint_not_ignored():
+      proc = subprocess.Popen([PY, *entry, f"--out={tmp_path / str(k)}", "--runs=4", "--steps=2000000",
+                               "--noprogress"], cwd=REPO_ROOT, env=ENV, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
     _wait_for_program(proc)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
