@@ -310,9 +310,7 @@ def _split_name(name: str, stages: list[str]) -> tuple[str | None, str]:
   return None, name
 
 
-# A cell's own snapshot steps (runs, S), every row the same: for studies whose cells record their
-# snapshots at different steps (E16: the linear control's and attention's cells).
-CELL_STEPS = "snapshot_steps"
+CELL_STEPS = record_names.CELL_STEPS
 
 
 def _columns(arrays: dict, stages: list[str], S: int | None):

@@ -6,8 +6,8 @@ bad value, as absl parses them before main), so that the whole table costs one i
 binary; a few cases run the binaries end to end. The runs that start work (interrupted,
 damaged, failed then corrected) are marked slow.
 """
-import json
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT
+from svmattn.execution import run_experiment
 
 ENV = dict(os.environ, JAX_PLATFORMS="cpu")
 PY = sys.executable
@@ -228,7 +229,8 @@ def test_sigint_stops_with_one_line_naming_resume(tmp_path):
     while not list(out.glob("work/ckpt_*")) and time.monotonic() < deadline and proc.poll() is None:
       time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()[1][-3000:]
-    helpers = _children(proc.pid, "resource_tracker")         # (multiprocessing's, for the SVM workers)
+    # (multiprocessing's, for the SVM workers)
+    helpers = run_experiment.helper_processes("resource_tracker", parent=proc.pid)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
   finally:
@@ -477,22 +479,6 @@ def test_replay_on_a_full_disk_is_one_line_before_any_verdict(small_disk, tmp_pa
   _assert_clean_error(got, "cannot write the replay's record")
   assert "identical" not in got.stdout, got.stdout
   assert not list(out.glob("replay_1*"))
-
-
-def _children(pid: int, marker: str) -> list[int]:
-  """The pids of ``pid``'s children whose command line holds ``marker`` (Linux /proc; else [])."""
-  found = []
-  for entry in (os.listdir("/proc") if os.path.isdir("/proc") else []):
-    try:
-      with open(f"/proc/{entry}/stat", "rb") as f:
-        if int(f.read().rsplit(b")", 1)[1].split()[1]) != pid:
-          continue
-      with open(f"/proc/{entry}/cmdline", "rb") as f:
-        if marker.encode() in f.read():
-          found.append(int(entry))
-    except (OSError, ValueError, IndexError):
-      continue
-  return found
 
 
 @contextlib.contextmanager

@@ -34,7 +34,7 @@ from svmattn.io import record_names
 from svmattn.train import loop as train_lib
 
 KINDS = ("none", "tensorboard", "wandb")
-CELL_STEPS = "snapshot_steps"    # a cell's own snapshot steps, where its arrays carry them (results.CELL_STEPS)
+CELL_STEPS = record_names.CELL_STEPS
 
 
 class LogError(RuntimeError):
@@ -73,8 +73,9 @@ def scalars(arrays: dict, steps: np.ndarray | None) -> list[tuple[str, int, floa
 
 
 class _Log:
-  def __init__(self, out: str, study: pipeline.Study, names: list[str]):
-    self.out, self.study, self.names = out, study, names
+  def __init__(self, root: str, study: pipeline.Study, names: list[str]):
+    self.root, self.study, self.names = root, study, names
+    os.makedirs(root, exist_ok=True)
     self.batches = [len(pipeline.batch_starts(study, 0, c.runs)) for c in study.cells]
     self.steps = [snapshot_steps({**study.identity, **c.label}) for c in study.cells]
     self.logged_path = os.path.join(self.root, "logged.json")
@@ -83,8 +84,6 @@ class _Log:
         self.logged = set(json.load(f))
     except (OSError, ValueError, TypeError):
       self.logged = set()
-
-  root = ""
 
   def run_name(self, cell: int, batch: int) -> str:
     name = self.names[cell]
@@ -107,9 +106,7 @@ class _Log:
 
 class TensorBoard(_Log):
   def __init__(self, out, study, names):
-    self.root = os.path.join(out, "tensorboard")
-    os.makedirs(self.root, exist_ok=True)
-    super().__init__(out, study, names)
+    super().__init__(os.path.join(out, "tensorboard"), study, names)
 
   def write(self, run: str, values) -> None:
     from tensorboardX import SummaryWriter
@@ -127,9 +124,7 @@ class Wandb(_Log):
       import wandb
     except ImportError:
       raise LogError("--log=wandb: wandb is not installed (pip install wandb); or use --log=tensorboard") from None
-    self.root = os.path.join(out, "wandb")
-    os.makedirs(self.root, exist_ok=True)
-    super().__init__(out, study, names)
+    super().__init__(os.path.join(out, "wandb"), study, names)
     self.wandb = wandb
     self.run = wandb.init(project="svmattn", name=study.name, dir=self.root, mode="offline",
                           config={k: v for k, v in study.identity.items() if isinstance(v, (int, float, str, bool))})

@@ -498,10 +498,11 @@ def install_stop_handlers() -> None:
   sys.excepthook = hook
 
 
-def helper_processes(marker: str) -> list[int]:
-  """The pids of this process's children whose command line holds ``marker`` (read from /proc, the
-  operating system's public view; [] where there is none, as on macOS and Windows)."""
-  found, me = [], os.getpid()
+def helper_processes(marker: str, parent: int | None = None) -> list[int]:
+  """The pids of the children of ``parent`` (default: this process) whose command line holds
+  ``marker`` (read from /proc, the operating system's public view; [] where there is none, as on
+  macOS and Windows)."""
+  found, me = [], os.getpid() if parent is None else parent
   try:
     entries = [e for e in os.listdir("/proc") if e.isdigit()]
   except OSError:

@@ -10,6 +10,14 @@ class ArgumentError(ValueError):
   """A bad command line (one-line message)."""
 
 
+def help_requested(argv: list[str], doc: str) -> bool:
+  """Whether ``argv`` asks for help (-h, --help); if so, ``doc`` is printed."""
+  if any(a in ("-h", "--help") for a in argv):
+    print(doc.strip())
+    return True
+  return False
+
+
 def parse(argv: list[str], options: dict, switches: tuple[str, ...] = ()) -> tuple[list, dict]:
   """(positional arguments, {option: value}): ``options`` maps each --name=VALUE option to its
   default, ``switches`` are --name / --noname booleans (default False)."""

@@ -28,8 +28,7 @@ def _fields(text):
 
 def main(argv=None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
-  if any(a in ("-h", "--help") for a in argv):
-    print(__doc__.strip())
+  if arguments.help_requested(argv, __doc__):
     return 0
   try:
     dirs, o = arguments.parse(argv, {"x": None, "y": None, "hue": None, "col": None, "out": None, "title": None},

@@ -22,8 +22,7 @@ USAGE = "usage: svmattn table DIR [DIR ...] --out=FILE [--format=csv|parquet] [-
 
 def main(argv=None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
-  if any(a in ("-h", "--help") for a in argv):
-    print(__doc__.strip())
+  if arguments.help_requested(argv, __doc__):
     return 0
   try:
     dirs, o = arguments.parse(argv, {"out": None, "format": None, "metrics": None}, switches=("curves",))
